@@ -1,0 +1,216 @@
+#include "epoch/persist.h"
+
+#include <libpmem.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "epoch/sim.h"
+
+namespace pmrt {
+
+std::string_view BackendName(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::kPmem: return "pmem";
+    case BackendKind::kEadr: return "eadr";
+    case BackendKind::kMsync: return "msync";
+    case BackendKind::kSim: return "sim";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<BackendKind> ParseBackend(std::string_view name) {
+  for (int i = 0; i < kNumBackends; ++i) {
+    auto kind = static_cast<BackendKind>(i);
+    if (name == BackendName(kind)) return kind;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown persistence backend '", name, "' (expected pmem, eadr, msync)"));
+}
+
+PersistCounts& PersistCounts::operator+=(const PersistCounts& o) {
+  flushes += o.flushes;
+  lines_flushed += o.lines_flushed;
+  bytes_flushed += o.bytes_flushed;
+  fences += o.fences;
+  batch_flushes += o.batch_flushes;
+  return *this;
+}
+
+PersistCounts PersistCounts::operator-(const PersistCounts& o) const {
+  PersistCounts r;
+  r.flushes = flushes - o.flushes;
+  r.lines_flushed = lines_flushed - o.lines_flushed;
+  r.bytes_flushed = bytes_flushed - o.bytes_flushed;
+  r.fences = fences - o.fences;
+  r.batch_flushes = batch_flushes - o.batch_flushes;
+  return r;
+}
+
+namespace mutation {
+namespace internal {
+namespace {
+uint32_t SiteFromEnv() {
+  const char* name = std::getenv("PMRT_DISABLE_SITE");
+  if (name == nullptr || *name == '\0') return 0;
+  // Site's constructor is constexpr but works at run time on any C string.
+  return Site(name).id;
+}
+}  // namespace
+std::atomic<uint32_t> g_disabled_site{SiteFromEnv()};
+}  // namespace internal
+void Disable(uint32_t site_id) {
+  internal::g_disabled_site.store(site_id, std::memory_order_relaxed);
+}
+void Disable(const Site& site) { Disable(site.id); }
+void EnableAll() { Disable(uint32_t{0}); }
+}  // namespace mutation
+
+namespace persist_internal {
+namespace {
+
+// Registry of per-thread counter blocks. A thread registers on its first count; at exit its
+// totals fold into `retired` so nothing counted is ever lost.
+struct CounterRegistry {
+  std::mutex mu;
+  std::vector<ThreadCounters*> live;
+  PersistCounts retired[kNumBackends];
+};
+CounterRegistry& Registry() {
+  static auto* r = new CounterRegistry;  // never destroyed: threads may exit after main
+  return *r;
+}
+
+struct ThreadCounterSlot {
+  ThreadCounters counters;
+  ThreadCounterSlot() {
+    std::lock_guard<std::mutex> l(Registry().mu);
+    Registry().live.push_back(&counters);
+  }
+  ~ThreadCounterSlot() {
+    auto& r = Registry();
+    std::lock_guard<std::mutex> l(r.mu);
+    for (int i = 0; i < kNumBackends; ++i) {
+      r.retired[i] += counters.Read(static_cast<BackendKind>(i));
+    }
+    std::erase(r.live, &counters);
+  }
+};
+
+// Page ranges recorded by kMsync flushes of this thread, msynced by its next fence.
+struct MsyncPending {
+  std::vector<std::pair<uintptr_t, uintptr_t>> ranges;  // [begin, end), page aligned
+};
+thread_local MsyncPending tls_msync;
+
+uintptr_t PageSize() {
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+}  // namespace
+
+PersistCounts ThreadCounters::Read(BackendKind kind) const {
+  const auto& a = v[static_cast<int>(kind)];
+  PersistCounts c;
+  c.flushes = a[kFlushes].load(std::memory_order_relaxed);
+  c.lines_flushed = a[kLinesFlushed].load(std::memory_order_relaxed);
+  c.bytes_flushed = a[kBytesFlushed].load(std::memory_order_relaxed);
+  c.fences = a[kFences].load(std::memory_order_relaxed);
+  c.batch_flushes = a[kBatchFlushes].load(std::memory_order_relaxed);
+  return c;
+}
+
+ThreadCounters& LocalCounters() {
+  thread_local ThreadCounterSlot slot;
+  return slot.counters;
+}
+
+void PmemFlush(const void* addr, size_t len) { pmem_flush(addr, len); }
+void PmemDrain() { pmem_drain(); }
+
+void MsyncRecord(const void* addr, size_t len) {
+  if (len == 0) return;
+  const uintptr_t page = PageSize();
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  uintptr_t begin = a & ~(page - 1);
+  uintptr_t end = (a + len + page - 1) & ~(page - 1);
+  auto& v = tls_msync.ranges;
+  // Coalesce with the previous range when adjacent or overlapping (the common sequential case).
+  if (!v.empty() && begin <= v.back().second && end >= v.back().first) {
+    v.back().first = std::min(v.back().first, begin);
+    v.back().second = std::max(v.back().second, end);
+    return;
+  }
+  v.emplace_back(begin, end);
+}
+
+void MsyncFence() {
+  auto& v = tls_msync.ranges;
+  if (v.empty()) return;
+  std::sort(v.begin(), v.end());
+  size_t out = 0;
+  for (size_t i = 1; i < v.size(); ++i) {
+    if (v[i].first <= v[out].second) {
+      v[out].second = std::max(v[out].second, v[i].second);
+    } else {
+      v[++out] = v[i];
+    }
+  }
+  v.resize(out + 1);
+  for (const auto& [b, e] : v) {
+    // MS_SYNC: returns once the pages are on the file's storage. A failure here means the
+    // durability of the range is unknown; the pool layer turns it into a sticky failed mode.
+    if (msync(reinterpret_cast<void*>(b), e - b, MS_SYNC) != 0) {
+      std::perror("pmrt: msync");
+      std::abort();
+    }
+  }
+  v.clear();
+}
+
+void SimFlush(Sim* sim, const Site& site, const void* addr, size_t len) {
+  sim->OnFlush(site, addr, len);
+}
+void SimFence(Sim* sim, const Site& site) { sim->OnFence(site); }
+void SimStoreHint(Sim* sim, const void* addr, size_t len) { sim->OnStoreHint(addr, len); }
+
+}  // namespace persist_internal
+
+void Persister::FlushBatch(const Site& site, std::span<const Range> ranges) const {
+  if (mutation::IsDisabled(site)) return;
+  persist_internal::LocalCounters().Add(kind_, persist_internal::kBatchFlushes, 1);
+  for (const Range& r : ranges) {
+    Count(r.len, r.addr);
+    switch (kind_) {
+      case BackendKind::kPmem: persist_internal::PmemFlush(r.addr, r.len); break;
+      case BackendKind::kEadr: break;
+      case BackendKind::kMsync: persist_internal::MsyncRecord(r.addr, r.len); break;
+      case BackendKind::kSim: persist_internal::SimFlush(sim_, site, r.addr, r.len); break;
+    }
+  }
+  Fence(site);
+}
+
+PersistCounts CountersSnapshot(BackendKind kind) {
+  auto& r = persist_internal::Registry();
+  std::lock_guard<std::mutex> l(r.mu);
+  PersistCounts total = r.retired[static_cast<int>(kind)];
+  for (const auto* t : r.live) total += t->Read(kind);
+  return total;
+}
+
+PersistCounts CountersSnapshotAll() {
+  PersistCounts total;
+  for (int i = 0; i < kNumBackends; ++i) total += CountersSnapshot(static_cast<BackendKind>(i));
+  return total;
+}
+
+}  // namespace pmrt

@@ -1,0 +1,186 @@
+// The persistence seam: every flush, fence and batch flush in pmrt goes through here.
+//
+// A `Persister` is bound to one mapped pool and one backend, chosen at pool open:
+//
+//   kPmem   libpmem's pmem_flush/pmem_drain (clwb > clflushopt > clflush, detected by libpmem).
+//   kEadr   caches are inside the persistence domain: flushes are no-ops, fences are sfence.
+//   kMsync  an ordinary file: a flush records the page range, a fence msyncs what was recorded.
+//   kSim    the crash simulator (epoch/sim.h): flush snapshots lines, fence is a crash point.
+//
+// The hot path is a switch on a one-byte kind held in the persister (no virtual call, and the
+// branch is perfectly predicted since a pool never changes backend).
+//
+// Every call names a `Site`: a stable, named call site. The mutation gate (`mutation::Disable`)
+// turns one site into a no-op so a test can show that the crash suite misses it; see
+// docs/testing.md. Example:
+//
+//   inline constexpr pmrt::Site kCommitFlush{"txn.commit.record"};
+//   persister.Flush(kCommitFlush, rec, rec_len);
+//   persister.Fence(kCommitFence);
+#ifndef PMRT_EPOCH_PERSIST_H_
+#define PMRT_EPOCH_PERSIST_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace pmrt {
+
+class Sim;
+
+enum class BackendKind : uint8_t { kPmem = 0, kEadr = 1, kMsync = 2, kSim = 3 };
+inline constexpr int kNumBackends = 4;
+inline constexpr size_t kCacheLine = 64;
+
+std::string_view BackendName(BackendKind kind);
+// Parses "pmem", "eadr", "msync" or "sim"; kInvalidArgument names the bad text.
+absl::StatusOr<BackendKind> ParseBackend(std::string_view name);
+
+// A named persistence call site. The id is a hash of the name, so it is stable across builds
+// and can be given on the command line or in PMRT_DISABLE_SITE.
+struct Site {
+  constexpr explicit Site(const char* site_name) : name(site_name), id(Hash(site_name)) {}
+  const char* name;
+  uint32_t id;
+
+ private:
+  static constexpr uint32_t Hash(const char* s) {
+    uint32_t h = 2166136261u;  // FNV-1a
+    for (; *s != '\0'; ++s) h = (h ^ static_cast<uint8_t>(*s)) * 16777619u;
+    return h == 0 ? 1 : h;  // 0 means "no site disabled"
+  }
+};
+
+// Mutation gate: disable one flush/fence site, or activate one named store-order mutant.
+// Used only by tests; the check on the hot path is one relaxed load and compare.
+namespace mutation {
+namespace internal {
+extern std::atomic<uint32_t> g_disabled_site;
+}  // namespace internal
+// Makes the site a no-op (0 re-enables everything). Also settable by PMRT_DISABLE_SITE=name.
+void Disable(uint32_t site_id);
+void Disable(const Site& site);
+void EnableAll();
+inline bool IsDisabled(const Site& site) {
+  return internal::g_disabled_site.load(std::memory_order_relaxed) == site.id;
+}
+// A store-order mutant: code with an ordering-sensitive in-line store sequence asks
+// `mutation::Swapped(kSite)` and, when true, performs the two stores in the wrong order.
+inline bool Swapped(const Site& site) { return IsDisabled(site); }
+}  // namespace mutation
+
+// Flush/fence counters. Each thread counts in its own block (no shared-line traffic on the
+// hot path); Snapshot() sums every thread's block, live and exited.
+struct PersistCounts {
+  uint64_t flushes = 0;        // Flush() calls that reached the backend
+  uint64_t lines_flushed = 0;  // cache lines covered by those calls
+  uint64_t bytes_flushed = 0;  // bytes requested
+  uint64_t fences = 0;         // Fence() calls that reached the backend
+  uint64_t batch_flushes = 0;  // FlushBatch() calls
+  PersistCounts& operator+=(const PersistCounts& o);
+  PersistCounts operator-(const PersistCounts& o) const;
+};
+PersistCounts CountersSnapshot(BackendKind kind);
+PersistCounts CountersSnapshotAll();
+
+namespace persist_internal {
+enum Counter { kFlushes, kLinesFlushed, kBytesFlushed, kFences, kBatchFlushes, kNumCounters };
+// Written only by the owning thread (load + store, no read-modify-write: as cheap as a plain
+// increment); read by CountersSnapshot from any thread, hence atomics with relaxed order.
+struct ThreadCounters {
+  std::atomic<uint64_t> v[kNumBackends][kNumCounters] = {};
+  void Add(BackendKind kind, Counter c, uint64_t n) {
+    auto& a = v[static_cast<int>(kind)][c];
+    a.store(a.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  PersistCounts Read(BackendKind kind) const;
+};
+ThreadCounters& LocalCounters();
+void PmemFlush(const void* addr, size_t len);
+void PmemDrain();
+void MsyncRecord(const void* addr, size_t len);
+void MsyncFence();
+void SimFlush(Sim* sim, const Site& site, const void* addr, size_t len);
+void SimFence(Sim* sim, const Site& site);
+void SimStoreHint(Sim* sim, const void* addr, size_t len);
+}  // namespace persist_internal
+
+// A byte range of the mapped pool to flush in a batch.
+struct Range {
+  const void* addr;
+  size_t len;
+};
+
+// Thread-safe: a Persister is immutable after construction and every call may be made from
+// any thread. Flushes are ordered only by the calling thread's next Fence (as with sfence).
+class Persister {
+ public:
+  Persister() = default;
+  Persister(BackendKind kind, Sim* sim) : kind_(kind), sim_(sim) {}
+
+  BackendKind kind() const { return kind_; }
+  Sim* sim() const { return sim_; }
+
+  // Starts writing [addr, addr+len) back to media. Durable only after the next Fence.
+  void Flush(const Site& site, const void* addr, size_t len) const {
+    if (mutation::IsDisabled(site)) return;
+    Count(len, addr);
+    switch (kind_) {
+      case BackendKind::kPmem: persist_internal::PmemFlush(addr, len); break;
+      case BackendKind::kEadr: break;
+      case BackendKind::kMsync: persist_internal::MsyncRecord(addr, len); break;
+      case BackendKind::kSim: persist_internal::SimFlush(sim_, site, addr, len); break;
+    }
+  }
+
+  // Waits until every Flush this thread issued before it is durable.
+  void Fence(const Site& site) const {
+    if (mutation::IsDisabled(site)) return;
+    persist_internal::LocalCounters().Add(kind_, persist_internal::kFences, 1);
+    switch (kind_) {
+      case BackendKind::kPmem: persist_internal::PmemDrain(); break;
+      case BackendKind::kEadr: std::atomic_thread_fence(std::memory_order_seq_cst); break;
+      case BackendKind::kMsync: persist_internal::MsyncFence(); break;
+      case BackendKind::kSim: persist_internal::SimFence(sim_, site); break;
+    }
+  }
+
+  // Flush + Fence, the common "persist this now".
+  void Persist(const Site& flush_site, const Site& fence_site, const void* addr,
+               size_t len) const {
+    Flush(flush_site, addr, len);
+    Fence(fence_site);
+  }
+
+  // Makes every range durable with one fence at the end: the epoch boundary's batch flush.
+  // Disabling `site` skips the whole batch (flushes and fence).
+  void FlushBatch(const Site& site, std::span<const Range> ranges) const;
+
+  // Crash-simulator hint after an ordering-sensitive store inside one cache line (InCLL):
+  // records the line's content so crash images can hold this intermediate state.
+  void StoreHint(const void* addr, size_t len) const {
+    if (kind_ == BackendKind::kSim) persist_internal::SimStoreHint(sim_, addr, len);
+  }
+
+ private:
+  void Count(size_t len, const void* addr) const {
+    using namespace persist_internal;
+    auto& c = LocalCounters();
+    const auto a = reinterpret_cast<uintptr_t>(addr);
+    c.Add(kind_, kFlushes, 1);
+    c.Add(kind_, kBytesFlushed, len);
+    c.Add(kind_, kLinesFlushed, len == 0 ? 0 : ((a + len - 1) / kCacheLine) - (a / kCacheLine) + 1);
+  }
+
+  BackendKind kind_ = BackendKind::kEadr;
+  Sim* sim_ = nullptr;
+};
+
+}  // namespace pmrt
+
+#endif  // PMRT_EPOCH_PERSIST_H_

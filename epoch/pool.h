@@ -1,0 +1,149 @@
+// pmrt::Pool: a pool file (or a simulated pool) mapped into memory, with its header, its
+// typed root object and the regions the layers above keep their state in.
+//
+//   auto pool = pmrt::Pool::Create("/dev/shm/app.pool", 64 << 20, "my-app");
+//   if (!pool.ok()) return pool.status();
+//   auto root = (*pool)->root<MyRoot>();       // absl::StatusOr<MyRoot*>, zeroed at first use
+//   ...
+//   (*pool)->Close();                          // also done by the destructor
+//
+//   auto again = pmrt::Pool::Open("/dev/shm/app.pool", "my-app");
+//
+// Open validates everything it reads before it writes a byte: a missing, empty, truncated,
+// foreign, corrupt, newer-format or wrong-layout file gets a specific error naming the path and
+// the problem, and the file is left untouched. The on-media format is in docs/format.md.
+//
+// Thread safety: a Pool may be used from any number of threads; Create/Open/Close are not
+// concurrent with other calls on the same Pool. A pool file is opened by one Pool at a time
+// (flock); a second opener, in this process or another, gets kFailedPrecondition.
+#ifndef PMRT_EPOCH_POOL_H_
+#define PMRT_EPOCH_POOL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "epoch/persist.h"
+#include "epoch/pool_layout.h"
+
+namespace pmrt {
+
+struct PoolOptions {
+  // Persistence backend. Unset: PMRT_BACKEND from the environment if set, else pmem when
+  // libpmem says the mapping is persistent memory (pmem_is_pmem), else msync.
+  std::optional<BackendKind> backend;
+  // Required with BackendKind::kSim: the simulator whose working copy is the pool.
+  Sim* sim = nullptr;
+  // Create only: sizes of the regions reserved for the layers above (rounded up to 4 KiB).
+  size_t root_size = 4096;
+  size_t epoch_area_size = 64 * 1024;
+  size_t log_area_size = 0;  // 0: 1/16 of the pool, at least 256 KiB
+};
+
+enum class PoolRegion { kRoot, kEpoch, kLog, kHeap };
+
+class Pool {
+ public:
+  // Smallest pool Create accepts.
+  static constexpr size_t kMinPoolSize = 1 << 20;
+
+  // Creates a new pool file of `size` bytes. Errors: kAlreadyExists (path exists),
+  // kInvalidArgument (size too small or not page-multiple-able, layout name too long or empty),
+  // kPermissionDenied / kNotFound (directory), kResourceExhausted (no space).
+  // The file appears at `path` only once it is complete (created under a temporary name,
+  // synced, then linked into place), so a crash during Create leaves no pool at `path`.
+  static absl::StatusOr<std::unique_ptr<Pool>> Create(const std::string& path, size_t size,
+                                                      std::string_view layout,
+                                                      const PoolOptions& options = {});
+  // Opens an existing pool file created with the same layout name.
+  static absl::StatusOr<std::unique_ptr<Pool>> Open(const std::string& path,
+                                                    std::string_view layout,
+                                                    const PoolOptions& options = {});
+  // The same two on memory the caller owns (the crash simulator's working copy or a crash
+  // image): the header and recovery paths are the ones file pools use. `name` stands in for
+  // the path in error messages.
+  static absl::StatusOr<std::unique_ptr<Pool>> CreateInMemory(void* base, size_t size,
+                                                              std::string_view layout,
+                                                              const PoolOptions& options,
+                                                              std::string_view name = "<memory>");
+  static absl::StatusOr<std::unique_ptr<Pool>> OpenInMemory(void* base, size_t size,
+                                                            std::string_view layout,
+                                                            const PoolOptions& options,
+                                                            std::string_view name = "<memory>");
+
+  ~Pool();
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  // Marks the pool cleanly shut down (durably), unmaps and unlocks it. Idempotent.
+  absl::Status Close();
+
+  // The root object: sizeof(T) bytes at a fixed offset, zero at first use. The first call
+  // records sizeof(T); a later call (in any run) with another size gets kFailedPrecondition,
+  // and one larger than the root region gets kInvalidArgument.
+  template <class T>
+  absl::StatusOr<T*> root() {
+    static_assert(std::is_trivially_copyable_v<T> && std::is_standard_layout_v<T>,
+                  "a persistent root must be trivially copyable and standard layout");
+    auto st = BindRoot(sizeof(T), alignof(T));
+    if (!st.ok()) return st;
+    return reinterpret_cast<T*>(base_ + header().root.offset);
+  }
+
+  // Address of pool offset `off`; offset 0 is null.
+  void* at(uint64_t off) const { return off == 0 ? nullptr : base_ + off; }
+  // Pool offset of an address inside the pool; 0 for null.
+  uint64_t offset_of(const void* p) const {
+    return p == nullptr ? 0 : static_cast<uint64_t>(static_cast<const uint8_t*>(p) - base_);
+  }
+  bool contains(const void* p, size_t len = 1) const {
+    auto* b = static_cast<const uint8_t*>(p);
+    return b >= base_ && len <= size_ && b - base_ <= static_cast<ptrdiff_t>(size_ - len);
+  }
+
+  uint8_t* base() const { return base_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+  std::string_view layout() const;
+  const Persister& persister() const { return persister_; }
+  const PoolHeader& header() const { return *reinterpret_cast<const PoolHeader*>(base_); }
+  PoolState& state() const { return *reinterpret_cast<PoolState*>(base_ + kPoolHeaderSize); }
+  RegionDesc region(PoolRegion r) const;
+  void* region_base(PoolRegion r) const { return base_ + region(r).offset; }
+  // False when the previous run did not Close() the pool (a crash): recovery is due.
+  bool was_clean_shutdown() const { return was_clean_shutdown_; }
+  // Number of times the pool has been opened (including this one); persisted.
+  uint64_t open_count() const;
+
+  // The process-wide default pool (the first one opened that is still open), used by the
+  // single-pool conveniences of the layers above. Null when none is open.
+  static Pool* Default();
+
+ private:
+  Pool() = default;
+  static absl::StatusOr<std::unique_ptr<Pool>> Attach(std::unique_ptr<Pool> pool,
+                                                      std::string_view layout,
+                                                      const PoolOptions& options);
+  absl::Status BindRoot(size_t size, size_t align);
+  absl::Status ChooseBackend(const PoolOptions& options);
+  void Unmap();
+
+  uint8_t* base_ = nullptr;
+  size_t size_ = 0;
+  std::string path_;
+  int fd_ = -1;          // -1 for in-memory pools
+  bool owns_mapping_ = false;
+  bool closed_ = false;
+  bool was_clean_shutdown_ = true;
+  Persister persister_;
+};
+
+}  // namespace pmrt
+
+#endif  // PMRT_EPOCH_POOL_H_

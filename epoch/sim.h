@@ -1,0 +1,219 @@
+// The crash simulator: the `sim` persistence backend.
+//
+// Model (docs/testing.md has the long form):
+//   * W, the working copy: the memory the runtime loads and stores (Sim::working()).
+//   * M, the media image: what has certainly persisted. M changes only when the runtime
+//     flushes a line and then fences, or when a crash image "evicts" a line.
+//   * A Flush snapshots each covered line of W (a legal value for the line to reach media).
+//     A StoreHint snapshots a line after an ordering-sensitive in-line store (PCSO: each such
+//     snapshot is a legal persisted prefix of the line's stores).
+//   * A Fence is a crash point (subject to the crash-point policy), then every pending
+//     snapshot becomes part of M.
+//   * D, the dirty lines at a crash point: lines of W that differ from M or have recorded
+//     versions. Pages of W are write-protected; the first store to a page marks it dirty.
+//
+// At a crash point the simulator builds crash images, each = M plus, for a chosen subset of D,
+// one value each chosen line really held (a flush/hint snapshot or W's current content):
+// nothing evicted, everything evicted, each dirty line alone kept / alone lost, all subsets
+// when |D| <= exhaustive_max_lines (and each recorded version of each line), and random subsets
+// with p in {0.1, 0.5, 0.9}. Every image is a state real x86 hardware (ADR, clwb + sfence)
+// could leave behind.
+//
+// An image is a private copy-on-write mapping of M's memfd with the evicted lines patched in:
+// building one costs O(evicted lines), and whatever recovery writes is discarded with the
+// mapping, so no image copies the pool.
+//
+// Every image has a replay id (seed, fence number, image index); setting Options::replay (or
+// PMRT_SIM_REPLAY=seed:fence:image) rebuilds exactly that image and no other. On an oracle
+// failure the simulator shrinks the evicted set to a minimal failing one and reports it.
+//
+// Thread safety: OnFlush/OnFence/OnStoreHint may be called from several threads (one mutex).
+// Crash images are built while the fencing thread holds that mutex; a multi-threaded workload
+// must make the other threads quiescent (for example, by running them in lock step) if it
+// wants their in-flight stores excluded from the image's W versions.
+#ifndef PMRT_EPOCH_SIM_H_
+#define PMRT_EPOCH_SIM_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "epoch/persist.h"
+
+namespace pmrt {
+
+struct SimReplayId {
+  uint64_t seed = 0;
+  uint64_t fence = 0;  // 1-based number of the fence at which the crash happened
+  uint64_t image = 0;  // index of the image at that fence
+  std::string ToString() const;  // "seed:fence:image"
+  static absl::StatusOr<SimReplayId> Parse(std::string_view text);
+};
+
+class CrashImage;
+
+class Sim {
+ public:
+  enum class CrashPoints {
+    kEveryFence,  // every fence is a crash point
+    kEveryNth,    // fences n*k + phase, phase drawn from the seed
+    kRandom,      // each fence with probability `probability`, drawn from the seed
+    kNone,        // no crash points (setup phases)
+  };
+  struct Options {
+    uint64_t seed = 1;
+    CrashPoints crash_points = CrashPoints::kEveryFence;
+    uint64_t every_nth = 7;
+    double probability = 0.1;
+    int random_images = 6;            // random subsets per crash point
+    int exhaustive_max_lines = 10;    // all 2^|D| subsets at or below this many dirty lines
+    int max_single_line_images = 64;  // cap on the 2|D| single-line images per crash point
+    uint64_t max_images = UINT64_MAX; // stop making images after this many
+    bool minimize_failures = true;    // shrink a failing evicted set before reporting it
+    int max_failures = 1;             // stop making images after this many failures
+    std::optional<SimReplayId> replay;  // build only this image (also PMRT_SIM_REPLAY)
+  };
+  // Called for every crash image. Return an error if the recovered state is wrong; the message
+  // is reported with the image's replay id. The image's memory is discarded afterwards.
+  using ImageHandler = std::function<absl::Status(CrashImage& image)>;
+
+  struct Failure {
+    SimReplayId id;
+    std::string site;     // the fence at which the crash happened
+    std::string message;  // the oracle's error
+    std::vector<uint64_t> evicted_offsets;  // minimal evicted line offsets (pool-relative)
+    std::string ToString() const;
+  };
+  struct Stats {
+    uint64_t flushes = 0, fences = 0, store_hints = 0;
+    uint64_t crash_points = 0, images = 0, max_dirty_lines = 0;
+  };
+
+  // A top-level simulator over a fresh zeroed pool of `size` bytes (a multiple of 4096).
+  static absl::StatusOr<std::unique_ptr<Sim>> Create(size_t size, Options options);
+  ~Sim();
+  Sim(const Sim&) = delete;
+  Sim& operator=(const Sim&) = delete;
+
+  void* working() const { return working_; }
+  size_t size() const { return size_; }
+  Persister persister() { return Persister(BackendKind::kSim, this); }
+  const Options& options() const { return options_; }
+
+  void SetHandler(ImageHandler handler) { handler_ = std::move(handler); }
+  void SetCrashPoints(CrashPoints mode) { options_.crash_points = mode; }
+
+  // Seam hooks (called through Persister).
+  void OnFlush(const Site& site, const void* addr, size_t len);
+  void OnFence(const Site& site);
+  void OnStoreHint(const void* addr, size_t len);
+
+  const Stats& stats() const { return stats_; }
+  const std::vector<Failure>& failures() const { return failures_; }
+  bool failed() const { return !failures_.empty(); }
+  // Every site seen by this simulator (and its nested ones): id -> name.
+  const std::map<uint32_t, std::string>& sites_seen() const { return *sites_seen_; }
+  // "OK" or every failure, one per line, each with how to replay it.
+  std::string Report() const;
+
+ private:
+  friend class CrashImage;
+  using Line = std::array<uint8_t, kCacheLine>;
+  struct LineVersions {
+    std::vector<Line> versions;  // flush and hint snapshots since the line was last durable
+    int pending = -1;            // index in versions of the last flushed snapshot, if any
+  };
+  struct Choice {
+    uint64_t line;
+    int version;  // index into versions; -1 means W's current content
+  };
+
+  Sim(size_t size, Options options);
+  absl::Status Init();
+  absl::Status InitNested(const Sim& parent, const CrashImage& image);
+
+  bool IsCrashPoint();
+  std::vector<uint64_t> DirtyLines();
+  const uint8_t* MediaLine(uint64_t line) const;
+  const uint8_t* ChoiceBytes(const Choice& c) const;
+  void CrashAt(const Site& site, const std::vector<uint64_t>& dirty);
+  // Builds the image for `evicted`, runs the handler; returns its status.
+  absl::Status RunImage(const Site& site, uint64_t image_index,
+                        const std::vector<Choice>& evicted, bool record_failure);
+  void Minimize(const Site& site, uint64_t image_index, std::vector<Choice> evicted,
+                Failure& failure);
+  void ApplyPending();
+  void MarkPageDirty(size_t page);
+  void ProtectCleanPages(const std::vector<uint64_t>& dirty);
+
+  static void SegvHandler(int sig, void* info, void* ctx);
+  void Track();
+  void Untrack();
+
+  const size_t size_;
+  Options options_;
+  ImageHandler handler_;
+  std::recursive_mutex mu_;
+
+  uint8_t* working_ = nullptr;
+  bool owns_working_ = false;
+  int media_fd_ = -1;
+  uint8_t* media_ = nullptr;    // MAP_SHARED view of media_fd_
+  bool media_writable_ = true;  // top level writes M in place; nested writes the overlay
+  std::unordered_map<uint64_t, Line> overlay_;  // nested: lines of M that differ from media_fd_
+  int depth_ = 0;
+
+  std::vector<std::atomic<uint8_t>> page_dirty_;
+  std::unordered_map<uint64_t, LineVersions> lines_;
+  uint64_t fence_count_ = 0;
+  uint64_t phase_ = 0;
+  bool in_crash_ = false;
+  Stats stats_;
+  std::vector<Failure> failures_;
+  std::shared_ptr<std::map<uint32_t, std::string>> sites_seen_;
+  Sim* root_ = this;  // the top-level simulator (for the shared image budget)
+};
+
+// One crash image: a private, writable mapping of the simulated media. Valid only inside the
+// handler call. Recovery runs on base(); nothing it writes reaches the simulator's media.
+class CrashImage {
+ public:
+  void* base() const { return base_; }
+  size_t size() const { return size_; }
+  const SimReplayId& id() const { return id_; }
+  int depth() const { return sim_->depth_; }
+  size_t evicted_lines() const { return evicted_lines_; }
+
+  // Runs `fn` with a nested simulator whose media is this image and whose working copy is
+  // this image's memory: every fence `fn` issues through `nested.persister()` is a crash point
+  // and `handler` sees the images (a crash during recovery, or during operations after it).
+  // Returns the nested simulator's failures as an error.
+  absl::Status RunNested(const Sim::Options& options,
+                         const std::function<void(Sim& nested)>& fn,
+                         Sim::ImageHandler handler);
+
+ private:
+  friend class Sim;
+  CrashImage(Sim* sim, void* base, size_t size, SimReplayId id, size_t evicted_lines,
+             const std::vector<std::pair<uint64_t, const uint8_t*>>* patched)
+      : sim_(sim), base_(base), size_(size), id_(id), evicted_lines_(evicted_lines),
+        patched_(patched) {}
+  Sim* sim_;
+  void* base_;
+  size_t size_;
+  SimReplayId id_;
+  size_t evicted_lines_;
+  const std::vector<std::pair<uint64_t, const uint8_t*>>* patched_;
+};
+
+}  // namespace pmrt
+
+#endif  // PMRT_EPOCH_SIM_H_
