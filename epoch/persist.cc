@@ -32,7 +32,7 @@ absl::StatusOr<BackendKind> ParseBackend(std::string_view name) {
     if (name == BackendName(kind)) return kind;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown persistence backend '", name, "' (expected pmem, eadr, msync)"));
+      absl::StrCat("unknown persistence backend '", std::string(name), "' (expected pmem, eadr, msync)"));
 }
 
 PersistCounts& PersistCounts::operator+=(const PersistCounts& o) {

@@ -34,6 +34,8 @@
 #ifndef PMRT_EPOCH_SIM_H_
 #define PMRT_EPOCH_SIM_H_
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -171,7 +173,8 @@ class Sim {
   std::unordered_map<uint64_t, Line> overlay_;  // nested: lines of M that differ from media_fd_
   int depth_ = 0;
 
-  std::vector<std::atomic<uint8_t>> page_dirty_;
+  std::vector<std::atomic<uint64_t>> page_dirty_;  // bit per page of W: stored to since armed
+  std::vector<uint64_t> pending_lines_;             // lines with a flushed, unfenced snapshot
   std::unordered_map<uint64_t, LineVersions> lines_;
   uint64_t fence_count_ = 0;
   uint64_t phase_ = 0;

@@ -1,0 +1,383 @@
+// The crash simulator, proven on a tiny redo log (tests/epoch/toy_redo_log.h): the correct
+// protocol survives every image, each planted bug and each disabled persistence site is caught,
+// and a failure replays alone from its id.
+#include "epoch/sim.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <set>
+
+#include "epoch/pool.h"
+#include "gtest/gtest.h"
+#include "tests/epoch/toy_redo_log.h"
+#include "tests/util/test_util.h"
+
+namespace pmrt {
+namespace {
+
+using toy::Model;
+using toy::ToyBug;
+using toy::ToyStore;
+
+constexpr size_t kSmallPool = 1 << 20;
+
+// ---- the simulator on raw memory --------------------------------------------------------------
+
+constexpr Site kTestFlush{"test.flush"};
+constexpr Site kTestFence{"test.fence"};
+
+TEST(SimTest, UnflushedStoreMayBeLostAndFencedStoreNever) {
+  auto sim = Sim::Create(kSmallPool, {});
+  ASSERT_OK(sim);
+  auto* w = static_cast<uint64_t*>((*sim)->working());
+  Persister p = (*sim)->persister();
+  std::set<uint64_t> seen_a, seen_b;
+  (*sim)->SetHandler([&](CrashImage& img) {
+    auto* m = static_cast<uint64_t*>(img.base());
+    seen_a.insert(m[0]);
+    seen_b.insert(m[64]);
+    // a (line 0) was flushed and fenced before this crash point: it must be there.
+    if (m[0] != 1) return absl::DataLossError("fenced store lost");
+    return absl::OkStatus();
+  });
+  w[0] = 1;
+  p.Persist(kTestFlush, kTestFence, &w[0], 8);  // crash point: a pending, not yet durable
+  w[64] = 2;                                     // line 8: never flushed
+  p.Fence(kTestFence);                           // crash point: a durable, b maybe evicted
+  EXPECT_FALSE((*sim)->failed()) << (*sim)->Report();
+  EXPECT_EQ(seen_b, (std::set<uint64_t>{0, 2}));  // b both lost and evicted
+  EXPECT_EQ((*sim)->stats().crash_points, 2u);
+}
+
+TEST(SimTest, FirstCrashPointSeesPendingFlushEitherWay) {
+  auto sim = Sim::Create(kSmallPool, {});
+  ASSERT_OK(sim);
+  auto* w = static_cast<uint64_t*>((*sim)->working());
+  std::set<uint64_t> seen;
+  (*sim)->SetHandler([&](CrashImage& img) {
+    seen.insert(static_cast<uint64_t*>(img.base())[8]);
+    return absl::OkStatus();
+  });
+  w[8] = 7;
+  (*sim)->persister().Persist(kTestFlush, kTestFence, &w[8], 8);
+  EXPECT_EQ(seen, (std::set<uint64_t>{0, 7}));
+}
+
+TEST(SimTest, ExhaustiveSubsetsWhenFewLinesAreDirty) {
+  auto sim = Sim::Create(kSmallPool, {});
+  ASSERT_OK(sim);
+  auto* w = static_cast<uint8_t*>((*sim)->working());
+  std::set<int> subsets;
+  (*sim)->SetHandler([&](CrashImage& img) {
+    auto* m = static_cast<uint8_t*>(img.base());
+    subsets.insert(m[0] | m[64] << 1 | m[128] << 2 | m[4096] << 3);
+    return absl::OkStatus();
+  });
+  w[0] = w[64] = w[128] = w[4096] = 1;  // four dirty lines on two pages
+  (*sim)->persister().Fence(kTestFence);
+  EXPECT_EQ(subsets.size(), 16u);
+}
+
+TEST(SimTest, StoreHintsExposeIntermediateLineStates) {
+  auto sim = Sim::Create(kSmallPool, {});
+  ASSERT_OK(sim);
+  auto* w = static_cast<uint64_t*>((*sim)->working());
+  Persister p = (*sim)->persister();
+  std::set<std::pair<uint64_t, uint64_t>> seen;
+  (*sim)->SetHandler([&](CrashImage& img) {
+    auto* m = static_cast<uint64_t*>(img.base());
+    seen.insert({m[0], m[1]});
+    return absl::OkStatus();
+  });
+  w[0] = 1;
+  p.StoreHint(&w[0], 8);
+  w[1] = 1;
+  p.StoreHint(&w[1], 8);
+  p.Fence(kTestFence);
+  // PCSO prefixes of the line only: (0,0), (1,0), (1,1); never (0,1).
+  EXPECT_EQ(seen, (std::set<std::pair<uint64_t, uint64_t>>{{0, 0}, {1, 0}, {1, 1}}));
+}
+
+TEST(SimTest, ImageWritesNeverReachMedia) {
+  auto sim = Sim::Create(kSmallPool, {});
+  ASSERT_OK(sim);
+  (*sim)->SetHandler([&](CrashImage& img) {
+    auto* m = static_cast<uint64_t*>(img.base());
+    if (m[100] != 0) return absl::DataLossError("an earlier image's write leaked into media");
+    m[100] = 42;
+    return absl::OkStatus();
+  });
+  for (int i = 0; i < 5; ++i) (*sim)->persister().Fence(kTestFence);
+  EXPECT_FALSE((*sim)->failed()) << (*sim)->Report();
+}
+
+TEST(SimTest, ReplayIdRoundTrips) {
+  auto id = SimReplayId::Parse("7:123:45");
+  ASSERT_OK(id);
+  EXPECT_EQ(id->seed, 7u);
+  EXPECT_EQ(id->fence, 123u);
+  EXPECT_EQ(id->image, 45u);
+  EXPECT_EQ(id->ToString(), "7:123:45");
+  EXPECT_THAT(SimReplayId::Parse("7:x"),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, "seed:fence:image"));
+}
+
+// ---- the toy redo log under the simulator -----------------------------------------------------
+
+struct ToyConfig {
+  ToyBug bug = ToyBug::kNone;
+  Sim::Options options;
+  size_t pool_size = kSmallPool;
+  uint64_t target_images = 20000;
+  int max_transactions = 100000;
+  int nested_every = 10;  // every Nth image also crashes during recovery and after it
+};
+
+struct ToyOutcome {
+  Sim::Stats stats;
+  std::vector<Sim::Failure> failures;
+  std::map<uint32_t, std::string> sites;
+  double seconds = 0;
+  int transactions = 0;
+};
+
+// Opens the image through the real pool open path and recovers the toy.
+absl::StatusOr<std::unique_ptr<Pool>> OpenImage(void* base, size_t size, const PoolOptions& po) {
+  return Pool::OpenInMemory(base, size, "toy", po, "crash-image");
+}
+
+absl::Status CheckImage(CrashImage& img, const Model& model, const ToyConfig& cfg) {
+  PoolOptions po;
+  po.backend = BackendKind::kEadr;
+  auto pool = OpenImage(img.base(), img.size(), po);
+  if (!pool.ok()) return pool.status();
+  ToyStore store((*pool)->region_base(PoolRegion::kHeap), (*pool)->persister(), cfg.bug);
+  store.Recover();
+  if (auto st = model.Check(store.Read()); !st.ok()) return st;
+  store.Recover();  // recovery is idempotent
+  return model.Check(store.Read());
+}
+
+// Recovers under a nested simulator (so recovery's own fences are crash points), then runs two
+// more transactions on the recovered store and crashes inside them too.
+absl::Status CheckImageNested(CrashImage& img, const Model& model, const ToyConfig& cfg) {
+  Model after;  // the continuation's model, set once recovery has finished
+  bool recovered = false;
+  absl::Status first = absl::OkStatus();
+  Sim::Options nested_options;
+  nested_options.random_images = 2;
+  nested_options.exhaustive_max_lines = 6;
+  auto handler = [&](CrashImage& nested_img) -> absl::Status {
+    PoolOptions po;
+    po.backend = BackendKind::kEadr;
+    auto pool = OpenImage(nested_img.base(), nested_img.size(), po);
+    if (!pool.ok()) return pool.status();
+    ToyStore store((*pool)->region_base(PoolRegion::kHeap), (*pool)->persister(), cfg.bug);
+    store.Recover();
+    return recovered ? after.Check(store.Read()) : model.Check(store.Read());
+  };
+  auto st = img.RunNested(
+      nested_options,
+      [&](Sim& nested) {
+        PoolOptions po;
+        po.backend = BackendKind::kSim;
+        po.sim = &nested;
+        auto pool = OpenImage(img.base(), img.size(), po);
+        if (!pool.ok()) {
+          first = pool.status();
+          return;
+        }
+        ToyStore store((*pool)->region_base(PoolRegion::kHeap), (*pool)->persister(), cfg.bug);
+        store.Recover();
+        first = model.Check(store.Read());
+        if (!first.ok()) return;
+        after.states = {store.Read()};
+        recovered = true;
+        uint64_t rng = img.id().fence * 7919 + img.id().image + 1;
+        for (int t = 0; t < 2; ++t) {
+          auto tx = toy::RandomTx(rng);
+          after.Begin(tx);
+          uint64_t seq = store.Commit(tx);
+          after.End();
+          store.Apply(seq);
+        }
+      },
+      handler);
+  if (!first.ok()) return first;
+  return st;
+}
+
+ToyOutcome RunToy(const ToyConfig& cfg) {
+  ToyOutcome out;
+  Sim::Options o = cfg.options;
+  o.max_images = cfg.target_images;
+  auto sim_or = Sim::Create(cfg.pool_size, o);
+  EXPECT_OK(sim_or);
+  if (!sim_or.ok()) return out;
+  Sim& sim = **sim_or;
+  const Sim::CrashPoints mode = sim.options().crash_points;
+  sim.SetCrashPoints(Sim::CrashPoints::kNone);  // no crash before the pool exists
+  PoolOptions po;
+  po.backend = BackendKind::kSim;
+  po.sim = &sim;
+  auto pool = Pool::CreateInMemory(sim.working(), cfg.pool_size, "toy", po, "sim-pool");
+  EXPECT_OK(pool);
+  if (!pool.ok()) return out;
+  ToyStore store((*pool)->region_base(PoolRegion::kHeap), (*pool)->persister(), cfg.bug);
+  Model model;
+  sim.SetHandler([&](CrashImage& img) -> absl::Status {
+    if (cfg.nested_every > 0 && img.id().image % cfg.nested_every == 1) {
+      return CheckImageNested(img, model, cfg);
+    }
+    return CheckImage(img, model, cfg);
+  });
+  sim.SetCrashPoints(mode);
+  uint64_t rng = sim.options().seed * 2654435761u + 1;
+  auto start = std::chrono::steady_clock::now();
+  for (int t = 0; t < cfg.max_transactions && !sim.failed() &&
+                  sim.stats().images < cfg.target_images;
+       ++t) {
+    auto tx = toy::RandomTx(rng);
+    model.Begin(tx);
+    uint64_t seq = store.Commit(tx);
+    model.End();
+    store.Apply(seq);
+    ++out.transactions;
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.stats = sim.stats();
+  out.failures = sim.failures();
+  out.sites = sim.sites_seen();
+  return out;
+}
+
+uint64_t EnvOr(const char* name, uint64_t fallback) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? fallback : std::strtoull(v, nullptr, 10);
+}
+
+TEST(ToyCrashTest, CorrectProtocolPassesEveryImage) {
+  ToyConfig cfg;
+  cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 100000);
+  ToyOutcome r = RunToy(cfg);
+  ASSERT_TRUE(r.failures.empty()) << r.failures[0].ToString();
+  EXPECT_GE(r.stats.images, cfg.target_images);
+  std::printf("toy redo log: %d transactions, %lu crash points, %lu images in %.2f s (%.0f/s)\n",
+              r.transactions, r.stats.crash_points, r.stats.images, r.seconds,
+              r.stats.images / r.seconds);
+}
+
+TEST(ToyCrashTest, CorrectProtocolOn64MiBPoolRandomCrashPoints) {
+  ToyConfig cfg;
+  cfg.pool_size = 64 << 20;
+  cfg.options.seed = 99;
+  cfg.options.crash_points = Sim::CrashPoints::kRandom;
+  cfg.options.probability = 0.5;
+  cfg.target_images = EnvOr("PMRT_SIM_IMAGES_64M", 20000);
+  cfg.nested_every = 0;
+  ToyOutcome r = RunToy(cfg);
+  ASSERT_TRUE(r.failures.empty()) << r.failures[0].ToString();
+  std::printf("64 MiB pool: %lu images in %.2f s = %.0f images/s\n", r.stats.images, r.seconds,
+              r.stats.images / r.seconds);
+}
+
+class PlantedBugTest : public ::testing::TestWithParam<ToyBug> {};
+
+TEST_P(PlantedBugTest, IsCaught) {
+  ToyConfig cfg;
+  cfg.bug = GetParam();
+  cfg.target_images = 200000;
+  ToyOutcome r = RunToy(cfg);
+  ASSERT_FALSE(r.failures.empty()) << "planted bug " << toy::BugName(cfg.bug) << " survived "
+                                   << r.stats.images << " images";
+  std::printf("%s caught after %lu images: %s\n", toy::BugName(cfg.bug), r.stats.images,
+              r.failures[0].ToString().c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(NegativeControls, PlantedBugTest,
+                         ::testing::Values(ToyBug::kMissingFlush, ToyBug::kMissingFence,
+                                           ToyBug::kWrongFlushAddress,
+                                           ToyBug::kCommitBeforePayloadInLine,
+                                           ToyBug::kNonIdempotentRecovery),
+                         [](const auto& info) {
+                           std::string n = toy::BugName(info.param);
+                           std::erase(n, '-');
+                           return n;
+                         });
+
+// The mutation gate: every persistence site the toy run reaches (the toy's and the pool's) is
+// disabled in turn; the crash suite must fail for each one.
+TEST(ToyCrashTest, MutationGateKillsEverySite) {
+  ToyOutcome baseline = RunToy(ToyConfig{.target_images = 2000});
+  ASSERT_TRUE(baseline.failures.empty());
+  std::map<uint32_t, std::string> sites = baseline.sites;
+  for (const Site& s : ToyStore::Sites()) sites[s.id] = s.name;  // plus the store-order mutant
+  int killed = 0;
+  std::vector<std::string> survivors;
+  for (const auto& [id, name] : sites) {
+    mutation::Disable(id);
+    ToyOutcome r = RunToy(ToyConfig{.target_images = 200000});
+    mutation::EnableAll();
+    if (r.failures.empty()) {
+      survivors.push_back(name);
+    } else {
+      ++killed;
+      std::printf("mutant %-28s killed after %6lu images\n", name.c_str(), r.stats.images);
+    }
+  }
+  std::printf("mutation gate: %d/%zu killed\n", killed, sites.size());
+  EXPECT_TRUE(survivors.empty()) << "surviving mutants: " << ::testing::PrintToString(survivors);
+}
+
+TEST(ToyCrashTest, FailureReplaysAloneFromItsId) {
+  ToyConfig cfg;
+  cfg.bug = ToyBug::kMissingFence;
+  cfg.nested_every = 0;
+  ToyOutcome first = RunToy(cfg);
+  ASSERT_FALSE(first.failures.empty());
+  const SimReplayId id = first.failures[0].id;
+  cfg.options.replay = id;
+  ToyOutcome again = RunToy(cfg);
+  ASSERT_EQ(again.failures.size(), 1u);
+  EXPECT_EQ(again.failures[0].id.ToString(), id.ToString());
+  EXPECT_EQ(again.stats.crash_points, 1u);
+  EXPECT_LE(again.stats.images, 1u + 256u);  // the image plus its minimization
+  EXPECT_EQ(again.failures[0].evicted_offsets, first.failures[0].evicted_offsets);
+}
+
+// ---- Pool::Create under the simulator ---------------------------------------------------------
+
+// A crash anywhere inside Create must never leave an image that opens as a valid pool unless
+// the pool is complete.
+TEST(PoolCrashTest, CreateIsAllOrNothing) {
+  auto sim = Sim::Create(kSmallPool, {});
+  ASSERT_OK(sim);
+  uint64_t opened = 0, refused = 0;
+  (*sim)->SetHandler([&](CrashImage& img) -> absl::Status {
+    PoolOptions po;
+    po.backend = BackendKind::kEadr;
+    auto pool = Pool::OpenInMemory(img.base(), img.size(), "toy", po, "create-image");
+    if (!pool.ok()) {
+      ++refused;
+      if (pool.status().code() != absl::StatusCode::kDataLoss) return pool.status();
+      return absl::OkStatus();
+    }
+    ++opened;
+    const PoolState& st = (*pool)->state();
+    if ((*pool)->region(PoolRegion::kHeap).size == 0) return absl::DataLossError("no heap");
+    if (st.root_type_size.value.load() != 0) return absl::DataLossError("root bound");
+    return absl::OkStatus();
+  });
+  PoolOptions po;
+  po.backend = BackendKind::kSim;
+  po.sim = sim->get();
+  auto pool = Pool::CreateInMemory((*sim)->working(), kSmallPool, "toy", po);
+  ASSERT_OK(pool);
+  EXPECT_FALSE((*sim)->failed()) << (*sim)->Report();
+  EXPECT_GT(refused, 0u);
+  std::printf("create crash images: %lu refused (not a pool yet), %lu opened\n", refused, opened);
+}
+
+}  // namespace
+}  // namespace pmrt
