@@ -1,0 +1,108 @@
+// Persistence seam and crash simulator figures (docs/performance.md):
+//
+//   BM_PersistLine/<backend>   one cache-line store + flush + fence on a /dev/shm pool file
+//   BM_FlushBatch/<lines>      the pmem batch flush of N dirty lines (the epoch boundary's core)
+//   BM_SimImages/<pool MiB>    crash images per second over the toy redo log
+//
+// Run: PMEM_IS_PMEM_FORCE=1 build/release/bench/persist_bench
+#include <benchmark/benchmark.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "epoch/persist.h"
+#include "epoch/pool.h"
+#include "epoch/sim.h"
+#include "tests/epoch/toy_redo_log.h"
+
+namespace pmrt {
+namespace {
+
+constexpr Site kBenchFlush{"bench.flush"};
+constexpr Site kBenchFence{"bench.fence"};
+
+std::unique_ptr<Pool> BenchPool(BackendKind kind) {
+  const std::string path = "/dev/shm/pmrt-persist-bench-" + std::to_string(getpid()) + ".pool";
+  unlink(path.c_str());
+  PoolOptions o;
+  o.backend = kind;
+  auto pool = Pool::Create(path, 64 << 20, "bench", o);
+  unlink(path.c_str());  // the mapping stays valid
+  if (!pool.ok()) std::abort();
+  return std::move(*pool);
+}
+
+void BM_PersistLine(benchmark::State& state) {
+  auto kind = static_cast<BackendKind>(state.range(0));
+  auto pool = BenchPool(kind);
+  auto* lines = static_cast<uint64_t*>(pool->region_base(PoolRegion::kHeap));
+  const Persister& p = pool->persister();
+  uint64_t i = 0;
+  for (auto _ : state) {
+    uint64_t* w = &lines[(i % 1024) * 8];
+    *w = ++i;
+    p.Persist(kBenchFlush, kBenchFence, w, 8);
+  }
+  state.SetLabel(std::string(BackendName(kind)));
+}
+BENCHMARK(BM_PersistLine)
+    ->Arg(static_cast<int>(BackendKind::kPmem))
+    ->Arg(static_cast<int>(BackendKind::kEadr))
+    ->Arg(static_cast<int>(BackendKind::kMsync));
+
+void BM_FlushBatch(benchmark::State& state) {
+  auto pool = BenchPool(BackendKind::kPmem);
+  const int n = static_cast<int>(state.range(0));
+  auto* base = static_cast<uint8_t*>(pool->region_base(PoolRegion::kHeap));
+  std::vector<Range> ranges;
+  for (int i = 0; i < n; ++i) ranges.push_back({base + static_cast<size_t>(i) * 4096, 64});
+  uint64_t v = 0;
+  for (auto _ : state) {
+    for (auto& r : ranges) *static_cast<uint64_t*>(const_cast<void*>(r.addr)) = ++v;
+    pool->persister().FlushBatch(kBenchFlush, ranges);
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+BENCHMARK(BM_FlushBatch)->Arg(1)->Arg(64)->Arg(1024)->Arg(8192);
+
+void BM_SimImages(benchmark::State& state) {
+  const size_t size = static_cast<size_t>(state.range(0)) << 20;
+  auto sim = Sim::Create(size, {});
+  if (!sim.ok()) std::abort();
+  (*sim)->SetCrashPoints(Sim::CrashPoints::kNone);
+  PoolOptions po;
+  po.backend = BackendKind::kSim;
+  po.sim = sim->get();
+  auto pool = Pool::CreateInMemory((*sim)->working(), size, "toy", po);
+  if (!pool.ok()) std::abort();
+  toy::ToyStore store((*pool)->region_base(PoolRegion::kHeap), (*pool)->persister());
+  toy::Model model;
+  (*sim)->SetHandler([&](CrashImage& img) -> absl::Status {
+    PoolOptions eadr;
+    eadr.backend = BackendKind::kEadr;
+    auto p = Pool::OpenInMemory(img.base(), img.size(), "toy", eadr);
+    if (!p.ok()) return p.status();
+    toy::ToyStore s((*p)->region_base(PoolRegion::kHeap), (*p)->persister());
+    s.Recover();
+    return model.Check(s.Read());
+  });
+  (*sim)->SetCrashPoints(Sim::CrashPoints::kEveryFence);
+  uint64_t rng = 3;
+  for (auto _ : state) {
+    auto tx = toy::RandomTx(rng);
+    model.Begin(tx);
+    uint64_t seq = store.Commit(tx);
+    model.End();
+    store.Apply(seq);
+  }
+  if ((*sim)->failed()) state.SkipWithError((*sim)->Report().c_str());
+  state.counters["images_per_s"] =
+      benchmark::Counter(static_cast<double>((*sim)->stats().images), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_SimImages)->Arg(1)->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace pmrt
+
+BENCHMARK_MAIN();

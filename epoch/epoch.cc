@@ -1,0 +1,378 @@
+#include "epoch/epoch.h"
+
+#include <algorithm>
+#include <map>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "epoch/crc32c.h"
+
+namespace pmrt::epoch {
+namespace {
+
+constexpr Site kHeaderFlush{"epoch.header.flush"};
+constexpr Site kHeaderFence{"epoch.header.fence"};
+constexpr Site kFailedRangeFlush{"epoch.failed.range.flush"};
+constexpr Site kFailedRangeFence{"epoch.failed.range.fence"};
+constexpr Site kFailedCountFlush{"epoch.failed.count.flush"};
+constexpr Site kFailedCountFence{"epoch.failed.count.fence"};
+constexpr Site kCompletedFlush{"epoch.completed.flush"};
+constexpr Site kCompletedFence{"epoch.completed.fence"};
+constexpr Site kBoundaryBatch{"epoch.boundary.batch"};
+
+uint32_t HeaderCrc(const EpochAreaHeader& h) { return Crc32c(&h, offsetof(EpochAreaHeader, crc)); }
+
+// Live managers by id, so a thread that exits after its manager is gone touches nothing.
+std::mutex g_live_mu;
+std::map<uint64_t, Manager*>& LiveManagers() {
+  static auto* m = new std::map<uint64_t, Manager*>;
+  return *m;
+}
+std::atomic<uint64_t> g_next_id{1};
+
+// The calling thread's slots, one per manager it has used. At thread exit each slot goes back
+// to its manager (if the manager still exists) for another thread to reuse.
+struct TlsSlots {
+  std::vector<std::pair<uint64_t, ThreadSlot*>> entries;
+  ~TlsSlots() {
+    std::lock_guard<std::mutex> l(g_live_mu);
+    for (auto [id, slot] : entries) {
+      auto it = LiveManagers().find(id);
+      if (it != LiveManagers().end()) it->second->ReleaseSlot(slot);
+    }
+  }
+};
+thread_local TlsSlots tls_slots;
+
+}  // namespace
+
+Manager::Manager(Pool& pool, ManagerOptions options)
+    : pool_(pool),
+      options_(options),
+      area_(static_cast<EpochAreaLayout*>(pool.region_base(PoolRegion::kEpoch))),
+      id_(g_next_id.fetch_add(1)) {}
+
+absl::StatusOr<std::unique_ptr<Manager>> Manager::Open(Pool& pool, ManagerOptions options) {
+  if (pool.region(PoolRegion::kEpoch).size < kEpochAreaMinSize) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        pool.path(), ": epoch area of ", pool.region(PoolRegion::kEpoch).size,
+        " bytes is smaller than the ", kEpochAreaMinSize, " bytes the epoch layer needs"));
+  }
+  std::unique_ptr<Manager> m(new Manager(pool, options));
+  m->log_ = std::make_unique<ExternalLog>(pool, *m);
+  if (auto st = m->Recover(); !st.ok()) return st;
+  {
+    std::lock_guard<std::mutex> l(g_live_mu);
+    LiveManagers()[m->id_] = m.get();
+  }
+  if (options.interval.count() > 0) m->advancer_ = std::thread([p = m.get()] { p->AdvancerLoop(); });
+  return m;
+}
+
+Manager::~Manager() {
+  {
+    std::lock_guard<std::mutex> l(clock_mu_);
+    stopping_ = true;
+  }
+  clock_cv_.notify_all();
+  if (advancer_.joinable()) advancer_.join();
+  // Everything done so far becomes durable, and every retired object is reclaimed (an object
+  // retired in e is freed at the end of the advance from e+1 to e+2).
+  for (int i = 0; i < 3; ++i) (void)Advance();
+  std::erase_if(tls_slots.entries, [this](const auto& e) { return e.first == id_; });
+  std::lock_guard<std::mutex> l(g_live_mu);
+  LiveManagers().erase(id_);
+}
+
+// ---- durable epoch state ----------------------------------------------------------------------
+
+void Manager::PersistCompleted(uint64_t e) {
+  // An aligned 8-byte store is failure-atomic: media holds the old or the new value. Before
+  // the fence a crash recovers as if e had failed; after it, e is durable.
+  area_->completed.store(e, std::memory_order_release);
+  persister().Persist(kCompletedFlush, kCompletedFence, &area_->completed, 8);
+  completed_.store(e, std::memory_order_release);
+}
+
+absl::Status Manager::InitArea() {
+  // A fresh area is all zero, which is already a valid state (completed 0, no failed epoch):
+  // only the header is written. It must be durable before any state word is, or a crash could
+  // leave state under a zero header, which LoadArea refuses as corrupt.
+  const auto* bytes = reinterpret_cast<const uint8_t*>(area_);
+  for (size_t i = 0; i < sizeof(EpochAreaLayout); ++i) {
+    if (bytes[i] != 0) {
+      return absl::DataLossError(absl::StrCat(
+          pool_.path(), ": epoch area at offset ", pool_.region(PoolRegion::kEpoch).offset,
+          " has no header but holds data at byte ", i));
+    }
+  }
+  EpochAreaHeader h{kEpochAreaMagic, kEpochAreaVersion, 0};
+  h.crc = HeaderCrc(h);
+  area_->header = h;
+  persister().Persist(kHeaderFlush, kHeaderFence, &area_->header, sizeof(h));
+  return absl::OkStatus();
+}
+
+absl::Status Manager::LoadArea() {
+  const uint64_t where = pool_.region(PoolRegion::kEpoch).offset;
+  const EpochAreaHeader& h = area_->header;
+  if (h.magic != kEpochAreaMagic || h.crc != HeaderCrc(h)) {
+    return absl::DataLossError(absl::StrCat(pool_.path(), ": epoch area at offset ", where,
+                                            " has a bad magic or checksum"));
+  }
+  if (h.version > kEpochAreaVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        pool_.path(), ": epoch area version ", h.version, " is newer than supported (",
+        kEpochAreaVersion, ")"));
+  }
+  const uint64_t count = area_->failed_count.load(std::memory_order_relaxed);
+  if (count > kMaxFailedRanges) {
+    return absl::DataLossError(absl::StrCat(pool_.path(), ": epoch area at offset ", where,
+                                            ": failed-epoch count ", count, " exceeds ",
+                                            kMaxFailedRanges));
+  }
+  failed_.clear();
+  for (uint64_t i = 0; i < count; ++i) {
+    const FailedRange& r = area_->failed[i];
+    if (r.lo > r.hi || (!failed_.empty() && r.lo <= failed_.back().second)) {
+      return absl::DataLossError(absl::StrCat(pool_.path(), ": epoch area at offset ", where,
+                                              ": failed-epoch range ", i, " is malformed"));
+    }
+    failed_.emplace_back(r.lo, r.hi);
+  }
+  completed_.store(area_->completed.load(std::memory_order_relaxed));
+  return absl::OkStatus();
+}
+
+absl::Status Manager::RecordFailed(uint64_t lo, uint64_t hi) {
+  // Idempotent: a crash during recovery re-adds the same range, which is found here.
+  if (!failed_.empty() && failed_.back().second >= hi) return absl::OkStatus();
+  const uint64_t count = failed_.size();
+  if (!failed_.empty() && failed_.back().second + 1 >= lo) {
+    // Contiguous with the last range (a crash right after recovering from one): widen it in
+    // place. One aligned 8-byte store: media has the old or new `hi`; either way the range
+    // still covers the older epochs, and the newer ones are re-added by the next open.
+    area_->failed[count - 1].hi = hi;
+    persister().Persist(kFailedRangeFlush, kFailedRangeFence, &area_->failed[count - 1], 16);
+    failed_.back().second = hi;
+    return absl::OkStatus();
+  }
+  if (count == kMaxFailedRanges) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        pool_.path(), ": the failed-epoch set is full (", kMaxFailedRanges,
+        " crashes recorded); the pool can no longer record a crash"));
+  }
+  // The range is durable before the count that makes it visible: a crash in between leaves
+  // the count unchanged, and the next open records the same range again.
+  area_->failed[count] = {lo, hi};
+  persister().Persist(kFailedRangeFlush, kFailedRangeFence, &area_->failed[count], 16);
+  area_->failed_count.store(count + 1, std::memory_order_release);
+  persister().Persist(kFailedCountFlush, kFailedCountFence, &area_->failed_count, 8);
+  failed_.emplace_back(lo, hi);
+  return absl::OkStatus();
+}
+
+absl::Status Manager::Recover() {
+  // 1. Read (or create) the durable state.
+  if (area_->header.magic == 0) {
+    if (auto st = InitArea(); !st.ok()) return st;
+  }
+  if (auto st = LoadArea(); !st.ok()) return st;
+  const uint64_t c = completed_.load();
+  // 2. A crash: the epoch that was running (c+1) and the one an unfinished advance may have
+  //    started (c+2) are failed. Durable before anything is rolled back or restarted.
+  if (!pool_.was_clean_shutdown()) {
+    if (auto st = RecordFailed(c + 1, c + 2); !st.ok()) return st;
+  }
+  execution_first_ = std::max(c, failed_.empty() ? 0 : failed_.back().second) + 1;
+  global_.store(execution_first_, std::memory_order_release);
+  // 3. Roll back the failed epochs' externally logged objects (eagerly; InCLL is lazy).
+  auto replayed = log_->Replay(*this, options_.replay_threads);
+  if (!replayed.ok()) return replayed.status();
+  stats_.log_entries_replayed = *replayed;
+  // 4. Every epoch before this execution is now durable or failed and rolled back. Moving
+  //    `completed` up makes a crash in this execution fail only this execution's epochs; its
+  //    fence also makes the replay's block frees durable before any new work starts.
+  if (c != execution_first_ - 1 || *replayed > 0) PersistCompleted(execution_first_ - 1);
+  return absl::OkStatus();
+}
+
+bool Manager::IsFailed(uint64_t e) const {
+  auto it = std::upper_bound(failed_.begin(), failed_.end(), std::make_pair(e, UINT64_MAX));
+  return it != failed_.begin() && std::prev(it)->second >= e;
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> Manager::failed_ranges() const { return failed_; }
+
+// ---- threads ----------------------------------------------------------------------------------
+
+ThreadSlot& Manager::LocalSlot() {
+  for (auto& [id, slot] : tls_slots.entries)
+    if (id == id_) return *slot;
+  ThreadSlot* slot = nullptr;
+  {
+    std::lock_guard<std::mutex> l(slots_mu_);
+    for (auto& s : slots_) {
+      if (!s->in_use) {
+        slot = s.get();
+        break;
+      }
+    }
+    if (slot == nullptr) {
+      slots_.push_back(std::make_unique<ThreadSlot>());
+      slot = slots_.back().get();
+    }
+    slot->in_use = true;
+  }
+  tls_slots.entries.emplace_back(id_, slot);
+  return *slot;
+}
+
+void Manager::ReleaseSlot(ThreadSlot* slot) {
+  // Its dirty lists, retired objects and log blocks stay: the advancer drains them as usual.
+  std::lock_guard<std::mutex> l(slots_mu_);
+  slot->in_use = false;
+}
+
+std::vector<ThreadSlot*> Manager::Slots() const {
+  std::lock_guard<std::mutex> l(slots_mu_);
+  std::vector<ThreadSlot*> out;
+  for (auto& s : slots_) out.push_back(s.get());
+  return out;
+}
+
+Guard::Guard(Manager& m) : m_(m), slot_(&m.LocalSlot()) {
+  if (slot_->depth++ > 0) return;  // nested: stay in the outer guard's epoch
+  uint64_t e = m.global_.load(std::memory_order_acquire);
+  for (;;) {
+    // Announce, then re-check (a store-load pair, hence seq_cst on both): either the advancer
+    // sees our announcement of e and waits for us, or we see its new epoch and move to it.
+    // The store goes to this thread's own line; no shared line is written.
+    slot_->epoch.store(e, std::memory_order_seq_cst);
+    const uint64_t now = m.global_.load(std::memory_order_seq_cst);
+    if (now == e) break;
+    e = now;
+  }
+}
+
+Guard::~Guard() {
+  // Release: everything this guard wrote (dirty lists, retired lists, data) happens-before the
+  // advancer's acquire load that sees the slot leave the epoch.
+  if (--slot_->depth == 0) slot_->epoch.store(0, std::memory_order_release);
+}
+
+void Manager::RecordDirty(const void* addr, size_t len) {
+  ThreadSlot& slot = LocalSlot();
+  const uint64_t e = slot.epoch.load(std::memory_order_relaxed);
+  slot.dirty[e & 1].push_back({addr, len});
+}
+
+void Manager::Retire(void* obj, std::function<void(void*)> deleter) {
+  ThreadSlot& slot = LocalSlot();
+  const uint64_t e = slot.epoch.load(std::memory_order_relaxed);
+  slot.retired[e % 3].emplace_back(obj, std::move(deleter));
+}
+
+// ---- the advance ------------------------------------------------------------------------------
+
+void Manager::FlushRanges(std::vector<Range>& ranges) {
+  const int n = std::clamp(options_.flush_threads, 1, 64);
+  if (n == 1 || ranges.size() < 1024 || persister().kind() == BackendKind::kSim) {
+    persister().FlushBatch(kBoundaryBatch, ranges);
+    return;
+  }
+  // Several threads share the write-back; each fences its own flushes before it finishes.
+  std::vector<std::thread> helpers;
+  const size_t per = (ranges.size() + n - 1) / n;
+  for (int t = 1; t < n; ++t) {
+    size_t b = std::min(ranges.size(), per * t), e = std::min(ranges.size(), per * (t + 1));
+    helpers.emplace_back([this, &ranges, b, e] {
+      persister().FlushBatch(kBoundaryBatch, std::span<const Range>(ranges.data() + b, e - b));
+    });
+  }
+  persister().FlushBatch(kBoundaryBatch, std::span<const Range>(ranges.data(), std::min(per, ranges.size())));
+  for (auto& h : helpers) h.join();
+}
+
+absl::Status Manager::Advance() {
+  std::vector<std::pair<void*, std::function<void(void*)>>> reclaim;
+  {
+    std::lock_guard<std::mutex> l(advance_mu_);
+    const auto start = std::chrono::steady_clock::now();
+    // 1. New guards enter e+1 from here on.
+    const uint64_t e = global_.load(std::memory_order_relaxed);
+    global_.store(e + 1, std::memory_order_seq_cst);
+    // 2. Wait for every guard of e to end (pairs with Guard's seq_cst announce/re-check).
+    std::vector<ThreadSlot*> slots = Slots();
+    for (ThreadSlot* s : slots) {
+      for (int spins = 0; s->epoch.load(std::memory_order_seq_cst) == e; ++spins) {
+        if (spins > 64) std::this_thread::yield();
+      }
+    }
+    // 3. Write back everything dirtied in e. No thread can append to dirty[e & 1] now: every
+    //    guard is in e+1 (appending to dirty[(e+1) & 1]).
+    std::vector<Range> ranges;
+    for (ThreadSlot* s : slots) {
+      auto& d = s->dirty[e & 1];
+      ranges.insert(ranges.end(), d.begin(), d.end());
+      d.clear();
+    }
+    const auto flush_start = std::chrono::steady_clock::now();
+    FlushRanges(ranges);
+    const auto flush_end = std::chrono::steady_clock::now();
+    // 4. e is complete, durably. Before this fence a crash rolls back e (and e+1); after it,
+    //    only e+1.
+    PersistCompleted(e);
+    // 5. Reclaim: e's log blocks will never be replayed; objects retired in e-1 can no longer
+    //    be held by any guard (those of e-1 and e have all ended).
+    for (ThreadSlot* s : slots) {
+      log_->Release(s->log_cursor, e);
+      auto& r = s->retired[(e + 2) % 3];  // == (e - 1) % 3
+      std::move(r.begin(), r.end(), std::back_inserter(reclaim));
+      r.clear();
+    }
+    uint64_t lines = 0;
+    for (const Range& r : ranges) {
+      auto a = reinterpret_cast<uintptr_t>(r.addr);
+      lines += r.len == 0 ? 0 : (a + r.len - 1) / kCacheLine - a / kCacheLine + 1;
+    }
+    std::lock_guard<std::mutex> sl(stats_mu_);
+    ++stats_.advances;
+    stats_.lines_flushed += lines;
+    stats_.ranges_flushed += ranges.size();
+    stats_.flush_time += flush_end - flush_start;
+    stats_.boundary_time += std::chrono::steady_clock::now() - start;
+    stats_.reclaimed += reclaim.size();
+  }
+  for (auto& [obj, deleter] : reclaim) deleter(obj);
+  return absl::OkStatus();
+}
+
+absl::Status Manager::Sync() {
+  // The caller holds no guard, so all its work so far ran in epochs <= e0.
+  const uint64_t e0 = current();
+  while (completed() < e0) {
+    if (auto st = Advance(); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+void Manager::AdvancerLoop() {
+  std::unique_lock<std::mutex> l(clock_mu_);
+  while (!stopping_) {
+    clock_cv_.wait_for(l, options_.interval);
+    if (stopping_) break;
+    l.unlock();
+    (void)Advance();
+    l.lock();
+  }
+}
+
+ManagerStats Manager::stats() const {
+  std::lock_guard<std::mutex> l(stats_mu_);
+  ManagerStats s = stats_;
+  s.log_entries = log_->entries_written();
+  return s;
+}
+
+}  // namespace pmrt::epoch

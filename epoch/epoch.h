@@ -1,0 +1,179 @@
+// Fine-grained checkpointing: the global epoch clock of a pool, its advance, and recovery of the
+// failed epochs. docs/epoch.md has the protocol with every store order.
+//
+//   auto epochs = pmrt::epoch::Manager::Open(*pool, {});   // recovers, then starts the clock
+//   {
+//     pmrt::epoch::Guard g(**epochs);        // every piece of epoch-scoped work runs in a guard
+//     (*epochs)->log().Snapshot(obj, sizeof(*obj), &obj->logged_epoch);  // first write in e
+//     obj->x = 1;                             // plain store: durable at the next boundary
+//   }
+//   (*epochs)->Sync();                        // returns once everything above is durable
+//
+// Contract (DESIGN.md section 2): work done in epoch e is durable once epoch e+1 has begun.
+// After a crash in e, the pool reopens as it was when e began.
+//
+// The advance from e to e+1 (background thread every `interval`, or Advance()):
+//   1. global epoch := e+1; new guards enter e+1.
+//   2. wait until no thread is still inside a guard of e (a guard's epoch never changes).
+//   3. flush every range registered dirty in e (per-thread lists), then one fence.
+//   4. completed := e, flushed and fenced: from here a crash recovers to the start of e+1.
+//   5. reclaim: blocks of e's external log are reused; objects retired in e-1 or earlier are
+//      deleted (no reader can still hold them).
+// A crash before step 4 leaves completed = e-1: both e and e+1 are failed epochs.
+//
+// Thread safety: everything here may be called from any thread. A Guard must not be held while
+// calling Advance() or Sync() on the same thread (they wait for guards to end).
+#ifndef PMRT_EPOCH_EPOCH_H_
+#define PMRT_EPOCH_EPOCH_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "epoch/epoch_layout.h"
+#include "epoch/epoch_view.h"
+#include "epoch/external_log.h"
+#include "epoch/persist.h"
+#include "epoch/pool.h"
+
+namespace pmrt::epoch {
+
+class Manager;
+
+struct ManagerOptions {
+  // Period of the background advancer; zero disables it (advance with Advance()/Sync()).
+  std::chrono::milliseconds interval{64};
+  // Threads that share the boundary's flush work (the advancer is one of them).
+  int flush_threads = 1;
+  // Threads for replaying the external log at open.
+  int replay_threads = 2;
+};
+
+struct ManagerStats {
+  uint64_t advances = 0;
+  uint64_t lines_flushed = 0;     // dirty lines written back at boundaries
+  uint64_t ranges_flushed = 0;
+  std::chrono::nanoseconds boundary_time{0};  // total time in steps 2-5
+  std::chrono::nanoseconds flush_time{0};     // total time in step 3
+  uint64_t log_entries = 0;       // external log entries written
+  uint64_t log_entries_replayed = 0;  // at the last open
+  uint64_t retired = 0, reclaimed = 0;
+};
+
+// Per-thread state, one per (thread, manager); lives in the manager's registry.
+struct alignas(64) ThreadSlot {
+  // The epoch this thread's guard runs in, 0 when it holds none. Written by the owner only.
+  std::atomic<uint64_t> epoch{0};
+  int depth = 0;  // guard nesting, owner only
+  // Dirty ranges per epoch parity: the owner appends to dirty[e & 1] while in a guard of e;
+  // the advancer drains dirty[e & 1] only after every thread has left e (step 2).
+  std::vector<Range> dirty[2];
+  // Retired objects per epoch mod 3: the owner appends to retired[e % 3] in a guard of e; the
+  // advancer of e -> e+1 frees retired[(e-1) % 3], which no thread can be appending to.
+  std::vector<std::pair<void*, std::function<void(void*)>>> retired[3];
+  ExternalLogCursor log_cursor;  // this thread's append position in the external log
+  bool in_use = true;
+};
+
+class Manager : public EpochView {
+ public:
+  // Attaches to `pool` (one Manager per pool at a time): reads the durable epoch state, records
+  // the epochs running at a crash as failed (durably), replays the external log of the failed
+  // epochs, starts a new epoch and, with a nonzero interval, the background advancer.
+  static absl::StatusOr<std::unique_ptr<Manager>> Open(Pool& pool, ManagerOptions options = {});
+  ~Manager() override;  // stops the advancer and advances twice: everything becomes durable
+
+  uint64_t current() const override { return global_.load(std::memory_order_acquire); }
+  uint64_t execution_first() const override { return execution_first_; }
+  bool IsFailed(uint64_t e) const override;
+  // The last epoch whose checkpoint is complete (durably recorded).
+  uint64_t completed() const { return completed_.load(std::memory_order_acquire); }
+
+  // Advances the epoch once (steps 1-5 above). Returns the first error of the boundary flush.
+  absl::Status Advance();
+  // Returns once everything this thread did before the call is durable (two advances at most).
+  absl::Status Sync();
+
+  // Registers [addr, addr+len) as modified in the calling thread's current epoch: it will be
+  // flushed at the boundary. REQUIRES: the caller holds a Guard. Call once per object per epoch
+  // (the in-object epoch mark that InCLL and the external log check is what deduplicates).
+  void RecordDirty(const void* addr, size_t len);
+
+  // Epoch-based reclamation: `deleter(obj)` runs once no guard that could have seen `obj`
+  // remains (at the second boundary after the call). REQUIRES: the caller holds a Guard.
+  void Retire(void* obj, std::function<void(void*)> deleter);
+
+  ExternalLog& log() { return *log_; }
+  Pool& pool() { return pool_; }
+  const Persister& persister() const { return pool_.persister(); }
+  ManagerStats stats() const;
+  // The failed epochs recorded so far, as inclusive ranges.
+  std::vector<std::pair<uint64_t, uint64_t>> failed_ranges() const;
+
+  // The calling thread's slot (created on first use, recycled when a thread exits).
+  ThreadSlot& LocalSlot();
+  void ReleaseSlot(ThreadSlot* slot);
+
+ private:
+  friend class Guard;
+  absl::Status InitArea();
+  absl::Status LoadArea();
+  absl::Status RecordFailed(uint64_t lo, uint64_t hi);
+  void PersistCompleted(uint64_t e);
+  std::vector<ThreadSlot*> Slots() const;
+  Manager(Pool& pool, ManagerOptions options);
+  absl::Status Recover();
+  void AdvancerLoop();
+  void FlushRanges(std::vector<Range>& ranges);
+
+  Pool& pool_;
+  ManagerOptions options_;
+  EpochAreaLayout* area_;
+  std::unique_ptr<ExternalLog> log_;
+  std::atomic<uint64_t> global_{0};
+  std::atomic<uint64_t> completed_{0};
+  uint64_t execution_first_ = 0;
+  // Failed ranges, a volatile copy of the durable set (read on every lazy recovery check).
+  std::vector<std::pair<uint64_t, uint64_t>> failed_;
+
+  mutable std::mutex slots_mu_;
+  std::vector<std::unique_ptr<ThreadSlot>> slots_;
+  std::mutex advance_mu_;  // one advance at a time
+  mutable std::mutex stats_mu_;
+  ManagerStats stats_;
+
+  std::mutex clock_mu_;
+  std::condition_variable clock_cv_;
+  bool stopping_ = false;
+  std::thread advancer_;
+  uint64_t id_;  // distinguishes managers in thread-local caches
+};
+
+// Enters the manager's current epoch for the guard's lifetime. Cheap: one store to the thread's
+// own cache line and one load of the global epoch (no read-modify-write on a shared line).
+// Nests: an inner guard stays in the outer guard's epoch.
+class Guard {
+ public:
+  explicit Guard(Manager& m);
+  ~Guard();
+  Guard(const Guard&) = delete;
+  Guard& operator=(const Guard&) = delete;
+  uint64_t epoch() const { return slot_->epoch.load(std::memory_order_relaxed); }
+  Manager& manager() const { return m_; }
+
+ private:
+  Manager& m_;
+  ThreadSlot* slot_;
+};
+
+}  // namespace pmrt::epoch
+
+#endif  // PMRT_EPOCH_EPOCH_H_

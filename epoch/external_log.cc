@@ -1,0 +1,188 @@
+#include "epoch/external_log.h"
+
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "epoch/crc32c.h"
+#include "epoch/epoch.h"
+
+namespace pmrt::epoch {
+namespace {
+
+constexpr Site kBlockFlush{"epoch.log.block.flush"};
+constexpr Site kEntryFlush{"epoch.log.entry.flush"};
+constexpr Site kEntryFence{"epoch.log.entry.fence"};
+constexpr Site kReplayFlush{"epoch.log.replay.flush"};
+constexpr Site kReplayFence{"epoch.log.replay.fence"};
+constexpr Site kFreeFlush{"epoch.log.free.flush"};
+
+uint32_t BlockCrc(uint64_t epoch) {
+  uint64_t words[2] = {epoch, kLogBlockMagic};
+  return Crc32c(words, sizeof(words));
+}
+
+uint32_t EntryCrc(const LogEntryHeader& h, const void* data) {
+  uint32_t c = Crc32c(&h, offsetof(LogEntryHeader, crc));
+  return Crc32c(data, h.size, c);
+}
+
+size_t EntrySpan(size_t size) {
+  return (sizeof(LogEntryHeader) + size + kLogEntryAlign - 1) / kLogEntryAlign * kLogEntryAlign;
+}
+
+}  // namespace
+
+ExternalLog::ExternalLog(Pool& pool, Manager& manager)
+    : pool_(pool),
+      manager_(manager),
+      base_(static_cast<uint8_t*>(pool.region_base(PoolRegion::kLog))),
+      blocks_(static_cast<uint32_t>(pool.region(PoolRegion::kLog).size / kLogBlockSize)) {
+  // Every block starts free: Replay (run before any Snapshot) frees the failed ones durably, and
+  // a block of a completed epoch is never applied, whatever its header says.
+  for (uint32_t i = blocks_; i > 0; --i) free_.push_back(i - 1);
+}
+
+size_t ExternalLog::blocks_free() const {
+  std::lock_guard<std::mutex> l(free_mu_);
+  return free_.size();
+}
+
+absl::Status ExternalLog::Snapshot(void* obj, size_t size, std::atomic<uint64_t>* mark) {
+  ThreadSlot& slot = manager_.LocalSlot();
+  const uint64_t e = slot.epoch.load(std::memory_order_relaxed);
+  if (mark->load(std::memory_order_relaxed) == e) return absl::OkStatus();  // logged in e
+  if (size > kMaxLoggedObject || !pool_.contains(obj, size)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        pool_.path(), ": external log: object at offset ", pool_.offset_of(obj), " of ", size,
+        " bytes is outside the pool or larger than ", kMaxLoggedObject, " bytes"));
+  }
+  if (auto st = AppendEntry(slot.log_cursor, e, obj, size); !st.ok()) return st;
+  // The entry is durable (fenced in AppendEntry). Only now may the object change: a crash from
+  // here on finds the entry and restores the object's bytes as of this moment. The mark is part
+  // of the object, so the logged copy holds the old mark and recovery restores that too.
+  mark->store(e, std::memory_order_release);
+  manager_.RecordDirty(obj, size);
+  return absl::OkStatus();
+}
+
+absl::Status ExternalLog::StartBlock(ExternalLogCursor& cur, uint64_t epoch) {
+  uint32_t block;
+  {
+    std::lock_guard<std::mutex> l(free_mu_);
+    if (free_.empty()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          pool_.path(), ": external undo log is full: all ", blocks_, " blocks of ",
+          kLogBlockSize, " bytes (log region at offset ", pool_.region(PoolRegion::kLog).offset,
+          ") hold entries of epochs not yet complete; create the pool with a larger log area"));
+    }
+    block = free_.back();
+    free_.pop_back();
+  }
+  LogBlockHeader* h = Block(block);
+  // The header names the epoch whose entries follow. Flushed here, fenced together with the
+  // block's first entry (AppendEntry): no entry is relied on before that fence, so until then
+  // the header may or may not be on media — with the old header (a complete epoch, or 0) the
+  // block replays nothing, with the new one it replays entries whose crc is right.
+  h->magic = kLogBlockMagic;
+  h->crc = BlockCrc(epoch);
+  h->pad = 0;
+  h->epoch.store(epoch, std::memory_order_release);
+  manager_.persister().Flush(kBlockFlush, h, sizeof(*h));
+  // Entries left from the block's earlier use carry that use's epoch, never this one (an epoch
+  // number is never reused), so replay stops at the first of them.
+  cur.epoch = epoch;
+  cur.block = block;
+  cur.offset = sizeof(LogBlockHeader);
+  cur.used[epoch & 1].push_back(block);
+  return absl::OkStatus();
+}
+
+absl::Status ExternalLog::AppendEntry(ExternalLogCursor& cur, uint64_t epoch, const void* obj,
+                                      size_t size) {
+  const size_t span = EntrySpan(size);
+  if (cur.epoch != epoch || cur.offset + span > kLogBlockSize) {
+    if (auto st = StartBlock(cur, epoch); !st.ok()) return st;
+  }
+  uint8_t* at = reinterpret_cast<uint8_t*>(Block(cur.block)) + cur.offset;
+  LogEntryHeader h{epoch, pool_.offset_of(obj), static_cast<uint32_t>(size), 0};
+  h.crc = EntryCrc(h, obj);
+  std::memcpy(at, &h, sizeof(h));
+  std::memcpy(at + sizeof(h), obj, size);
+  // Entry durable before the caller modifies the object. The crc covers header and data: a
+  // crash with the entry partly on media leaves a crc mismatch, and the entry is ignored —
+  // correctly, since the object was not modified before this fence returned.
+  manager_.persister().Flush(kEntryFlush, at, sizeof(h) + size);
+  manager_.persister().Fence(kEntryFence);
+  cur.offset += static_cast<uint32_t>(span);
+  entries_written_.fetch_add(1, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+void ExternalLog::Release(ExternalLogCursor& cur, uint64_t completed_epoch) {
+  auto& used = cur.used[completed_epoch & 1];
+  if (used.empty()) return;
+  if (cur.epoch == completed_epoch) cur.epoch = 0;  // next Snapshot starts a fresh block
+  std::lock_guard<std::mutex> l(free_mu_);
+  free_.insert(free_.end(), used.begin(), used.end());
+  used.clear();
+}
+
+uint64_t ExternalLog::ReplayBlock(uint32_t block, const EpochView& view) {
+  LogBlockHeader* h = Block(block);
+  const uint64_t e = h->epoch.load(std::memory_order_relaxed);
+  if (e == 0 || h->magic != kLogBlockMagic || h->crc != BlockCrc(e) || !view.IsFailed(e)) return 0;
+  uint64_t applied = 0;
+  for (size_t off = sizeof(LogBlockHeader); off + sizeof(LogEntryHeader) <= kLogBlockSize;) {
+    LogEntryHeader eh;
+    const uint8_t* at = reinterpret_cast<const uint8_t*>(h) + off;
+    std::memcpy(&eh, at, sizeof(eh));
+    if (eh.epoch != e || eh.size == 0 || eh.size > kLogBlockSize - off - sizeof(eh)) break;
+    if (!pool_.contains(pool_.base() + eh.target, eh.size) || eh.target == 0) break;
+    if (EntryCrc(eh, at + sizeof(eh)) != eh.crc) break;  // torn: nothing after it was relied on
+    void* target = pool_.base() + eh.target;
+    std::memcpy(target, at + sizeof(eh), eh.size);
+    manager_.persister().Flush(kReplayFlush, target, eh.size);
+    ++applied;
+    off += EntrySpan(eh.size);
+  }
+  return applied;
+}
+
+absl::StatusOr<uint64_t> ExternalLog::Replay(const EpochView& view, int threads) {
+  // 1. Apply every failed block's entries (independent: one entry per object per epoch).
+  std::vector<uint32_t> failed;
+  for (uint32_t b = 0; b < blocks_; ++b) {
+    uint64_t e = Block(b)->epoch.load(std::memory_order_relaxed);
+    if (e != 0 && view.IsFailed(e)) failed.push_back(b);
+  }
+  if (failed.empty()) return 0;  // no crash, or replayed and freed already: no fence needed
+  std::atomic<uint64_t> applied{0};
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < failed.size();) {
+      applied.fetch_add(ReplayBlock(failed[i], view));
+    }
+    // 2. This thread's restored objects are durable (a fence orders only its own flushes).
+    manager_.persister().Fence(kReplayFence);
+  };
+  const int n = std::max(1, std::min<int>(threads, static_cast<int>(failed.size() / 4 + 1)));
+  if (manager_.persister().kind() == BackendKind::kSim || n == 1) {
+    work();  // the simulator is driven from one thread, deterministically
+  } else {
+    std::vector<std::thread> pool;
+    for (int t = 0; t < n; ++t) pool.emplace_back(work);
+    for (auto& t : pool) t.join();
+  }
+  // 3. Free the replayed blocks. Flushed here and fenced by the caller (Manager::Recover moves
+  //    `completed` and fences) before the new execution modifies anything: until then a crash
+  //    replays them again, which is harmless since nothing has modified the objects since;
+  //    after it they are never replayed, which matters once the objects change again.
+  for (uint32_t b : failed) {
+    Block(b)->epoch.store(0, std::memory_order_release);
+    manager_.persister().Flush(kFreeFlush, Block(b), sizeof(LogBlockHeader));
+  }
+  return applied.load();
+}
+
+}  // namespace pmrt::epoch

@@ -1,0 +1,324 @@
+// Fine-grained checkpointing under the crash simulator: a sample persistent structure whose
+// records are undo-logged in the external log, updated by one or two threads with epoch
+// advances in between. At every crash image the recovered structure must equal the model
+// snapshot taken at the start of the failed epoch (or, for a crash inside an advance, the
+// snapshot at the start of the next one). Every twentieth image also crashes during recovery and
+// after a few operations of the next execution. The mutation gate disables each persistence
+// site of the epoch layer in turn; each must make this suite fail.
+#include <array>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "epoch/epoch.h"
+#include "epoch/pool.h"
+#include "epoch/sim.h"
+#include "gtest/gtest.h"
+#include "tests/util/test_util.h"
+
+namespace pmrt::epoch {
+namespace {
+
+constexpr size_t kPoolSize = 4 << 20;
+constexpr int kRecords = 24;
+constexpr int kWords = 15;
+
+struct Record {
+  std::atomic<uint64_t> logged_epoch;  // the external log's in-object mark
+  uint64_t words[kWords];
+};
+static_assert(sizeof(Record) == 128);
+
+using State = std::array<std::array<uint64_t, kWords>, kRecords>;
+
+State Read(Pool& pool) {
+  State s;
+  auto* recs = static_cast<Record*>(pool.region_base(PoolRegion::kHeap));
+  for (int r = 0; r < kRecords; ++r) std::memcpy(s[r].data(), recs[r].words, sizeof(s[r]));
+  return s;
+}
+
+// What the recovered structure may look like.
+struct Model {
+  State state{};           // now
+  State epoch_start{};     // when the current epoch began
+  bool advancing = false;  // inside Advance(): the next epoch's start is allowed too
+  absl::Status Check(const State& got) const {
+    if (got == epoch_start || (advancing && got == state)) return absl::OkStatus();
+    for (int r = 0; r < kRecords; ++r)
+      for (int w = 0; w < kWords; ++w)
+        if (got[r][w] != epoch_start[r][w]) {
+          return absl::DataLossError(
+              absl::StrCat("record ", r, " word ", w, " = ", got[r][w], ", expected ",
+                           epoch_start[r][w], " (the failed epoch's start)",
+                           advancing ? absl::StrCat(" or ", state[r][w]) : std::string()));
+        }
+    return absl::DataLossError("recovered state is neither allowed snapshot");
+  }
+};
+
+uint64_t Next(uint64_t& s) {
+  s ^= s << 13;
+  s ^= s >> 7;
+  s ^= s << 17;
+  return s;
+}
+
+// One operation: log a record (first time in the epoch), then change a few of its words.
+void Operate(Manager& m, Model& model, uint64_t& rng) {
+  Guard g(m);
+  auto* recs = static_cast<Record*>(m.pool().region_base(PoolRegion::kHeap));
+  const int r = static_cast<int>(Next(rng) % kRecords);
+  absl::Status st = m.log().Snapshot(&recs[r], sizeof(Record), &recs[r].logged_epoch);
+  ASSERT_TRUE(st.ok()) << st;
+  for (int k = 0, n = 1 + static_cast<int>(Next(rng) % 3); k < n; ++k) {
+    const int w = static_cast<int>(Next(rng) % kWords);
+    recs[r].words[w] = Next(rng) % 100000 + 1;
+    model.state[r][w] = recs[r].words[w];
+  }
+}
+
+void AdvanceTracked(Manager& m, Model& model) {
+  model.advancing = true;
+  ASSERT_OK(m.Advance());
+  model.advancing = false;
+  model.epoch_start = model.state;
+}
+
+ManagerOptions Manual() {
+  ManagerOptions o;
+  o.interval = std::chrono::milliseconds(0);
+  return o;
+}
+
+absl::StatusOr<State> RecoverImage(void* base, const PoolOptions& po,
+                                   std::unique_ptr<Pool>* keep_pool = nullptr,
+                                   std::unique_ptr<Manager>* keep_manager = nullptr) {
+  auto pool = Pool::OpenInMemory(base, kPoolSize, "epoch-crash", po, "crash-image");
+  if (!pool.ok()) return pool.status();
+  auto m = Manager::Open(**pool, Manual());
+  if (!m.ok()) return m.status();
+  State s = Read(**pool);
+  if (keep_manager != nullptr) {
+    *keep_pool = std::move(*pool);
+    *keep_manager = std::move(*m);
+  }
+  return s;
+}
+
+PoolOptions EadrOptions() {
+  PoolOptions po;
+  po.backend = BackendKind::kEadr;
+  return po;
+}
+
+// Recovery under a nested simulator, then two operations and an advance of the next execution,
+// crashing at every fence of all of it.
+absl::Status CheckNested(CrashImage& img, const Model& outer) {
+  Model after;
+  bool recovered = false;
+  absl::Status first = absl::OkStatus();
+  Sim::Options o;
+  o.random_images = 1;
+  o.exhaustive_max_lines = 4;
+  o.max_single_line_images = 4;
+  o.crash_points = Sim::CrashPoints::kRandom;  // a sample of the next execution's fences
+  o.probability = 0.3;
+  auto handler = [&](CrashImage& inner) -> absl::Status {
+    auto s = RecoverImage(inner.base(), EadrOptions());
+    if (!s.ok()) return s.status();
+    return recovered ? after.Check(*s) : outer.Check(*s);
+  };
+  auto st = img.RunNested(
+      o,
+      [&](Sim& nested) {
+        PoolOptions po;
+        po.backend = BackendKind::kSim;
+        po.sim = &nested;
+        std::unique_ptr<Pool> pool;
+        std::unique_ptr<Manager> m;
+        auto s = RecoverImage(img.base(), po, &pool, &m);
+        if (!s.ok()) {
+          first = s.status();
+          return;
+        }
+        first = outer.Check(*s);
+        if (!first.ok()) return;
+        after.state = after.epoch_start = *s;
+        recovered = true;
+        uint64_t rng = img.id().fence * 131 + img.id().image + 7;
+        for (int round = 0; round < 2; ++round) {
+          for (int i = 0; i < 4; ++i) Operate(*m, after, rng);
+          AdvanceTracked(*m, after);
+        }
+        Operate(*m, after, rng);
+        after.advancing = true;  // the manager's destructor advances: everything may persist
+      },
+      handler);
+  if (!first.ok()) return first;
+  return st;
+}
+
+// Fewer images per crash point, more crash points: the dirty set holds every record changed in
+// the epoch, and spreading the budget over many fences covers more of the protocol.
+Sim::Options SpreadOptions() {
+  Sim::Options o;
+  o.max_single_line_images = 8;
+  o.random_images = 6;
+  return o;
+}
+
+struct CrashConfig {
+  Sim::Options options = SpreadOptions();
+  uint64_t target_images = 30000;
+  int threads = 1;
+  int nested_every = 20;
+};
+
+struct CrashOutcome {
+  Sim::Stats stats;
+  std::vector<Sim::Failure> failures;
+  std::map<uint32_t, std::string> sites;
+  double seconds = 0;
+};
+
+// Drives `threads` workers one operation at a time (a seeded schedule), with an epoch advance
+// every few operations, until the simulator has built `target_images` images.
+CrashOutcome RunCrash(const CrashConfig& cfg) {
+  CrashOutcome out;
+  Sim::Options so = cfg.options;
+  so.max_images = cfg.target_images;
+  auto sim_or = Sim::Create(kPoolSize, so);
+  EXPECT_OK(sim_or);
+  if (!sim_or.ok()) return out;
+  Sim& sim = **sim_or;
+  const auto mode = sim.options().crash_points;
+  sim.SetCrashPoints(Sim::CrashPoints::kNone);
+  PoolOptions po;
+  po.backend = BackendKind::kSim;
+  po.sim = &sim;
+  auto pool = Pool::CreateInMemory(sim.working(), kPoolSize, "epoch-crash", po, "sim-pool");
+  EXPECT_OK(pool);
+  auto m = Manager::Open(**pool, Manual());
+  EXPECT_OK(m);
+  if (!pool.ok() || !m.ok()) return out;
+  Model model;
+  sim.SetHandler([&](CrashImage& img) -> absl::Status {
+    if (cfg.nested_every > 0 && img.id().image % cfg.nested_every == 3) {
+      return CheckNested(img, model);
+    }
+    auto s = RecoverImage(img.base(), EadrOptions());
+    if (!s.ok()) return s.status();
+    return model.Check(*s);
+  });
+  sim.SetCrashPoints(mode);
+
+  // Workers take turns: the scheduler hands one operation to one worker and waits for it.
+  std::mutex mu;
+  std::condition_variable cv;
+  int turn = -1;  // worker index, -1 = scheduler, -2 = stop
+  std::vector<std::thread> workers;
+  for (int t = 0; t < cfg.threads; ++t) {
+    workers.emplace_back([&, t] {
+      uint64_t rng = sim.options().seed * 1000003 + static_cast<uint64_t>(t) + 1;
+      std::unique_lock<std::mutex> l(mu);
+      for (;;) {
+        cv.wait(l, [&] { return turn == t || turn == -2; });
+        if (turn == -2) return;
+        Operate(**m, model, rng);
+        turn = -1;
+        cv.notify_all();
+      }
+    });
+  }
+  uint64_t sched = sim.options().seed + 17;
+  auto start = std::chrono::steady_clock::now();
+  while (!sim.failed() && sim.stats().images < cfg.target_images) {
+    const uint64_t pick = Next(sched) % 8;
+    if (pick == 0) {
+      AdvanceTracked(**m, model);
+      continue;
+    }
+    std::unique_lock<std::mutex> l(mu);
+    turn = static_cast<int>(pick % cfg.threads);
+    cv.notify_all();
+    cv.wait(l, [&] { return turn == -1; });
+  }
+  {
+    std::lock_guard<std::mutex> l(mu);
+    turn = -2;
+  }
+  cv.notify_all();
+  for (auto& w : workers) w.join();
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  sim.SetCrashPoints(Sim::CrashPoints::kNone);
+  out.stats = sim.stats();
+  out.failures = sim.failures();
+  out.sites = sim.sites_seen();
+  return out;
+}
+
+CrashConfig WithImages(uint64_t images) {
+  CrashConfig cfg;
+  cfg.target_images = images;
+  return cfg;
+}
+
+uint64_t EnvOr(const char* name, uint64_t fallback) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? fallback : std::strtoull(v, nullptr, 10);
+}
+
+TEST(EpochCrashTest, OneThreadRecoversTheFailedEpochsStart) {
+  CrashConfig cfg;
+  cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 100000) / 2;
+  CrashOutcome r = RunCrash(cfg);
+  ASSERT_TRUE(r.failures.empty()) << r.failures[0].ToString();
+  EXPECT_GE(r.stats.images, cfg.target_images);
+  std::printf("1 thread: %lu crash points, %lu images in %.2f s\n", r.stats.crash_points,
+              r.stats.images, r.seconds);
+}
+
+TEST(EpochCrashTest, TwoThreadsRecoverTheFailedEpochsStart) {
+  CrashConfig cfg;
+  cfg.threads = 2;
+  cfg.options.seed = 2;
+  cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 100000) / 2;
+  CrashOutcome r = RunCrash(cfg);
+  ASSERT_TRUE(r.failures.empty()) << r.failures[0].ToString();
+  EXPECT_GE(r.stats.images, cfg.target_images);
+  std::printf("2 threads: %lu crash points, %lu images in %.2f s\n", r.stats.crash_points,
+              r.stats.images, r.seconds);
+}
+
+// Every flush/fence/batch-flush site the epoch layer (and the pool) reaches, disabled in turn.
+TEST(EpochCrashTest, MutationGateKillsEverySite) {
+  CrashOutcome baseline = RunCrash(WithImages(3000));
+  ASSERT_TRUE(baseline.failures.empty());
+  int killed = 0;
+  std::vector<std::string> survivors;
+  int total = 0;
+  for (const auto& [id, name] : baseline.sites) {
+    if (name.rfind("epoch.", 0) != 0) continue;  // the pool's sites have their own gate
+    ++total;
+    mutation::Disable(id);
+    CrashConfig cfg = WithImages(60000);
+    cfg.threads = 2;
+    CrashOutcome r = RunCrash(cfg);
+    mutation::EnableAll();
+    if (r.failures.empty()) {
+      survivors.push_back(name);
+      std::printf("mutant %-28s SURVIVED %lu images\n", name.c_str(), r.stats.images);
+    } else {
+      ++killed;
+      std::printf("mutant %-28s killed after %6lu images\n", name.c_str(), r.stats.images);
+    }
+  }
+  std::printf("epoch mutation gate: %d/%d killed\n", killed, total);
+  EXPECT_TRUE(survivors.empty()) << ::testing::PrintToString(survivors);
+}
+
+}  // namespace
+}  // namespace pmrt::epoch
