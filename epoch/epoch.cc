@@ -77,8 +77,8 @@ Manager::~Manager() {
   clock_cv_.notify_all();
   if (advancer_.joinable()) advancer_.join();
   // Everything done so far becomes durable, and every retired object is reclaimed (an object
-  // retired in e is freed at the end of the advance from e+1 to e+2).
-  for (int i = 0; i < 3; ++i) (void)Advance();
+  // retired in e is freed at the end of the advance from e to e+1).
+  (void)Advance();
   std::erase_if(tls_slots.entries, [this](const auto& e) { return e.first == id_; });
   std::lock_guard<std::mutex> l(g_live_mu);
   LiveManagers().erase(id_);
@@ -243,15 +243,19 @@ std::vector<ThreadSlot*> Manager::Slots() const {
 
 Guard::Guard(Manager& m) : m_(m), slot_(&m.LocalSlot()) {
   if (slot_->depth++ > 0) return;  // nested: stay in the outer guard's epoch
-  uint64_t e = m.global_.load(std::memory_order_acquire);
-  for (;;) {
-    // Announce, then re-check (a store-load pair, hence seq_cst on both): either the advancer
-    // sees our announcement of e and waits for us, or we see its new epoch and move to it.
-    // The store goes to this thread's own line; no shared line is written.
-    slot_->epoch.store(e, std::memory_order_seq_cst);
-    const uint64_t now = m.global_.load(std::memory_order_seq_cst);
-    if (now == e) break;
-    e = now;
+  for (int spins = 0;; ++spins) {
+    const uint64_t g = m.global_.load(std::memory_order_acquire);
+    if ((g & Manager::kClosing) == 0) {
+      // Announce, then re-check (a store-load pair, hence seq_cst on both): either the
+      // advancer sees our announcement of g and waits for us, or we see its closing mark and
+      // step back. The store goes to this thread's own line; no shared line is written.
+      slot_->epoch.store(g, std::memory_order_seq_cst);
+      if (m.global_.load(std::memory_order_seq_cst) == g) return;
+      slot_->epoch.store(0, std::memory_order_seq_cst);  // never block the advancer
+    }
+    // An advance is in progress: no work may start in the next epoch before this one is
+    // durably complete (see Manager::Advance).
+    if (spins > 64) std::this_thread::yield();
   }
 }
 
@@ -299,9 +303,10 @@ absl::Status Manager::Advance() {
   {
     std::lock_guard<std::mutex> l(advance_mu_);
     const auto start = std::chrono::steady_clock::now();
-    // 1. New guards enter e+1 from here on.
+    // 1. Close e: new guards wait until step 5. Epochs never overlap, so every change made in
+    //    e+1 sees e complete and durable; a crash then fails at most the one epoch that ran.
     const uint64_t e = global_.load(std::memory_order_relaxed);
-    global_.store(e + 1, std::memory_order_seq_cst);
+    global_.store((e + 1) | kClosing, std::memory_order_seq_cst);
     // 2. Wait for every guard of e to end (pairs with Guard's seq_cst announce/re-check).
     std::vector<ThreadSlot*> slots = Slots();
     for (ThreadSlot* s : slots) {
@@ -309,8 +314,7 @@ absl::Status Manager::Advance() {
         if (spins > 64) std::this_thread::yield();
       }
     }
-    // 3. Write back everything dirtied in e. No thread can append to dirty[e & 1] now: every
-    //    guard is in e+1 (appending to dirty[(e+1) & 1]).
+    // 3. Write back everything dirtied in e. No guard is open, so no list is being appended.
     std::vector<Range> ranges;
     for (ThreadSlot* s : slots) {
       auto& d = s->dirty[e & 1];
@@ -320,17 +324,18 @@ absl::Status Manager::Advance() {
     const auto flush_start = std::chrono::steady_clock::now();
     FlushRanges(ranges);
     const auto flush_end = std::chrono::steady_clock::now();
-    // 4. e is complete, durably. Before this fence a crash rolls back e (and e+1); after it,
-    //    only e+1.
+    // 4. e is complete, durably. Before this fence a crash rolls back e; after it, e is kept.
     PersistCompleted(e);
-    // 5. Reclaim: e's log blocks will never be replayed; objects retired in e-1 can no longer
-    //    be held by any guard (those of e-1 and e have all ended).
+    // 5. Open e+1. Reclaim: e's log blocks will never be replayed, and objects retired in e
+    //    can be held by no guard (every guard of e has ended; guards of e+1 start after the
+    //    retiring thread's unlink, which happened inside its guard of e).
     for (ThreadSlot* s : slots) {
       log_->Release(s->log_cursor, e);
-      auto& r = s->retired[(e + 2) % 3];  // == (e - 1) % 3
+      auto& r = s->retired[e % 3];
       std::move(r.begin(), r.end(), std::back_inserter(reclaim));
       r.clear();
     }
+    global_.store(e + 1, std::memory_order_seq_cst);
     uint64_t lines = 0;
     for (const Range& r : ranges) {
       auto a = reinterpret_cast<uintptr_t>(r.addr);

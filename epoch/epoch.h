@@ -13,13 +13,16 @@
 // After a crash in e, the pool reopens as it was when e began.
 //
 // The advance from e to e+1 (background thread every `interval`, or Advance()):
-//   1. global epoch := e+1; new guards enter e+1.
+//   1. close e: global := (e+1 | closing); a new guard waits until step 5.
 //   2. wait until no thread is still inside a guard of e (a guard's epoch never changes).
 //   3. flush every range registered dirty in e (per-thread lists), then one fence.
 //   4. completed := e, flushed and fenced: from here a crash recovers to the start of e+1.
-//   5. reclaim: blocks of e's external log are reused; objects retired in e-1 or earlier are
-//      deleted (no reader can still hold them).
-// A crash before step 4 leaves completed = e-1: both e and e+1 are failed epochs.
+//   5. open e+1 (global := e+1); blocks of e's external log are reused; objects retired in e
+//      are deleted (no guard can still hold them).
+// Epochs never overlap: no change of e+1 exists before e is durably complete, so a crash
+// leaves exactly one epoch whose changes must be rolled back, and each per-object or per-line
+// undo record (one per epoch) is enough. At open the epochs after `completed` are recorded as
+// failed (c+1, and c+2 for good measure: it never holds changes).
 //
 // Thread safety: everything here may be called from any thread. A Guard must not be held while
 // calling Advance() or Sync() on the same thread (they wait for guards to end).
@@ -77,7 +80,7 @@ struct alignas(64) ThreadSlot {
   // the advancer drains dirty[e & 1] only after every thread has left e (step 2).
   std::vector<Range> dirty[2];
   // Retired objects per epoch mod 3: the owner appends to retired[e % 3] in a guard of e; the
-  // advancer of e -> e+1 frees retired[(e-1) % 3], which no thread can be appending to.
+  // advancer of e -> e+1 frees retired[e % 3] while no guard is open.
   std::vector<std::pair<void*, std::function<void(void*)>>> retired[3];
   ExternalLogCursor log_cursor;  // this thread's append position in the external log
   bool in_use = true;
@@ -91,7 +94,9 @@ class Manager : public EpochView {
   static absl::StatusOr<std::unique_ptr<Manager>> Open(Pool& pool, ManagerOptions options = {});
   ~Manager() override;  // stops the advancer and advances twice: everything becomes durable
 
-  uint64_t current() const override { return global_.load(std::memory_order_acquire); }
+  uint64_t current() const override {
+    return global_.load(std::memory_order_acquire) & ~kClosing;
+  }
   uint64_t execution_first() const override { return execution_first_; }
   bool IsFailed(uint64_t e) const override;
   // The last epoch whose checkpoint is complete (durably recorded).
@@ -108,7 +113,9 @@ class Manager : public EpochView {
   void RecordDirty(const void* addr, size_t len);
 
   // Epoch-based reclamation: `deleter(obj)` runs once no guard that could have seen `obj`
-  // remains (at the second boundary after the call). REQUIRES: the caller holds a Guard.
+  // remains (at the end of the advance that closes the caller's epoch, after that epoch is
+  // durable). REQUIRES: the caller holds a Guard; `obj` is already unreachable for guards
+  // that start later.
   void Retire(void* obj, std::function<void(void*)> deleter);
 
   ExternalLog& log() { return *log_; }
@@ -138,6 +145,7 @@ class Manager : public EpochView {
   ManagerOptions options_;
   EpochAreaLayout* area_;
   std::unique_ptr<ExternalLog> log_;
+  static constexpr uint64_t kClosing = uint64_t{1} << 63;  // set in global_ during an advance
   std::atomic<uint64_t> global_{0};
   std::atomic<uint64_t> completed_{0};
   uint64_t execution_first_ = 0;
@@ -159,6 +167,7 @@ class Manager : public EpochView {
 
 // Enters the manager's current epoch for the guard's lifetime. Cheap: one store to the thread's
 // own cache line and one load of the global epoch (no read-modify-write on a shared line).
+// While an advance is in progress a new (outermost) guard waits for it to finish.
 // Nests: an inner guard stays in the outer guard's epoch.
 class Guard {
  public:

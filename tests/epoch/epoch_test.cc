@@ -147,7 +147,7 @@ TEST(EpochTest, AdvanceWaitsForGuardsOfTheOldEpoch) {
     Guard g(*o.epochs);
     entered = true;
     while (!release) std::this_thread::yield();
-    // The advance has bumped the global epoch but cannot complete while we are inside.
+    // The advance has closed the epoch but cannot complete while we are inside.
     EXPECT_FALSE(advanced.load());
   });
   while (!entered) std::this_thread::yield();
@@ -172,7 +172,7 @@ TEST(EpochTest, NestedGuardStaysInOuterEpoch) {
   EXPECT_EQ(inner.epoch(), outer.epoch());
 }
 
-TEST(EpochTest, RetiredObjectIsFreedAfterTwoBoundaries) {
+TEST(EpochTest, RetiredObjectIsFreedWhenItsEpochCloses) {
   Memory m;
   Opened o = Open(m, true);
   int freed = 0;
@@ -180,37 +180,66 @@ TEST(EpochTest, RetiredObjectIsFreedAfterTwoBoundaries) {
     Guard g(*o.epochs);
     o.epochs->Retire(&freed, [](void* p) { ++*static_cast<int*>(p); });
   }
-  ASSERT_OK(o.epochs->Advance());
-  EXPECT_EQ(freed, 0);  // a guard of the next epoch may still hold it
+  EXPECT_EQ(freed, 0);
   ASSERT_OK(o.epochs->Advance());
   EXPECT_EQ(freed, 1);
   ASSERT_OK(o.epochs->Advance());
   EXPECT_EQ(freed, 1);
 }
 
-TEST(EpochTest, ReaderInNextEpochDelaysReclamation) {
+TEST(EpochTest, ReaderInTheSameEpochDelaysReclamation) {
   Memory m;
   Opened o = Open(m, true);
   std::atomic<int> freed{0};
-  std::atomic<bool> reading{false}, done{false};
-  {
-    Guard g(*o.epochs);
-    o.epochs->Retire(&freed, [](void* p) { static_cast<std::atomic<int>*>(p)->fetch_add(1); });
-  }
-  ASSERT_OK(o.epochs->Advance());
+  std::atomic<bool> reading{false}, done{false}, advanced{false};
   std::thread reader([&] {
-    Guard g(*o.epochs);  // entered after the retire: could hold the object in principle
+    Guard g(*o.epochs);  // may hold the object the other thread retires below
     reading = true;
     while (!done) std::this_thread::yield();
     EXPECT_EQ(freed.load(), 0);
   });
   while (!reading) std::this_thread::yield();
-  std::thread advancer([&] { ASSERT_OK(o.epochs->Advance()); });
+  {
+    Guard g(*o.epochs);
+    o.epochs->Retire(&freed, [](void* p) { static_cast<std::atomic<int>*>(p)->fetch_add(1); });
+  }
+  std::thread advancer([&] {
+    ASSERT_OK(o.epochs->Advance());
+    advanced = true;
+  });
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(advanced.load());
   done = true;
   reader.join();
   advancer.join();
   EXPECT_EQ(freed.load(), 1);
+}
+
+TEST(EpochTest, NewGuardWaitsForAnAdvanceInProgress) {
+  Memory m;
+  Opened o = Open(m, true);
+  std::atomic<bool> release{false}, entered_old{false}, entered_new{false};
+  std::thread holder([&] {
+    Guard g(*o.epochs);
+    entered_old = true;
+    while (!release) std::this_thread::yield();
+  });
+  while (!entered_old) std::this_thread::yield();
+  const uint64_t e = o.epochs->current();
+  std::thread advancer([&] { ASSERT_OK(o.epochs->Advance()); });
+  while (o.epochs->current() == e) std::this_thread::yield();  // closing
+  std::thread late([&] {
+    Guard g(*o.epochs);
+    entered_new = true;
+    EXPECT_GE(o.epochs->completed(), e);  // e is durable before anything runs in e+1
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(entered_new.load());
+  release = true;
+  holder.join();
+  advancer.join();
+  late.join();
+  EXPECT_TRUE(entered_new.load());
 }
 
 TEST(EpochTest, ConcurrentGuardsDirtyRangesAndBackgroundAdvances) {
