@@ -1,7 +1,6 @@
 #include "epoch/epoch.h"
 
 #include <algorithm>
-#include <map>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -22,35 +21,12 @@ constexpr Site kBoundaryBatch{"epoch.boundary.batch"};
 
 uint32_t HeaderCrc(const EpochAreaHeader& h) { return Crc32c(&h, offsetof(EpochAreaHeader, crc)); }
 
-// Live managers by id, so a thread that exits after its manager is gone touches nothing.
-std::mutex g_live_mu;
-std::map<uint64_t, Manager*>& LiveManagers() {
-  static auto* m = new std::map<uint64_t, Manager*>;
-  return *m;
-}
-std::atomic<uint64_t> g_next_id{1};
-
-// The calling thread's slots, one per manager it has used. At thread exit each slot goes back
-// to its manager (if the manager still exists) for another thread to reuse.
-struct TlsSlots {
-  std::vector<std::pair<uint64_t, ThreadSlot*>> entries;
-  ~TlsSlots() {
-    std::lock_guard<std::mutex> l(g_live_mu);
-    for (auto [id, slot] : entries) {
-      auto it = LiveManagers().find(id);
-      if (it != LiveManagers().end()) it->second->ReleaseSlot(slot);
-    }
-  }
-};
-thread_local TlsSlots tls_slots;
-
 }  // namespace
 
 Manager::Manager(Pool& pool, ManagerOptions options)
     : pool_(pool),
       options_(options),
-      area_(static_cast<EpochAreaLayout*>(pool.region_base(PoolRegion::kEpoch))),
-      id_(g_next_id.fetch_add(1)) {}
+      area_(static_cast<EpochAreaLayout*>(pool.region_base(PoolRegion::kEpoch))) {}
 
 absl::StatusOr<std::unique_ptr<Manager>> Manager::Open(Pool& pool, ManagerOptions options) {
   if (pool.region(PoolRegion::kEpoch).size < kEpochAreaMinSize) {
@@ -61,10 +37,6 @@ absl::StatusOr<std::unique_ptr<Manager>> Manager::Open(Pool& pool, ManagerOption
   std::unique_ptr<Manager> m(new Manager(pool, options));
   m->log_ = std::make_unique<ExternalLog>(pool, *m);
   if (auto st = m->Recover(); !st.ok()) return st;
-  {
-    std::lock_guard<std::mutex> l(g_live_mu);
-    LiveManagers()[m->id_] = m.get();
-  }
   if (options.interval.count() > 0) m->advancer_ = std::thread([p = m.get()] { p->AdvancerLoop(); });
   return m;
 }
@@ -79,9 +51,6 @@ Manager::~Manager() {
   // Everything done so far becomes durable, and every retired object is reclaimed (an object
   // retired in e is freed at the end of the advance from e to e+1).
   (void)Advance();
-  std::erase_if(tls_slots.entries, [this](const auto& e) { return e.first == id_; });
-  std::lock_guard<std::mutex> l(g_live_mu);
-  LiveManagers().erase(id_);
 }
 
 // ---- durable epoch state ----------------------------------------------------------------------
@@ -206,38 +175,9 @@ std::vector<std::pair<uint64_t, uint64_t>> Manager::failed_ranges() const { retu
 
 // ---- threads ----------------------------------------------------------------------------------
 
-ThreadSlot& Manager::LocalSlot() {
-  for (auto& [id, slot] : tls_slots.entries)
-    if (id == id_) return *slot;
-  ThreadSlot* slot = nullptr;
-  {
-    std::lock_guard<std::mutex> l(slots_mu_);
-    for (auto& s : slots_) {
-      if (!s->in_use) {
-        slot = s.get();
-        break;
-      }
-    }
-    if (slot == nullptr) {
-      slots_.push_back(std::make_unique<ThreadSlot>());
-      slot = slots_.back().get();
-    }
-    slot->in_use = true;
-  }
-  tls_slots.entries.emplace_back(id_, slot);
-  return *slot;
-}
-
-void Manager::ReleaseSlot(ThreadSlot* slot) {
-  // Its dirty lists, retired objects and log blocks stay: the advancer drains them as usual.
-  std::lock_guard<std::mutex> l(slots_mu_);
-  slot->in_use = false;
-}
-
-std::vector<ThreadSlot*> Manager::Slots() const {
-  std::lock_guard<std::mutex> l(slots_mu_);
+std::vector<ThreadSlot*> Manager::Slots() {
   std::vector<ThreadSlot*> out;
-  for (auto& s : slots_) out.push_back(s.get());
+  slots_.ForEach([&](ThreadSlot& s) { out.push_back(&s); });
   return out;
 }
 
@@ -268,7 +208,29 @@ Guard::~Guard() {
 void Manager::RecordDirty(const void* addr, size_t len) {
   ThreadSlot& slot = LocalSlot();
   const uint64_t e = slot.epoch.load(std::memory_order_relaxed);
-  slot.dirty[e & 1].push_back({addr, len});
+  auto& d = slot.dirty[e & 1];
+  // Sequential writers (a log, a fresh chunk) produce adjacent ranges: extend the last one.
+  if (!d.empty()) {
+    auto* last_end = static_cast<const uint8_t*>(d.back().addr) + d.back().len;
+    auto* begin = static_cast<const uint8_t*>(addr);
+    if (begin >= static_cast<const uint8_t*>(d.back().addr) && begin <= last_end) {
+      d.back().len = std::max<size_t>(d.back().len, begin + len -
+                                                        static_cast<const uint8_t*>(d.back().addr));
+      return;
+    }
+  }
+  d.push_back({addr, len});
+}
+
+int Manager::AddFlushSource(FlushSource source) {
+  std::lock_guard<std::mutex> l(advance_mu_);
+  flush_sources_.emplace_back(next_source_id_, std::move(source));
+  return next_source_id_++;
+}
+
+void Manager::RemoveFlushSource(int id) {
+  std::lock_guard<std::mutex> l(advance_mu_);
+  std::erase_if(flush_sources_, [id](const auto& s) { return s.first == id; });
 }
 
 void Manager::Retire(void* obj, std::function<void(void*)> deleter) {
@@ -321,6 +283,7 @@ absl::Status Manager::Advance() {
       ranges.insert(ranges.end(), d.begin(), d.end());
       d.clear();
     }
+    for (auto& [id, source] : flush_sources_) source(e, ranges);
     const auto flush_start = std::chrono::steady_clock::now();
     FlushRanges(ranges);
     const auto flush_end = std::chrono::steady_clock::now();

@@ -44,6 +44,7 @@
 #include "epoch/epoch_layout.h"
 #include "epoch/epoch_view.h"
 #include "epoch/external_log.h"
+#include "epoch/per_thread.h"
 #include "epoch/persist.h"
 #include "epoch/pool.h"
 
@@ -83,7 +84,6 @@ struct alignas(64) ThreadSlot {
   // advancer of e -> e+1 frees retired[e % 3] while no guard is open.
   std::vector<std::pair<void*, std::function<void(void*)>>> retired[3];
   ExternalLogCursor log_cursor;  // this thread's append position in the external log
-  bool in_use = true;
 };
 
 class Manager : public EpochView {
@@ -112,6 +112,13 @@ class Manager : public EpochView {
   // (the in-object epoch mark that InCLL and the external log check is what deduplicates).
   void RecordDirty(const void* addr, size_t len);
 
+  // A producer of extra ranges to write back at every boundary (step 3), for layers that track
+  // dirty memory their own way (the allocator's per-chunk line maps). Called with no guard
+  // open, inside the advance. Returns an id for RemoveFlushSource.
+  using FlushSource = std::function<void(uint64_t epoch, std::vector<Range>& out)>;
+  int AddFlushSource(FlushSource source);
+  void RemoveFlushSource(int id);
+
   // Epoch-based reclamation: `deleter(obj)` runs once no guard that could have seen `obj`
   // remains (at the end of the advance that closes the caller's epoch, after that epoch is
   // durable). REQUIRES: the caller holds a Guard; `obj` is already unreachable for guards
@@ -126,8 +133,7 @@ class Manager : public EpochView {
   std::vector<std::pair<uint64_t, uint64_t>> failed_ranges() const;
 
   // The calling thread's slot (created on first use, recycled when a thread exits).
-  ThreadSlot& LocalSlot();
-  void ReleaseSlot(ThreadSlot* slot);
+  ThreadSlot& LocalSlot() { return slots_.Local(); }
 
  private:
   friend class Guard;
@@ -135,7 +141,7 @@ class Manager : public EpochView {
   absl::Status LoadArea();
   absl::Status RecordFailed(uint64_t lo, uint64_t hi);
   void PersistCompleted(uint64_t e);
-  std::vector<ThreadSlot*> Slots() const;
+  std::vector<ThreadSlot*> Slots();
   Manager(Pool& pool, ManagerOptions options);
   absl::Status Recover();
   void AdvancerLoop();
@@ -152,9 +158,10 @@ class Manager : public EpochView {
   // Failed ranges, a volatile copy of the durable set (read on every lazy recovery check).
   std::vector<std::pair<uint64_t, uint64_t>> failed_;
 
-  mutable std::mutex slots_mu_;
-  std::vector<std::unique_ptr<ThreadSlot>> slots_;
-  std::mutex advance_mu_;  // one advance at a time
+  PerThread<ThreadSlot> slots_;
+  std::mutex advance_mu_;  // one advance at a time; guards flush_sources_
+  std::vector<std::pair<int, FlushSource>> flush_sources_;
+  int next_source_id_ = 1;
   mutable std::mutex stats_mu_;
   ManagerStats stats_;
 
@@ -162,7 +169,6 @@ class Manager : public EpochView {
   std::condition_variable clock_cv_;
   bool stopping_ = false;
   std::thread advancer_;
-  uint64_t id_;  // distinguishes managers in thread-local caches
 };
 
 // Enters the manager's current epoch for the guard's lifetime. Cheap: one store to the thread's

@@ -1,0 +1,49 @@
+#include "epoch/per_thread.h"
+
+#include <map>
+
+namespace pmrt::per_thread_internal {
+namespace {
+
+std::mutex g_mu;
+std::map<uint64_t, Owner*>& Live() {
+  static auto* m = new std::map<uint64_t, Owner*>;  // never destroyed: threads outlive main
+  return *m;
+}
+uint64_t g_next_id = 1;
+
+// At thread exit, hand each slot back to its owner if the owner still exists. Holding g_mu
+// keeps the owner alive during Release (its destructor unregisters under the same lock).
+struct Entries {
+  std::vector<std::pair<uint64_t, void*>> v;
+  ~Entries() {
+    std::lock_guard<std::mutex> l(g_mu);
+    for (auto [id, slot] : v) {
+      auto it = Live().find(id);
+      if (it != Live().end()) it->second->Release(slot);
+    }
+  }
+};
+thread_local Entries tls_entries;
+
+}  // namespace
+
+uint64_t Register(Owner* owner) {
+  std::lock_guard<std::mutex> l(g_mu);
+  uint64_t id = g_next_id++;
+  Live()[id] = owner;
+  return id;
+}
+
+void Unregister(uint64_t id) {
+  std::lock_guard<std::mutex> l(g_mu);
+  Live().erase(id);
+}
+
+std::vector<std::pair<uint64_t, void*>>& LocalEntries() { return tls_entries.v; }
+
+void ForgetLocal(uint64_t id) {
+  std::erase_if(tls_entries.v, [id](const auto& e) { return e.first == id; });
+}
+
+}  // namespace pmrt::per_thread_internal

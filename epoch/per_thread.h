@@ -1,0 +1,102 @@
+// PerThread<T>: one T per (thread, owner object), found without locking after first use, and
+// recycled for another thread when its thread exits. Used for the epoch manager's guard slots
+// and the allocator's thread caches.
+//
+//   PerThread<Cache> caches;
+//   Cache& mine = caches.Local();              // created on first use by this thread
+//   caches.ForEach([](Cache& c) { ... });      // every slot, live or released (under a lock)
+//
+// Thread safety: Local() is safe from any thread; a slot is used only by the thread it was
+// handed to (and by ForEach callers, who must synchronize with it by their own protocol).
+// A slot released at thread exit keeps its contents; the next thread that needs a slot may
+// adopt it as is, so T must be valid to hand over (its owner protocol drains it anyway).
+#ifndef PMRT_EPOCH_PER_THREAD_H_
+#define PMRT_EPOCH_PER_THREAD_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace pmrt {
+
+namespace per_thread_internal {
+
+class Owner {
+ public:
+  virtual void Release(void* slot) = 0;
+
+ protected:
+  ~Owner() = default;
+};
+
+// Registers/unregisters owners so a thread exiting after its owner died touches nothing.
+uint64_t Register(Owner* owner);
+void Unregister(uint64_t id);
+// The calling thread's (owner id, slot) pairs.
+std::vector<std::pair<uint64_t, void*>>& LocalEntries();
+void ForgetLocal(uint64_t id);
+
+}  // namespace per_thread_internal
+
+template <class T>
+class PerThread final : private per_thread_internal::Owner {
+ public:
+  PerThread() : id_(per_thread_internal::Register(this)) {}
+  ~PerThread() {
+    per_thread_internal::Unregister(id_);
+    per_thread_internal::ForgetLocal(id_);
+  }
+  PerThread(const PerThread&) = delete;
+  PerThread& operator=(const PerThread&) = delete;
+
+  T& Local() {
+    for (auto& [id, slot] : per_thread_internal::LocalEntries())
+      if (id == id_) return static_cast<Slot*>(slot)->value;
+    return Adopt();
+  }
+
+  template <class F>
+  void ForEach(F&& f) {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& s : slots_) f(s->value);
+  }
+
+ private:
+  struct Slot {
+    T value;
+    bool in_use = true;
+  };
+
+  T& Adopt() {
+    Slot* slot = nullptr;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = std::find_if(slots_.begin(), slots_.end(), [](auto& s) { return !s->in_use; });
+      if (it != slots_.end()) {
+        slot = it->get();
+      } else {
+        slots_.push_back(std::make_unique<Slot>());
+        slot = slots_.back().get();
+      }
+      slot->in_use = true;
+    }
+    per_thread_internal::LocalEntries().emplace_back(id_, slot);
+    return slot->value;
+  }
+
+  void Release(void* slot) override {
+    std::lock_guard<std::mutex> l(mu_);
+    static_cast<Slot*>(slot)->in_use = false;
+  }
+
+  const uint64_t id_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+};
+
+}  // namespace pmrt
+
+#endif  // PMRT_EPOCH_PER_THREAD_H_
