@@ -3,7 +3,10 @@
 #ifndef PMRT_TESTS_UTIL_TEST_UTIL_H_
 #define PMRT_TESTS_UTIL_TEST_UTIL_H_
 
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -22,6 +25,26 @@ class TempDir {
 
  private:
   std::string path_;
+};
+
+// The whole content of a file; nullopt if it cannot be read (missing, a directory, ...).
+std::optional<std::string> ReadFile(const std::string& path);
+// Writes `data` at `offset` of an existing file (which grows if needed). Aborts on failure.
+void WriteFileAt(const std::string& path, uint64_t offset, const std::string& data);
+// Names in a directory, sorted, without "." and "..".
+std::vector<std::string> ListDir(const std::string& dir);
+
+// Sets (or with nullopt, unsets) an environment variable for the object's lifetime.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, std::optional<std::string> value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
 };
 
 inline const absl::Status& GetStatus(const absl::Status& s) { return s; }

@@ -1,0 +1,842 @@
+// Pool: creating, validating, mapping and closing pool files and in-memory pools.
+//
+// The on-media format, the order Create writes it in and the order Open checks it in are
+// described in docs/format.md; the step comments below refer to it.
+#include "epoch/pool.h"
+
+#include <fcntl.h>
+#include <libpmem.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "epoch/crc32c.h"
+#include "epoch/sim.h"
+#include "epoch/status_macros.h"
+
+namespace pmrt {
+namespace {
+
+constexpr size_t kPage = 4096;
+constexpr size_t kMinHeapSize = 64 * 1024;
+constexpr size_t kMinLogSize = 256 * 1024;
+constexpr size_t kChecksumOffset = offsetof(PoolHeader, checksum);
+
+// Persistence sites of the pool layer, in the order a Create + Close run reaches them.
+constexpr Site kCreateInvalidate{"pool.create.invalidate"};
+constexpr Site kCreateInvalidateFence{"pool.create.invalidate.fence"};
+constexpr Site kCreateZero{"pool.create.zero"};
+constexpr Site kCreateZeroFence{"pool.create.zero.fence"};
+constexpr Site kCreateHeader{"pool.create.header"};  // fenced by Attach's kOpenDirtyFence
+constexpr Site kOpenDirty{"pool.open.dirty"};
+constexpr Site kOpenDirtyFence{"pool.open.dirty.fence"};
+constexpr Site kOpenCount{"pool.open.count"};
+constexpr Site kOpenCountFence{"pool.open.count.fence"};
+constexpr Site kRootBind{"pool.root.bind"};
+constexpr Site kRootBindFence{"pool.root.bind.fence"};
+constexpr Site kCloseClean{"pool.close.clean"};
+constexpr Site kCloseCleanFence{"pool.close.clean.fence"};
+
+// The first pool attached that is still open (Pool::Default). Set by Attach with a CAS from
+// null and cleared by Close with a CAS from itself; seq_cst, these are rare.
+std::atomic<Pool*> g_default_pool{nullptr};
+
+// ---- errors -------------------------------------------------------------------------------
+
+// This Abseil is built with its own string_view (ABSL_OPTION_USE_STD_STRING_VIEW 0), which
+// StrCat takes; std::string_view needs a conversion.
+absl::string_view Av(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+absl::Status PoolError(absl::StatusCode code, std::string_view name, std::string_view problem) {
+  return absl::Status(code, absl::StrCat(Av(name), ": ", Av(problem)));
+}
+absl::Status DataLoss(std::string_view name, std::string_view problem) {
+  return PoolError(absl::StatusCode::kDataLoss, name, problem);
+}
+absl::Status InvalidArgument(std::string_view name, std::string_view problem) {
+  return PoolError(absl::StatusCode::kInvalidArgument, name, problem);
+}
+
+// The most specific canonical code for a pool's caller when a system call fails with `err`.
+absl::StatusCode CodeForErrno(int err) {
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+      return absl::StatusCode::kNotFound;
+    case EACCES:
+    case EPERM:
+    case EROFS:
+    case ETXTBSY:
+      return absl::StatusCode::kPermissionDenied;
+    case EEXIST:
+      return absl::StatusCode::kAlreadyExists;
+    case EISDIR:
+    case EWOULDBLOCK:
+      return absl::StatusCode::kFailedPrecondition;
+    case ENOSPC:
+    case EDQUOT:
+    case ENOMEM:
+    case EMFILE:
+    case ENFILE:
+      return absl::StatusCode::kResourceExhausted;
+    case EINVAL:
+    case ENAMETOOLONG:
+    case ELOOP:
+    case EFBIG:
+      return absl::StatusCode::kInvalidArgument;
+    default:
+      return absl::ErrnoToStatus(err, "").code();
+  }
+}
+
+// `what` failed with `err`: a message naming the path, the operation and the system's reason.
+absl::Status ErrnoError(int err, std::string_view name, std::string_view what) {
+  return PoolError(CodeForErrno(err), name, absl::StrCat(Av(what), ": ", std::strerror(err)));
+}
+
+// ---- small helpers ------------------------------------------------------------------------
+
+constexpr size_t RoundUpToPage(size_t v) { return (v + kPage - 1) & ~(kPage - 1); }
+
+bool IsZero(const uint8_t* p, size_t n) {
+  return n == 0 || (p[0] == 0 && std::memcmp(p, p + 1, n - 1) == 0);
+}
+
+uint32_t HeaderChecksum(const PoolHeader& h) { return Crc32c(&h, kChecksumOffset); }
+
+std::string_view LayoutOf(const PoolHeader& h) {
+  return std::string_view(h.layout, strnlen(h.layout, sizeof(h.layout)));
+}
+
+// Reads exactly `len` bytes at `off`, retrying short reads and EINTR.
+absl::Status PreadFull(int fd, void* buf, size_t len, off_t off, std::string_view name) {
+  auto* p = static_cast<uint8_t*>(buf);
+  while (len > 0) {
+    ssize_t n = pread(fd, p, len, off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoError(errno, name, "cannot read the pool header");
+    if (n == 0) return DataLoss(name, "truncated while reading the pool header");
+    p += n;
+    off += n;
+    len -= static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+// Maps a pool file shared and writable. MAP_SYNC first, so that on a DAX file system cache
+// flushes (the pmem backend) are enough for durability without msync; other file systems
+// refuse MAP_SYNC and get a plain shared mapping.
+void* MapShared(int fd, size_t len) {
+  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC, fd, 0);
+  if (p != MAP_FAILED || (errno != EOPNOTSUPP && errno != EINVAL)) return p;
+  return mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+}
+
+// Random bytes from getrandom(2) (no file I/O, so in-memory Create may use it too); falls back
+// to the clock and an address when the kernel has no entropy to give without blocking.
+void FillRandom(uint8_t* out, size_t len) {
+  size_t got = 0;
+  while (got < len) {
+    ssize_t n = getrandom(out + got, len - got, GRND_NONBLOCK);
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got == len) return;
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  uint64_t x = static_cast<uint64_t>(ts.tv_nsec) ^ reinterpret_cast<uintptr_t>(out);
+  for (; got < len; ++got) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    out[got] = static_cast<uint8_t>(x >> 56);
+  }
+}
+
+uint64_t RealtimeNanos() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// Closes an fd at scope exit unless released.
+class FdGuard {
+ public:
+  explicit FdGuard(int fd) : fd_(fd) {}
+  ~FdGuard() {
+    if (fd_ >= 0) close(fd_);
+  }
+  FdGuard(const FdGuard&) = delete;
+  FdGuard& operator=(const FdGuard&) = delete;
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+// Unlinks a path at scope exit unless released.
+class UnlinkGuard {
+ public:
+  explicit UnlinkGuard(std::string path) : path_(std::move(path)) {}
+  ~UnlinkGuard() {
+    if (!path_.empty()) unlink(path_.c_str());
+  }
+  UnlinkGuard(const UnlinkGuard&) = delete;
+  UnlinkGuard& operator=(const UnlinkGuard&) = delete;
+  void release() { path_.clear(); }
+
+ private:
+  std::string path_;
+};
+
+// ---- argument checks and region planning ---------------------------------------------------
+
+absl::Status CheckLayoutName(std::string_view layout, std::string_view name) {
+  if (layout.empty()) return InvalidArgument(name, "layout name is empty");
+  if (layout.size() > kLayoutNameMax) {
+    return InvalidArgument(name, absl::StrFormat("layout name is %d bytes, the limit is %d",
+                                                 layout.size(), kLayoutNameMax));
+  }
+  if (layout.find('\0') != std::string_view::npos) {
+    return InvalidArgument(name, "layout name contains a NUL byte");
+  }
+  return absl::OkStatus();
+}
+
+struct RegionPlan {
+  RegionDesc root, epoch, log, heap;
+};
+
+// Lays out the regions of a `size`-byte pool (size is a page multiple >= kMinPoolSize):
+// header, state, root, epoch, log, then the heap to the end.
+absl::StatusOr<RegionPlan> PlanRegions(size_t size, const PoolOptions& o, std::string_view name) {
+  size_t log_request = o.log_area_size != 0 ? o.log_area_size : std::max(size / 16, kMinLogSize);
+  const std::pair<const char*, size_t> requests[] = {{"root_size", o.root_size},
+                                                     {"epoch_area_size", o.epoch_area_size},
+                                                     {"log_area_size", log_request}};
+  for (const auto& [field, value] : requests) {
+    if (value > size) {
+      return InvalidArgument(name, absl::StrFormat("size too small: %s (%d bytes) is larger than "
+                                                   "the pool (%d bytes)",
+                                                   field, value, size));
+    }
+  }
+  RegionPlan plan;
+  uint64_t next = kPoolHeaderSize + kPoolStateSize;
+  auto take = [&next](size_t request) {
+    RegionDesc r{next, std::max<uint64_t>(RoundUpToPage(request), kPage)};
+    next += r.size;
+    return r;
+  };
+  plan.root = take(o.root_size);
+  plan.epoch = take(o.epoch_area_size);
+  plan.log = take(log_request);
+  // Each request is <= size, so `next` is at most 3 * size + 8 KiB: no overflow.
+  if (next > size || size - next < kMinHeapSize) {
+    return InvalidArgument(
+        name, absl::StrFormat("size too small: a %d-byte pool leaves %d bytes of heap after the "
+                              "header, state, root (%d), epoch (%d) and log (%d) regions; the "
+                              "heap needs at least %d",
+                              size, next > size ? 0 : size - next, plan.root.size, plan.epoch.size,
+                              plan.log.size, kMinHeapSize));
+  }
+  plan.heap = RegionDesc{next, size - next};
+  return plan;
+}
+
+// Create's size rule: at least kMinPoolSize, rounded up to a 4 KiB multiple.
+absl::StatusOr<size_t> CheckCreateSize(size_t size, std::string_view name) {
+  if (size < Pool::kMinPoolSize) {
+    return InvalidArgument(name, absl::StrFormat("size too small: %d bytes, the minimum is %d",
+                                                 size, Pool::kMinPoolSize));
+  }
+  if (size > (SIZE_MAX & ~(kPage - 1))) {
+    return InvalidArgument(name, absl::StrFormat("size %d cannot be rounded up to 4 KiB", size));
+  }
+  return RoundUpToPage(size);
+}
+
+// The backend the caller asked for: options.backend, else (file pools only) PMRT_BACKEND.
+// Nullopt: none asked for; ChooseBackend decides.
+absl::StatusOr<std::optional<BackendKind>> RequestedBackend(const PoolOptions& o, bool in_memory,
+                                                            std::string_view name) {
+  std::optional<BackendKind> kind = o.backend;
+  const char* env = std::getenv("PMRT_BACKEND");
+  if (!kind && !in_memory && env != nullptr && *env != '\0') {
+    auto parsed = ParseBackend(env);
+    if (!parsed.ok()) {
+      return InvalidArgument(name, absl::StrCat("PMRT_BACKEND: ", parsed.status().message()));
+    }
+    kind = *parsed;
+  }
+  if (kind == BackendKind::kSim) {
+    if (!in_memory) {
+      return InvalidArgument(name, "the sim backend is only for in-memory pools");
+    }
+    if (o.sim == nullptr) return InvalidArgument(name, "the sim backend needs PoolOptions::sim");
+  }
+  return kind;
+}
+
+// Caller memory for an in-memory pool: non-null and page aligned (regions are page aligned
+// offsets, so objects in them are aligned only if the base is).
+absl::Status CheckBase(const void* base, std::string_view name) {
+  if (base == nullptr) return InvalidArgument(name, "pool memory is null");
+  if (reinterpret_cast<uintptr_t>(base) % kPage != 0) {
+    return InvalidArgument(name, "pool memory is not 4 KiB aligned");
+  }
+  return absl::OkStatus();
+}
+
+// ---- validation (docs/format.md, "Open: validation order") ---------------------------------
+
+// The checks a pool of `actual_size` bytes must pass before its header can even be read.
+absl::Status CheckHeaderFits(uint64_t actual_size, std::string_view name) {
+  if (actual_size == 0) return DataLoss(name, "empty file, not a pmrt pool");
+  if (actual_size < kPoolHeaderSize + kPoolStateSize) {
+    return DataLoss(name, absl::StrFormat("truncated: %d bytes, shorter than the %d-byte pool "
+                                          "header and state",
+                                          actual_size, kPoolHeaderSize + kPoolStateSize));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRegions(const PoolHeader& h, std::string_view name) {
+  const std::pair<const char*, RegionDesc> regions[] = {
+      {"root", h.root}, {"epoch", h.epoch}, {"log", h.log}, {"heap", h.heap}};
+  uint64_t prev_end = kPoolHeaderSize + kPoolStateSize;
+  for (const auto& [region, r] : regions) {
+    auto bad = [&, region = region, r = r](std::string_view why) {
+      return DataLoss(name, absl::StrFormat("corrupt header: %s region [%d, +%d) %s", region,
+                                            r.offset, r.size, why));
+    };
+    if (r.offset % kPage != 0 || r.size % kPage != 0) return bad("is not 4 KiB aligned");
+    if (r.size == 0) return bad("is empty");
+    if (r.offset < prev_end) return bad("overlaps the region before it");
+    if (r.offset > h.pool_size || r.size > h.pool_size - r.offset) {
+      return bad(absl::StrFormat("ends past the end of the pool (%d)", h.pool_size));
+    }
+    prev_end = r.offset + r.size;
+  }
+  if (prev_end != h.pool_size) {
+    return DataLoss(name, absl::StrFormat("corrupt header: heap region ends at %d, not at the "
+                                          "end of the pool (%d)",
+                                          prev_end, h.pool_size));
+  }
+  return absl::OkStatus();
+}
+
+// Validates a copy of a pool header against the pool's actual size and the layout the caller
+// expects. Reads nothing but `h`; shared by file and in-memory opens.
+absl::Status ValidateHeader(const PoolHeader& h, uint64_t actual_size, std::string_view layout,
+                            std::string_view name) {
+  // 1. Magic: is this a pmrt pool at all?
+  if (std::memcmp(h.magic, kPoolMagic, sizeof(kPoolMagic)) != 0) {
+    return DataLoss(name, "not a pmrt pool (bad magic)");
+  }
+  // 2. Major version, before the checksum: magic/major/minor are at fixed offsets in every
+  //    format version, but a newer major may move or redefine the checksum.
+  if (h.major > kFormatMajor) {
+    return PoolError(absl::StatusCode::kFailedPrecondition, name,
+                     absl::StrFormat("pool format version %d.%d is newer than this build "
+                                     "supports (%d.%d)",
+                                     h.major, h.minor, kFormatMajor, kFormatMinor));
+  }
+  // 3. Checksum over every byte before it, then the padding it does not cover.
+  const uint32_t crc = HeaderChecksum(h);
+  if (crc != h.checksum) {
+    return DataLoss(name, absl::StrFormat("corrupt header: checksum at offset %d is 0x%08x, but "
+                                          "the CRC32C of the header is 0x%08x",
+                                          kChecksumOffset, h.checksum, crc));
+  }
+  if (h.checksum_pad != 0) {
+    return DataLoss(name, absl::StrFormat("corrupt header: checksum_pad at offset %d is not zero",
+                                          offsetof(PoolHeader, checksum_pad)));
+  }
+  // 4. Fields whose values this version defines.
+  if (h.major == 0) return DataLoss(name, "corrupt header: format major version 0");
+  if (h.header_size != kPoolHeaderSize) {
+    return DataLoss(name, absl::StrFormat("corrupt header: header_size %d, expected %d",
+                                          h.header_size, kPoolHeaderSize));
+  }
+  const std::string_view stored = LayoutOf(h);
+  if (stored.size() > kLayoutNameMax || stored.empty() ||
+      !IsZero(reinterpret_cast<const uint8_t*>(h.layout) + stored.size(),
+              sizeof(h.layout) - stored.size())) {
+    return DataLoss(name, "corrupt header: layout name is empty or not NUL-terminated and padded");
+  }
+  // 5. The caller's expectations.
+  if (stored != layout) {
+    return InvalidArgument(
+        name, absl::StrCat("pool layout is '", Av(stored), "', expected '", Av(layout), "'"));
+  }
+  // 6. Size, then the regions inside it.
+  if (actual_size != h.pool_size) {
+    return DataLoss(name, absl::StrFormat("%s: %d bytes, but the header says the pool is %d",
+                                          actual_size < h.pool_size ? "truncated" : "size mismatch",
+                                          actual_size, h.pool_size));
+  }
+  if (h.pool_size % kPage != 0 || h.pool_size < Pool::kMinPoolSize) {
+    return DataLoss(name, absl::StrFormat("corrupt header: pool_size %d is not a 4 KiB multiple "
+                                          "of at least %d",
+                                          h.pool_size, Pool::kMinPoolSize));
+  }
+  return CheckRegions(h, name);
+}
+
+// Validates the state page (not checksummed: its words are updated in place).
+//
+// The state words are atomics so that each 8-byte store is single-copy atomic (and so
+// failure-atomic on media); Open, Close and this check are never concurrent with other calls on
+// the pool and publish nothing but the word itself, hence relaxed order throughout.
+absl::Status ValidateState(const PoolState& s, const PoolHeader& h, std::string_view name) {
+  const uint64_t clean = s.clean_shutdown.value.load(std::memory_order_relaxed);
+  if (clean > 1) {
+    return DataLoss(
+        name, absl::StrFormat("corrupt state: clean_shutdown is %d (0 or 1 expected)", clean));
+  }
+  const uint64_t root_size = s.root_type_size.value.load(std::memory_order_relaxed);
+  if (root_size > h.root.size) {
+    return DataLoss(name, absl::StrFormat("corrupt state: root_type_size %d is larger than the "
+                                          "root region (%d)",
+                                          root_size, h.root.size));
+  }
+  return absl::OkStatus();
+}
+
+// ---- formatting a new image (docs/format.md, "Create order") ------------------------------
+
+// Zeroes whatever of [base, base + size) is not already zero, durably, old header first, so that
+// a new header can be written over it. Pages already zero are not written (a fresh simulator
+// pool gets no stores and no fences at all).
+void ZeroImage(uint8_t* base, size_t size, const Persister& p) {
+  // a. An old pool's header dies first, durably: until this fence a crash leaves the old pool
+  //    intact (nothing else has been written), after it the image has no valid header, so the
+  //    zeroing below can never be seen under the old header as a damaged "valid" pool.
+  if (!IsZero(base, kPoolHeaderSize)) {
+    std::memset(base, 0, kPoolHeaderSize);
+    p.Persist(kCreateInvalidate, kCreateInvalidateFence, base, kPoolHeaderSize);
+  }
+  // b. Every other non-zero page (the old state and regions), then one fence: the zeroes must
+  //    be durable before any store of the new header can reach media, or a crash image could
+  //    show the new header over old state (open count, root binding) or old region contents.
+  bool wrote = false;
+  for (size_t off = kPoolHeaderSize; off < size; off += kPage) {
+    if (IsZero(base + off, kPage)) continue;
+    std::memset(base + off, 0, kPage);
+    p.Flush(kCreateZero, base + off, kPage);
+    wrote = true;
+  }
+  if (wrote) p.Fence(kCreateZeroFence);
+}
+
+// Writes the header of a new pool over memory whose zeroes are durable (a fresh file, or
+// ZeroImage). The state page stays zero: clean_shutdown 0 (never closed), open_count 0, root
+// unbound.
+void WriteNewHeader(uint8_t* base, const Persister& p, PoolHeader h) {
+  // The checksum makes the header all-or-nothing: until all of its lines reach media it fails
+  // the magic or checksum check (DataLoss: no pool). Flushed without a fence of its own: the
+  // caller always attaches next, and Attach's first fence (kOpenDirtyFence) makes it durable.
+  // A fence here would order nothing: the header and the stores after it may reach media in
+  // any order, and each combination is a legal crash state (no pool, or a new pool not cleanly
+  // shut down whose open count is 0 or 1). A file Create also msyncs and fsyncs the whole file
+  // before it links it into place.
+  h.checksum = HeaderChecksum(h);
+  h.checksum_pad = 0;
+  std::memcpy(base, &h, sizeof(h));
+  p.Flush(kCreateHeader, base, sizeof(h));
+}
+
+PoolHeader MakeHeader(size_t size, std::string_view layout, const RegionPlan& plan) {
+  PoolHeader h;
+  std::memset(&h, 0, sizeof(h));
+  std::memcpy(h.magic, kPoolMagic, sizeof(h.magic));
+  h.major = kFormatMajor;
+  h.minor = kFormatMinor;
+  h.header_size = kPoolHeaderSize;
+  h.pool_size = size;
+  h.create_time_ns = RealtimeNanos();
+  FillRandom(h.uuid, sizeof(h.uuid));
+  std::memcpy(h.layout, layout.data(), layout.size());
+  h.root = plan.root;
+  h.epoch = plan.epoch;
+  h.log = plan.log;
+  h.heap = plan.heap;
+  return h;
+}
+
+// ---- file helpers ---------------------------------------------------------------------------
+
+std::string DirectoryOf(const std::string& path) {
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  return dir.empty() ? "." : dir;
+}
+
+// Makes the directory entry of a file just linked or unlinked in `dir` durable.
+absl::Status SyncDirectory(const std::string& dir, std::string_view name) {
+  FdGuard fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoError(errno, name, absl::StrCat("cannot open directory ", dir));
+  if (fsync(fd.get()) != 0) {
+    return ErrnoError(errno, name, absl::StrCat("cannot fsync directory ", dir));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LockFile(int fd, std::string_view name) {
+  if (flock(fd, LOCK_EX | LOCK_NB) == 0) return absl::OkStatus();
+  if (errno == EWOULDBLOCK) {
+    return PoolError(absl::StatusCode::kFailedPrecondition, name,
+                     absl::StrCat("pool is in use by another process or Pool: ", Av(name)));
+  }
+  return ErrnoError(errno, name, "cannot lock the pool file");
+}
+
+// Creates `<path>.creating.XXXXXX`, locked and allocated to `size` bytes. On success the caller
+// owns the returned fd and must unlink `*tmp_name` if it does not link it into place.
+absl::StatusOr<int> CreateTempFile(const std::string& path, size_t size, std::string* tmp_name) {
+  std::string tmpl = path + ".creating.XXXXXX";
+  FdGuard fd(mkostemp(tmpl.data(), O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoError(errno, path, "cannot create the pool file");
+  UnlinkGuard unlink_tmp(tmpl);
+  // Locked before it has its final name, so no Open can get in between link() and Attach.
+  RETURN_IF_ERROR(LockFile(fd.get(), path));
+  if (ftruncate(fd.get(), static_cast<off_t>(size)) != 0) {
+    return ErrnoError(errno, path, absl::StrFormat("cannot size the pool file to %d bytes", size));
+  }
+  // Allocates every block now, so that a store to the mapping can never SIGBUS for lack of
+  // space later. posix_fallocate returns the error instead of setting errno.
+  if (int err = posix_fallocate(fd.get(), 0, static_cast<off_t>(size)); err != 0) {
+    if (err == ENOSPC || err == EDQUOT) {
+      return PoolError(
+          absl::StatusCode::kResourceExhausted, path,
+          absl::StrFormat("no space for a %d-byte pool: %s", size, std::strerror(err)));
+    }
+    return ErrnoError(err, path, "cannot allocate the pool file");
+  }
+  unlink_tmp.release();
+  *tmp_name = std::move(tmpl);
+  return fd.release();
+}
+
+// Opens an existing pool file for reading and writing and locks it. Returns the fd and size.
+absl::StatusOr<std::pair<int, uint64_t>> OpenPoolFile(const std::string& path) {
+  FdGuard fd(open(path.c_str(), O_RDWR | O_CLOEXEC));
+  if (fd.get() < 0) {
+    const int err = errno;
+    if (err == ENOENT) return PoolError(absl::StatusCode::kNotFound, path, "no such pool file");
+    if (err == EISDIR) {
+      return PoolError(absl::StatusCode::kFailedPrecondition, path,
+                       "is a directory, not a pool file");
+    }
+    if (err == EACCES || err == EPERM || err == EROFS) {
+      return PoolError(absl::StatusCode::kPermissionDenied, path,
+                       absl::StrCat("cannot open the pool for writing (a pool must be "
+                                    "writable): ",
+                                    std::strerror(err)));
+    }
+    return ErrnoError(err, path, "cannot open the pool file");
+  }
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0) return ErrnoError(errno, path, "cannot stat the pool file");
+  if (!S_ISREG(st.st_mode)) {
+    return PoolError(absl::StatusCode::kFailedPrecondition, path, "not a regular file");
+  }
+  RETURN_IF_ERROR(LockFile(fd.get(), path));
+  return std::make_pair(fd.release(), static_cast<uint64_t>(st.st_size));
+}
+
+}  // namespace
+
+// ---- Create -------------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<Pool>> Pool::Create(const std::string& path, size_t size,
+                                                   std::string_view layout,
+                                                   const PoolOptions& options) {
+  // 1. Check every argument before touching the file system.
+  RETURN_IF_ERROR(CheckLayoutName(layout, path));
+  ASSIGN_OR_RETURN(const size_t pool_size, CheckCreateSize(size, path));
+  ASSIGN_OR_RETURN(const RegionPlan plan, PlanRegions(pool_size, options, path));
+  RETURN_IF_ERROR(RequestedBackend(options, /*in_memory=*/false, path).status());
+  struct stat st;
+  if (lstat(path.c_str(), &st) == 0) {
+    return PoolError(absl::StatusCode::kAlreadyExists, path, "file exists");
+  }
+
+  // 2. A locked, fully allocated temporary file in the same directory, mapped.
+  std::string tmp_name;
+  ASSIGN_OR_RETURN(int fd, CreateTempFile(path, pool_size, &tmp_name));
+  UnlinkGuard unlink_tmp(tmp_name);
+  std::unique_ptr<Pool> pool(new Pool);  // not attached: closed_ until Attach
+  pool->closed_ = true;
+  pool->fd_ = fd;
+  pool->path_ = path;
+  void* base = MapShared(fd, pool_size);
+  if (base == MAP_FAILED) return ErrnoError(errno, path, "cannot map the pool file");
+  pool->base_ = static_cast<uint8_t*>(base);
+  pool->size_ = pool_size;
+  pool->owns_mapping_ = true;
+  RETURN_IF_ERROR(pool->ChooseBackend(options));
+
+  // 3. The header. The file is fresh, so the state page and regions are zero already.
+  WriteNewHeader(pool->base_, pool->persister_, MakeHeader(pool_size, layout, plan));
+
+  // 4. The whole file durable (data and size), then published under its name. link() fails
+  //    with EEXIST rather than replace a file a racing creator put there first.
+  if (msync(pool->base_, pool_size, MS_SYNC) != 0 || fsync(fd) != 0) {
+    return ErrnoError(errno, path, "cannot sync the new pool file");
+  }
+  if (link(tmp_name.c_str(), path.c_str()) != 0) {
+    if (errno == EEXIST) return PoolError(absl::StatusCode::kAlreadyExists, path, "file exists");
+    return ErrnoError(errno, path, "cannot link the new pool file into place");
+  }
+  UnlinkGuard unlink_final(path);
+  // The pool now has both names; drop the temporary one, then make the directory durable so
+  // that after a crash `path` names the complete pool (or nothing).
+  unlink_tmp.release();
+  if (unlink(tmp_name.c_str()) != 0) {
+    return ErrnoError(errno, path, absl::StrCat("cannot remove ", tmp_name));
+  }
+  RETURN_IF_ERROR(SyncDirectory(DirectoryOf(path), path));
+
+  // 5. Open it like any existing pool.
+  ASSIGN_OR_RETURN(auto attached, Attach(std::move(pool), layout, options));
+  unlink_final.release();
+  attached->was_clean_shutdown_ = true;  // a new pool: there is nothing to recover
+  return attached;
+}
+
+absl::StatusOr<std::unique_ptr<Pool>> Pool::CreateInMemory(void* base, size_t size,
+                                                           std::string_view layout,
+                                                           const PoolOptions& options,
+                                                           std::string_view name) {
+  // 1. Arguments (no rounding: the memory is the caller's).
+  RETURN_IF_ERROR(CheckLayoutName(layout, name));
+  RETURN_IF_ERROR(CheckBase(base, name));
+  if (size < kMinPoolSize) {
+    return InvalidArgument(
+        name, absl::StrFormat("size too small: %d bytes, the minimum is %d", size, kMinPoolSize));
+  }
+  if (size % kPage != 0) {
+    return InvalidArgument(name, absl::StrFormat("size %d is not a 4 KiB multiple", size));
+  }
+  ASSIGN_OR_RETURN(const RegionPlan plan, PlanRegions(size, options, name));
+  RETURN_IF_ERROR(RequestedBackend(options, /*in_memory=*/true, name).status());
+  std::unique_ptr<Pool> pool(new Pool);
+  pool->closed_ = true;
+  pool->base_ = static_cast<uint8_t*>(base);
+  pool->size_ = size;
+  pool->path_ = std::string(name);
+  RETURN_IF_ERROR(pool->ChooseBackend(options));
+
+  // 2. Zero what is not zero (an old pool's header first), then the header: the same image as
+  //    a file Create, all through the persister.
+  ZeroImage(pool->base_, size, pool->persister_);
+  WriteNewHeader(pool->base_, pool->persister_, MakeHeader(size, layout, plan));
+  ASSIGN_OR_RETURN(auto attached, Attach(std::move(pool), layout, options));
+  attached->was_clean_shutdown_ = true;  // a new pool: there is nothing to recover
+  return attached;
+}
+
+// ---- Open ---------------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<Pool>> Pool::Open(const std::string& path, std::string_view layout,
+                                                 const PoolOptions& options) {
+  // 1. Open and lock; validate the header from a pread copy before mapping anything.
+  RETURN_IF_ERROR(RequestedBackend(options, /*in_memory=*/false, path).status());
+  ASSIGN_OR_RETURN(auto opened, OpenPoolFile(path));
+  FdGuard fd(opened.first);
+  const uint64_t file_size = opened.second;
+  RETURN_IF_ERROR(CheckHeaderFits(file_size, path));
+  PoolHeader h;
+  RETURN_IF_ERROR(PreadFull(fd.get(), &h, sizeof(h), 0, path));
+  RETURN_IF_ERROR(ValidateHeader(h, file_size, layout, path));
+
+  // 2. Map and attach (Attach validates the mapped header and state before writing).
+  void* base = MapShared(fd.get(), h.pool_size);
+  if (base == MAP_FAILED) return ErrnoError(errno, path, "cannot map the pool file");
+  std::unique_ptr<Pool> pool(new Pool);
+  pool->closed_ = true;
+  pool->fd_ = fd.release();
+  pool->path_ = path;
+  pool->base_ = static_cast<uint8_t*>(base);
+  pool->size_ = h.pool_size;
+  pool->owns_mapping_ = true;
+  return Attach(std::move(pool), layout, options);
+}
+
+absl::StatusOr<std::unique_ptr<Pool>> Pool::OpenInMemory(void* base, size_t size,
+                                                         std::string_view layout,
+                                                         const PoolOptions& options,
+                                                         std::string_view name) {
+  RETURN_IF_ERROR(RequestedBackend(options, /*in_memory=*/true, name).status());
+  RETURN_IF_ERROR(CheckBase(base, name));
+  RETURN_IF_ERROR(CheckHeaderFits(size, name));
+  std::unique_ptr<Pool> pool(new Pool);
+  pool->closed_ = true;
+  pool->base_ = static_cast<uint8_t*>(base);
+  pool->size_ = size;
+  pool->path_ = std::string(name);
+  return Attach(std::move(pool), layout, options);
+}
+
+// Common tail of every open: validate what is mapped, choose the backend, then the first writes.
+absl::StatusOr<std::unique_ptr<Pool>> Pool::Attach(std::unique_ptr<Pool> pool,
+                                                   std::string_view layout,
+                                                   const PoolOptions& options) {
+  // 1. Validate a copy of the mapped header (a file pool's was checked by pread already; this
+  //    also catches a change between that read and the mapping) and the state page.
+  PoolHeader h;
+  std::memcpy(&h, pool->base_, sizeof(h));
+  RETURN_IF_ERROR(ValidateHeader(h, pool->size_, layout, pool->path_));
+  RETURN_IF_ERROR(ValidateState(pool->state(), h, pool->path_));
+  RETURN_IF_ERROR(pool->ChooseBackend(options));
+
+  // 2. clean_shutdown = 0, durably, before anything else is written: from here until Close
+  //    persists 1, any crash is seen by the next Open as an unclean shutdown. A crash before
+  //    this fence leaves the previous value (and nothing else of ours has been written).
+  PoolState& s = pool->state();
+  pool->was_clean_shutdown_ = s.clean_shutdown.value.load(std::memory_order_relaxed) == 1;
+  s.clean_shutdown.value.store(0, std::memory_order_relaxed);
+  pool->persister_.Persist(kOpenDirty, kOpenDirtyFence, &s.clean_shutdown, kCacheLine);
+  pool->closed_ = false;
+
+  // 3. open_count + 1: its own line and fence; a crash before the fence loses only the count.
+  s.open_count.value.fetch_add(1, std::memory_order_relaxed);
+  pool->persister_.Persist(kOpenCount, kOpenCountFence, &s.open_count, kCacheLine);
+
+  Pool* expected = nullptr;
+  g_default_pool.compare_exchange_strong(expected, pool.get());
+  return pool;
+}
+
+// ---- backend --------------------------------------------------------------------------------
+
+absl::Status Pool::ChooseBackend(const PoolOptions& options) {
+  const bool in_memory = fd_ < 0;
+  ASSIGN_OR_RETURN(std::optional<BackendKind> kind, RequestedBackend(options, in_memory, path_));
+  if (!kind) {
+    // In-memory pools have nothing to msync; caller memory is treated as in the persistence
+    // domain unless the caller says otherwise.
+    if (in_memory) {
+      kind = BackendKind::kEadr;
+    } else {
+      kind = pmem_is_pmem(base_, size_) ? BackendKind::kPmem : BackendKind::kMsync;
+    }
+  }
+  if (*kind == BackendKind::kSim) {
+    const auto w = reinterpret_cast<uintptr_t>(options.sim->working());
+    const auto b = reinterpret_cast<uintptr_t>(base_);
+    if (b < w || size_ > options.sim->size() || b - w > options.sim->size() - size_) {
+      return InvalidArgument(path_, "the pool's memory is not inside the simulator's working copy");
+    }
+  }
+  persister_ = Persister(*kind, *kind == BackendKind::kSim ? options.sim : nullptr);
+  return absl::OkStatus();
+}
+
+// ---- Close and accessors ------------------------------------------------------------------
+
+Pool::~Pool() {
+  absl::Status st = Close();
+  if (!st.ok()) std::fprintf(stderr, "pmrt: closing pool: %s\n", st.ToString().c_str());
+}
+
+absl::Status Pool::Close() {
+  absl::Status result;
+  if (!closed_) {
+    closed_ = true;
+    Pool* self = this;
+    g_default_pool.compare_exchange_strong(self, nullptr);
+    // 1. Everything written to a file pool's mapping is made durable first: clean_shutdown = 1
+    //    promises the next Open that nothing needs recovering. (Layers above persist their own
+    //    state before Close; this also covers plain stores the user never flushed.) If the
+    //    sync fails, the flag stays 0 and the next Open runs recovery.
+    if (fd_ >= 0 && (msync(base_, size_, MS_SYNC) != 0 || fsync(fd_) != 0)) {
+      result = ErrnoError(errno, path_, "cannot sync the pool before closing it");
+    } else {
+      // 2. clean_shutdown = 1, its own line, persisted: a crash before the fence leaves 0 (an
+      //    unclean shutdown, recovery runs and finds nothing to do), after it 1.
+      PoolState& s = state();
+      s.clean_shutdown.value.store(1, std::memory_order_relaxed);
+      persister_.Persist(kCloseClean, kCloseCleanFence, &s.clean_shutdown, kCacheLine);
+    }
+  }
+  Unmap();
+  return result;
+}
+
+void Pool::Unmap() {
+  if (owns_mapping_ && base_ != nullptr) munmap(base_, size_);
+  base_ = nullptr;
+  size_ = 0;
+  owns_mapping_ = false;
+  if (fd_ >= 0) close(fd_);  // also releases the flock
+  fd_ = -1;
+}
+
+absl::Status Pool::BindRoot(size_t size, size_t align) {
+  if (closed_) {
+    return PoolError(absl::StatusCode::kFailedPrecondition, path_, "pool is closed");
+  }
+  const RegionDesc root = header().root;
+  if (size > root.size || align > kPage) {
+    return InvalidArgument(path_, absl::StrFormat("root type (%d bytes, alignment %d) does not "
+                                                  "fit the %d-byte root region",
+                                                  size, align, root.size));
+  }
+  // The first binding records sizeof(T) durably (a CAS so that concurrent first calls agree);
+  // a crash before the fence leaves 0 and the next run binds again. The region itself is zero
+  // from Create, so the root is zero at first use. Relaxed: the CAS publishes only the size
+  // word itself, which every caller reads through this same CAS.
+  auto& bound = state().root_type_size.value;
+  uint64_t expected = 0;
+  if (bound.compare_exchange_strong(expected, size, std::memory_order_relaxed)) {
+    persister_.Persist(kRootBind, kRootBindFence, &state().root_type_size, kCacheLine);
+    return absl::OkStatus();
+  }
+  if (expected != size) {
+    return PoolError(absl::StatusCode::kFailedPrecondition, path_,
+                     absl::StrFormat("root type size mismatch: the pool's root is a %d-byte "
+                                     "type, root<T>() asks for %d bytes",
+                                     expected, size));
+  }
+  return absl::OkStatus();
+}
+
+std::string_view Pool::layout() const { return LayoutOf(header()); }
+
+RegionDesc Pool::region(PoolRegion r) const {
+  const PoolHeader& h = header();
+  switch (r) {
+    case PoolRegion::kRoot:
+      return h.root;
+    case PoolRegion::kEpoch:
+      return h.epoch;
+    case PoolRegion::kLog:
+      return h.log;
+    case PoolRegion::kHeap:
+      return h.heap;
+  }
+  return RegionDesc{0, 0};
+}
+
+uint64_t Pool::open_count() const {
+  return state().open_count.value.load(std::memory_order_relaxed);  // written only by Attach
+}
+
+Pool* Pool::Default() { return g_default_pool.load(); }
+
+}  // namespace pmrt

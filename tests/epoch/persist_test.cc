@@ -1,0 +1,212 @@
+#include "epoch/persist.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/util/test_util.h"
+
+namespace pmrt {
+namespace {
+
+using ::pmrt::testing::StatusIs;
+
+constexpr size_t kMapSize = 1 << 20;
+
+// A 1 MiB file in a fresh temporary directory (tmpfs when available), mapped shared.
+class MappedFile {
+ public:
+  MappedFile() {
+    const std::string path = dir_.File("persist.bin");
+    fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd_ < 0 || ftruncate(fd_, kMapSize) != 0) return;
+    void* p = mmap(nullptr, kMapSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+    if (p != MAP_FAILED) base_ = static_cast<uint8_t*>(p);
+  }
+  ~MappedFile() {
+    if (base_ != nullptr) munmap(base_, kMapSize);
+    if (fd_ >= 0) close(fd_);
+  }
+  uint8_t* base() const { return base_; }
+  int fd() const { return fd_; }
+
+ private:
+  testing::TempDir dir_;
+  int fd_ = -1;
+  uint8_t* base_ = nullptr;
+};
+
+constexpr Site kFlushSite{"test.persist.flush"};
+constexpr Site kFenceSite{"test.persist.fence"};
+constexpr Site kBatchSite{"test.persist.batch"};
+
+TEST(PersistTest, BackendNamesRoundTrip) {
+  for (BackendKind kind :
+       {BackendKind::kPmem, BackendKind::kEadr, BackendKind::kMsync, BackendKind::kSim}) {
+    auto parsed = ParseBackend(BackendName(kind));
+    ASSERT_OK(parsed);
+    EXPECT_EQ(*parsed, kind);
+  }
+  EXPECT_EQ(BackendName(BackendKind::kPmem), "pmem");
+  EXPECT_EQ(BackendName(BackendKind::kEadr), "eadr");
+  EXPECT_EQ(BackendName(BackendKind::kMsync), "msync");
+  EXPECT_EQ(BackendName(BackendKind::kSim), "sim");
+}
+
+TEST(PersistTest, ParseBackendRejectsUnknownNamesNamingThem) {
+  EXPECT_THAT(ParseBackend("dax"), StatusIs(absl::StatusCode::kInvalidArgument, "'dax'"));
+  EXPECT_THAT(ParseBackend("PMEM"), StatusIs(absl::StatusCode::kInvalidArgument, "'PMEM'"));
+  EXPECT_THAT(ParseBackend(""), StatusIs(absl::StatusCode::kInvalidArgument, "''"));
+  EXPECT_THAT(ParseBackend("pmem "), StatusIs(absl::StatusCode::kInvalidArgument, "'pmem '"));
+}
+
+TEST(PersistTest, SiteIdsAreStableNonzeroAndDistinct) {
+  // FNV-1a 32 of the name, so an id given on a command line means the same site in every build.
+  static_assert(Site("a").id == 0xE40C292Cu);
+  static_assert(Site("pool.create.header").id == Site("pool.create.header").id);
+  EXPECT_EQ(Site("").id, 2166136261u);  // the FNV offset basis: empty name, nothing hashed
+  EXPECT_NE(Site("txn.commit.record").id, Site("txn.commit.fence").id);
+  EXPECT_NE(kFlushSite.id, 0u);
+  EXPECT_NE(kFenceSite.id, 0u);
+  // A name built at run time gets the same id as the constexpr one.
+  std::string name = "test.persist.";
+  name += "flush";
+  EXPECT_EQ(Site(name.c_str()).id, kFlushSite.id);
+  EXPECT_STREQ(kFlushSite.name, "test.persist.flush");
+}
+
+// Flushes of various shapes on `p`, with the counts of `kind` checked after each.
+void ExpectCounts(const Persister& p, uint8_t* base) {
+  const BackendKind kind = p.kind();
+  PersistCounts before = CountersSnapshot(kind);
+  auto delta = [&] { return CountersSnapshot(kind) - before; };
+
+  std::memset(base, 1, 100);
+  p.Flush(kFlushSite, base, 100);  // lines 0 and 1
+  EXPECT_EQ(delta().flushes, 1u);
+  EXPECT_EQ(delta().lines_flushed, 2u);
+  EXPECT_EQ(delta().bytes_flushed, 100u);
+  EXPECT_EQ(delta().fences, 0u);
+
+  p.Flush(kFlushSite, base + 60, 8);  // straddles lines 0 and 1
+  EXPECT_EQ(delta().lines_flushed, 4u);
+  p.Flush(kFlushSite, base + 64, 64);  // exactly line 1
+  EXPECT_EQ(delta().lines_flushed, 5u);
+  p.Flush(kFlushSite, base + 4096 * 3, 0);  // empty: a call, no lines
+  EXPECT_EQ(delta().flushes, 4u);
+  EXPECT_EQ(delta().lines_flushed, 5u);
+  EXPECT_EQ(delta().bytes_flushed, 100u + 8 + 64);
+
+  p.Fence(kFenceSite);
+  EXPECT_EQ(delta().fences, 1u);
+
+  std::memset(base + 8192, 2, 4096);
+  const Range ranges[] = {{base + 8192, 4096}, {base + 20000, 10}, {base, 1}};
+  p.FlushBatch(kBatchSite, ranges);
+  EXPECT_EQ(delta().batch_flushes, 1u);
+  EXPECT_EQ(delta().flushes, 4u + 3);
+  EXPECT_EQ(delta().lines_flushed, 5u + 64 + 1 + 1);
+  EXPECT_EQ(delta().fences, 2u);  // the batch ends with one fence
+
+  p.Persist(kFlushSite, kFenceSite, base + 128, 64);
+  EXPECT_EQ(delta().flushes, 8u);
+  EXPECT_EQ(delta().fences, 3u);
+}
+
+TEST(PersistTest, EadrCountsFlushesLinesAndFences) {
+  MappedFile f;
+  ASSERT_NE(f.base(), nullptr);
+  const PersistCounts other_before = CountersSnapshot(BackendKind::kMsync);
+  ExpectCounts(Persister(BackendKind::kEadr, nullptr), f.base());
+  const PersistCounts other_after = CountersSnapshot(BackendKind::kMsync);
+  EXPECT_EQ(other_after.flushes, other_before.flushes);
+  EXPECT_EQ(other_after.fences, other_before.fences);
+}
+
+TEST(PersistTest, MsyncCountsFlushesLinesAndFencesOnAFileMapping) {
+  MappedFile f;
+  ASSERT_NE(f.base(), nullptr);
+  const PersistCounts other_before = CountersSnapshot(BackendKind::kEadr);
+  ExpectCounts(Persister(BackendKind::kMsync, nullptr), f.base());
+  const PersistCounts other_after = CountersSnapshot(BackendKind::kEadr);
+  EXPECT_EQ(other_after.flushes, other_before.flushes);
+  // The data written through the mapping is in the file.
+  uint8_t byte = 0;
+  ASSERT_EQ(pread(f.fd(), &byte, 1, 8192 + 17), 1);
+  EXPECT_EQ(byte, 2);
+}
+
+TEST(PersistTest, MsyncFenceWithNothingRecordedIsHarmless) {
+  const Persister p(BackendKind::kMsync, nullptr);
+  const PersistCounts before = CountersSnapshot(BackendKind::kMsync);
+  p.Fence(kFenceSite);
+  p.Fence(kFenceSite);
+  EXPECT_EQ((CountersSnapshot(BackendKind::kMsync) - before).fences, 2u);
+}
+
+TEST(PersistTest, DisabledSiteIsANoOp) {
+  MappedFile f;
+  ASSERT_NE(f.base(), nullptr);
+  const Persister p(BackendKind::kEadr, nullptr);
+  const PersistCounts before = CountersSnapshot(BackendKind::kEadr);
+
+  mutation::Disable(kFlushSite);
+  EXPECT_TRUE(mutation::IsDisabled(kFlushSite));
+  EXPECT_FALSE(mutation::IsDisabled(kFenceSite));
+  EXPECT_TRUE(mutation::Swapped(kFlushSite));
+  p.Flush(kFlushSite, f.base(), 64);
+  EXPECT_EQ((CountersSnapshot(BackendKind::kEadr) - before).flushes, 0u);
+  p.Flush(Site("test.persist.other"), f.base(), 64);  // other sites still work
+  EXPECT_EQ((CountersSnapshot(BackendKind::kEadr) - before).flushes, 1u);
+  p.Fence(kFenceSite);
+  EXPECT_EQ((CountersSnapshot(BackendKind::kEadr) - before).fences, 1u);
+
+  mutation::Disable(kFenceSite.id);
+  p.Fence(kFenceSite);
+  EXPECT_EQ((CountersSnapshot(BackendKind::kEadr) - before).fences, 1u);
+  p.Flush(kFlushSite, f.base(), 64);  // only one site is disabled at a time
+  EXPECT_EQ((CountersSnapshot(BackendKind::kEadr) - before).flushes, 2u);
+
+  mutation::Disable(kBatchSite);
+  const Range r[] = {{f.base(), 64}};
+  p.FlushBatch(kBatchSite, r);  // the whole batch, fence included
+  PersistCounts d = CountersSnapshot(BackendKind::kEadr) - before;
+  EXPECT_EQ(d.batch_flushes, 0u);
+  EXPECT_EQ(d.flushes, 2u);
+  EXPECT_EQ(d.fences, 1u);
+
+  mutation::EnableAll();
+  EXPECT_FALSE(mutation::IsDisabled(kBatchSite));
+  p.FlushBatch(kBatchSite, r);
+  d = CountersSnapshot(BackendKind::kEadr) - before;
+  EXPECT_EQ(d.batch_flushes, 1u);
+  EXPECT_EQ(d.fences, 2u);
+}
+
+TEST(PersistTest, CountsOfExitedThreadsAreKept) {
+  MappedFile f;
+  ASSERT_NE(f.base(), nullptr);
+  const Persister p(BackendKind::kEadr, nullptr);
+  const PersistCounts before = CountersSnapshot(BackendKind::kEadr);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&p, &f, t] {
+      for (int i = 0; i < 1000; ++i) p.Flush(kFlushSite, f.base() + t * 4096, 128);
+      p.Fence(kFenceSite);
+    });
+  }
+  for (auto& t : threads) t.join();
+  const PersistCounts d = CountersSnapshot(BackendKind::kEadr) - before;
+  EXPECT_EQ(d.flushes, 4000u);
+  EXPECT_EQ(d.lines_flushed, 8000u);
+  EXPECT_EQ(d.fences, 4u);
+  EXPECT_GE(CountersSnapshotAll().flushes, d.flushes);
+}
+
+}  // namespace
+}  // namespace pmrt
