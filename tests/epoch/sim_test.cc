@@ -468,6 +468,11 @@ LifecycleOutcome RunPoolLifecycle() {
     if (step == kReopened && (*p)->was_clean_shutdown()) {
       return absl::DataLossError("a crash after Open looks like a clean shutdown");
     }
+    // Open clears the clean flag durably before it writes anything else: a persisted count of
+    // the reopen (create 1, reopen 2, this check 3) implies a cleared flag.
+    if (step == kOpening && (*p)->open_count() >= 3 && (*p)->was_clean_shutdown()) {
+      return absl::DataLossError("open count persisted before the clean flag was cleared");
+    }
     if (step >= kReopened && (*p)->open_count() < 3) {  // this check's own open is one more
       return absl::DataLossError("open count lost");
     }

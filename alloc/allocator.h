@@ -1,0 +1,198 @@
+// The persistent heap: alloc::pnew / pdelete and raw Allocate / Free inside a pool.
+//
+//   auto heap = pmrt::alloc::Heap::Open(*pool, *epochs);    // after epoch::Manager::Open
+//   Node* n = pmrt::alloc::pnew<Node>(args...);              // the default (first opened) heap
+//   ...
+//   pmrt::alloc::pdelete(n);                                  // deferred: reused after its epoch
+//
+// Crash behaviour (epoch scope, DESIGN.md contract 3): after a crash in epoch e the heap is as
+// it was when e began — blocks allocated in e are free again, blocks freed in e are still
+// allocated. Allocation and free never flush or fence: every metadata line carries its own undo
+// copy tagged with its epoch (alloc/internal/logged_line.h) and the epoch boundary writes the
+// dirty lines back. A freed block is reused only after the epoch of its free has closed (no
+// guard can hold it) and is durable. A newly allocated block is registered dirty, so what the
+// caller writes into it in the same epoch is written back at the boundary; later changes to the
+// object are the caller's to log (epoch::ExternalLog, InCLL).
+//
+// Restart reads one line per 64 KiB chunk (not the blocks): open time does not grow with the
+// number of live objects. Bitmaps are read when a chunk is first used in a run.
+//
+// Thread safety: everything may be called from any thread. Walk/Stats/Check read a consistent
+// heap only when no allocation or free runs concurrently.
+#ifndef PMRT_ALLOC_ALLOCATOR_H_
+#define PMRT_ALLOC_ALLOCATOR_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "alloc/size_class.h"
+#include "epoch/epoch.h"
+#include "epoch/per_thread.h"
+#include "epoch/pool.h"
+
+namespace pmrt::alloc {
+
+namespace alloc_detail {
+struct ThreadCache;
+struct ChunkDirty;
+struct PendingFree;
+}  // namespace alloc_detail
+
+// Why the last null-returning Allocate of this thread failed.
+enum class AllocError : uint8_t {
+  kNone,
+  kPoolFull,      // no free block of the class and no free chunk run large enough
+  kTooLarge,      // larger than the whole heap
+  kBadAlignment,  // not a power of two, or above 64 KiB
+  kNoHeap,        // pnew with no open heap
+};
+const char* AllocErrorName(AllocError e);
+
+struct BlockInfo {
+  uint64_t offset;  // pool offset of the block
+  uint64_t size;    // usable bytes (the class size, or the extent's length)
+};
+
+struct HeapStats {
+  uint64_t heap_bytes = 0;           // bytes of chunk data in the heap
+  uint64_t used_bytes = 0;           // bytes in live blocks
+  uint64_t free_bytes = 0;           // heap_bytes - used_bytes
+  uint64_t largest_free_extent = 0;  // bytes in the largest run of free chunks
+  uint64_t live_blocks = 0;          // small blocks plus extents
+  uint64_t live_extents = 0;
+  std::array<uint64_t, SizeClasses::kCount> live_per_class{};
+  uint64_t chunks = 0, free_chunks = 0, small_chunks = 0, extent_chunks = 0;
+  uint64_t allocations = 0, frees = 0;  // since open
+};
+
+class Heap {
+ public:
+  // Attaches to the pool's heap region (formats it on first use) and recovers it: chunk headers
+  // of failed epochs are rolled back; bitmaps roll back lazily, on first use. One Heap per pool.
+  static absl::StatusOr<std::unique_ptr<Heap>> Open(Pool& pool, epoch::Manager& epochs);
+  ~Heap();
+  Heap(const Heap&) = delete;
+  Heap& operator=(const Heap&) = delete;
+
+  // Hot path: a block of at least `size` bytes aligned to `align` (a power of two <= 64 KiB),
+  // or null with LastError() set. No flush, no fence.
+  void* Allocate(size_t size, size_t align = 16);
+  // The same with an error naming the pool, the size and the reason.
+  absl::StatusOr<void*> TryAllocate(size_t size, size_t align = 16);
+  // Frees a block (deferred reuse, see above). kInvalidArgument for a pointer that is not the
+  // start of a block of this heap, kFailedPrecondition for a block that is not allocated (a
+  // double free). On error nothing changes.
+  absl::Status Free(void* p);
+  static AllocError LastError();
+
+  // Usable bytes of the live block starting at p; 0 when p is not one.
+  size_t UsableSize(const void* p) const;
+
+  // Every live block, in address order.
+  absl::Status Walk(const std::function<void(const BlockInfo&)>& fn) const;
+  HeapStats Stats() const;
+  // Deep consistency check of the metadata: chunk states, extent runs, bitmap bits beyond a
+  // chunk's blocks, free chunks with allocated bits. kDataLoss naming the chunk and offset.
+  absl::Status Check() const;
+
+  // ---- transaction hooks (txn/): allocation and free that follow a transaction's outcome ----
+  // Replays a committed transaction's allocation or free after a crash: idempotent, logged in
+  // the current epoch like any other change. REQUIRES: a Guard.
+  absl::Status MarkAllocated(uint64_t offset);
+  absl::Status MarkFreed(uint64_t offset);
+  // Undoes an allocation whose transaction aborted: the block was never published, so it is
+  // reusable at once (no grace period). REQUIRES: a Guard.
+  absl::Status FreeUnpublished(void* p);
+
+  Pool& pool() const { return pool_; }
+  epoch::Manager& epochs() const { return epochs_; }
+  // The first heap opened that is still open (used by pnew/pdelete).
+  static Heap* Default();
+
+ private:
+  friend struct alloc_detail::ThreadCache;
+  Heap(Pool& pool, epoch::Manager& epochs);
+  absl::Status Format();
+  absl::Status Load();
+  void* AllocateSmall(int c, uint64_t e);
+  void* AllocateExtent(size_t size, uint64_t e);
+  bool Refill(alloc_detail::ThreadCache& tc, int c, uint64_t e);
+  bool LoadNextChunk(int c, std::vector<uint64_t>* out);
+  void ReadFreeBlocks(uint64_t chunk, int c, std::vector<uint64_t>* out) const;
+  void EnsureLoaded(uint64_t chunk, int c);
+  absl::Status FreeImpl(void* p, bool grace);
+  bool TakeRun(uint64_t n, uint64_t* start);
+  void ReturnRun(uint64_t start, uint64_t n);
+  void SetChunkState(uint64_t chunk, uint64_t state, uint64_t e);
+  // Sets or clears block `b`'s bit in chunk `chunk`; returns the bit's previous value.
+  bool SetBit(uint64_t chunk, uint32_t b, bool value, uint64_t e);
+  void MarkDirty(uint64_t chunk, uint64_t rel, uint64_t len, uint64_t e);
+  void CollectDirty(uint64_t e, std::vector<Range>& out);
+  absl::Status Locate(const void* p, uint64_t* chunk, uint32_t* block, int* cls) const;
+  void ReleaseFreed(std::vector<alloc_detail::PendingFree>* batch);
+  uint64_t ChunkOffset(uint64_t chunk) const { return data_off_ + (chunk << 16); }
+  absl::Status Corrupt(uint64_t chunk, const std::string& what) const;
+
+  Pool& pool_;
+  epoch::Manager& epochs_;
+  uint8_t* region_ = nullptr;     // heap region start
+  uint64_t region_off_ = 0;       // its pool offset
+  uint64_t data_off_ = 0;         // pool offset of chunk 0's data
+  uint64_t chunks_ = 0;
+  void* meta_ = nullptr;          // ChunkMeta[chunks_]
+  int flush_source_ = 0;
+
+  // Volatile mirror of every chunk's (recovered) state word, and which chunks have had their
+  // bitmap read this run.
+  std::unique_ptr<std::atomic<uint64_t>[]> state_;
+  std::unique_ptr<std::atomic<bool>[]> loaded_;
+  std::unique_ptr<alloc_detail::ChunkDirty[]> dirty_;
+
+  mutable std::mutex chunk_mu_;                  // guards the three below
+  std::map<uint64_t, uint64_t> free_runs_;       // start -> length, coalesced
+  std::set<std::pair<uint64_t, uint64_t>> by_length_;  // (length, start), best fit
+  std::vector<uint64_t> unloaded_[SizeClasses::kCount];  // used chunks not yet read this run
+
+  struct alignas(64) Central {
+    std::mutex mu;
+    std::vector<uint64_t> blocks;  // reusable block offsets
+  };
+  Central central_[SizeClasses::kCount];
+  PerThread<alloc_detail::ThreadCache> caches_;
+};
+
+// Constructs a T in the default heap. Null (and the thread's LastError) on failure.
+template <class T, class... Args>
+T* pnew(Args&&... args) {
+  Heap* h = Heap::Default();
+  if (h == nullptr) return nullptr;
+  void* p = h->Allocate(sizeof(T), alignof(T));
+  return p == nullptr ? nullptr : new (p) T(std::forward<Args>(args)...);
+}
+
+// Destroys and frees a T of the default heap.
+// Destroys and frees a T of the default heap. A pointer that is not a live block is refused
+// before anything is destroyed.
+template <class T>
+absl::Status pdelete(T* p) {
+  if (p == nullptr) return absl::OkStatus();
+  Heap* h = Heap::Default();
+  if (h == nullptr) return absl::FailedPreconditionError("pdelete: no heap is open");
+  if (h->UsableSize(p) == 0) return h->Free(p);  // the error says why
+  p->~T();
+  return h->Free(p);
+}
+
+}  // namespace pmrt::alloc
+
+#endif  // PMRT_ALLOC_ALLOCATOR_H_

@@ -1,0 +1,75 @@
+// On-media layout of the persistent heap (the pool's heap region). docs/alloc.md has the long
+// form.
+//
+//   heap region offset 0      HeapHeader (one line; magic, geometry, crc)
+//   + kMetaOffset             ChunkMeta[chunk_count]   (1536 bytes each: metadata apart from data)
+//   + data_offset             chunk data: chunk_count x 64 KiB, each 64 KiB aligned in the pool
+//
+// ChunkMeta = 24 LoggedLines: line 0 is the chunk header, lines 1..23 the allocation bitmap
+// (192 bits a line, bit i = block i allocated). Every LoggedLine carries its own undo copy and
+// epoch tag (in-cache-line logging), so allocation and free never flush or fence: after a
+// crash, a line whose tag names a failed epoch is restored from its undo copy.
+//
+// An all-zero heap region (apart from the header) is a valid empty heap: every chunk free.
+#ifndef PMRT_ALLOC_INTERNAL_HEAP_LAYOUT_H_
+#define PMRT_ALLOC_INTERNAL_HEAP_LAYOUT_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace pmrt::alloc_internal {
+
+inline constexpr uint64_t kHeapMagic = 0x5041454854524D50ull;  // "PMRTHEAP"
+inline constexpr uint32_t kHeapVersion = 1;
+inline constexpr size_t kChunkSize = 64 * 1024;
+inline constexpr size_t kChunkShift = 16;
+inline constexpr size_t kMinBlock = 16;
+inline constexpr size_t kMaxBlocksPerChunk = kChunkSize / kMinBlock;  // 4096
+inline constexpr size_t kWordsPerLine = 3;
+inline constexpr size_t kBitsPerLine = kWordsPerLine * 64;  // 192
+inline constexpr size_t kBitmapLines = (kMaxBlocksPerChunk + kBitsPerLine - 1) / kBitsPerLine;
+
+// A cache line that logs itself: three data words, their undo copies, and a tag
+// (epoch << 1 | locked). Protocol (alloc/internal/logged_line.h): lock; if the tag's epoch is a
+// failed epoch of an earlier run, restore words from undo; on the first modification in epoch
+// e copy words to undo, then store tag e; then modify words; unlock. All in one line, so PCSO
+// persists the stores in program order and no flush or fence is needed.
+struct alignas(64) LoggedLine {
+  std::atomic<uint64_t> word[kWordsPerLine];
+  std::atomic<uint64_t> undo[kWordsPerLine];
+  std::atomic<uint64_t> tag;  // epoch of the undo copy << 1 | lock bit (volatile meaning)
+  uint64_t reserved;
+};
+static_assert(sizeof(LoggedLine) == 64);
+
+// Chunk header word 0: kind in bits 0..7, size class in 8..15, run length (chunks) in 16..47.
+enum class ChunkKind : uint8_t { kFree = 0, kSmall = 1, kExtent = 2 };
+inline constexpr uint64_t MakeState(ChunkKind kind, uint32_t size_class, uint32_t run) {
+  return static_cast<uint64_t>(kind) | uint64_t{size_class} << 8 | uint64_t{run} << 16;
+}
+inline constexpr ChunkKind StateKind(uint64_t s) { return static_cast<ChunkKind>(s & 0xFF); }
+inline constexpr uint32_t StateClass(uint64_t s) { return static_cast<uint32_t>((s >> 8) & 0xFF); }
+inline constexpr uint32_t StateRun(uint64_t s) { return static_cast<uint32_t>(s >> 16); }
+
+struct ChunkMeta {
+  LoggedLine header;               // word[0] = state
+  LoggedLine bits[kBitmapLines];   // allocation bitmap of a kSmall chunk
+};
+static_assert(sizeof(ChunkMeta) == 64 * 23);
+
+struct alignas(64) HeapHeader {
+  uint64_t magic;        // kHeapMagic once initialized; 0 in a fresh pool
+  uint32_t version;      // kHeapVersion
+  uint32_t chunk_size;   // kChunkSize
+  uint64_t chunk_count;  // chunks in the heap
+  uint64_t data_offset;  // offset of chunk 0's data from the heap region start
+  uint32_t crc;          // CRC32C of the fields above
+  uint32_t pad;
+};
+static_assert(sizeof(HeapHeader) == 64);
+inline constexpr size_t kMetaOffset = 64;
+
+}  // namespace pmrt::alloc_internal
+
+#endif  // PMRT_ALLOC_INTERNAL_HEAP_LAYOUT_H_

@@ -1,0 +1,350 @@
+// Unit tests of the persistent heap: size classes, extents, alignment, exhaustion and recovery
+// from it, misuse, cross-thread frees, the grace period, crash rollback and the transaction
+// hooks. Crash consistency under the simulator is in alloc_crash_test.cc.
+#include "alloc/allocator.h"
+
+#include <sys/mman.h>
+
+#include <cstring>
+#include <set>
+#include <thread>
+
+#include "epoch/epoch.h"
+#include "epoch/pool.h"
+#include "gtest/gtest.h"
+#include "tests/util/test_util.h"
+
+namespace pmrt::alloc {
+namespace {
+
+constexpr size_t kPoolSize = 16 << 20;
+
+class Memory {
+ public:
+  explicit Memory(size_t size = kPoolSize) : size_(size) {
+    base_ = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  }
+  ~Memory() { munmap(base_, size_); }
+  void* base() const { return base_; }
+  size_t size() const { return size_; }
+  void CopyFrom(const Memory& o) { std::memcpy(base_, o.base_, size_); }
+
+ private:
+  void* base_;
+  size_t size_;
+};
+
+struct Runtime {  // members are destroyed heap first, pool last
+  std::unique_ptr<Pool> pool;
+  std::unique_ptr<epoch::Manager> epochs;
+  std::unique_ptr<Heap> heap;
+};
+
+Runtime Open(Memory& m, bool create) {
+  PoolOptions po;
+  po.backend = BackendKind::kEadr;
+  auto pool = create ? Pool::CreateInMemory(m.base(), m.size(), "alloc-test", po)
+                     : Pool::OpenInMemory(m.base(), m.size(), "alloc-test", po);
+  EXPECT_OK(pool);
+  epoch::ManagerOptions eo;
+  eo.interval = std::chrono::milliseconds(0);
+  auto epochs = epoch::Manager::Open(**pool, eo);
+  EXPECT_OK(epochs);
+  auto heap = Heap::Open(**pool, **epochs);
+  EXPECT_OK(heap);
+  Runtime r;
+  r.pool = std::move(*pool);
+  r.epochs = std::move(*epochs);
+  r.heap = std::move(*heap);
+  return r;
+}
+
+std::set<uint64_t> LiveOffsets(const Heap& h) {
+  std::set<uint64_t> s;
+  EXPECT_OK(h.Walk([&](const BlockInfo& b) { s.insert(b.offset); }));
+  return s;
+}
+
+TEST(SizeClassTest, ClassesCoverSizesWithBoundedWaste) {
+  for (size_t size = 1; size <= kMaxSmallSize; size += (size < 1024 ? 1 : 97)) {
+    const int c = SizeClasses::For(size, 16);
+    ASSERT_GE(c, 0) << size;
+    EXPECT_GE(SizeClasses::Size(c), size);
+    if (size > 128) {
+      EXPECT_LE(SizeClasses::Size(c), size * 5 / 4 + 16) << size;
+    }
+  }
+  EXPECT_EQ(SizeClasses::For(kMaxSmallSize + 1, 16), -1);
+  EXPECT_EQ(SizeClasses::Size(SizeClasses::For(100, 64)) % 64, 0u);
+  EXPECT_EQ(SizeClasses::Size(SizeClasses::For(10, 4096)), 4096u);
+  EXPECT_EQ(SizeClasses::For(10, 8192), -1);  // an extent
+}
+
+TEST(HeapTest, SmallBlocksAreDistinctAlignedAndSized) {
+  Memory m;
+  Runtime r = Open(m, true);
+  std::vector<std::pair<uint8_t*, size_t>> blocks;
+  for (size_t size : {1, 16, 17, 64, 100, 128, 129, 1000, 4096, 8192, 30000}) {
+    for (size_t align : {16, 64, 256}) {
+      auto* p = static_cast<uint8_t*>(r.heap->Allocate(size, align));
+      ASSERT_NE(p, nullptr) << size;
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % align, 0u);
+      EXPECT_GE(r.heap->UsableSize(p), size);
+      std::memset(p, 0xAB, size);
+      blocks.push_back({p, size});
+    }
+  }
+  std::sort(blocks.begin(), blocks.end());
+  for (size_t i = 1; i < blocks.size(); ++i) {
+    EXPECT_LE(blocks[i - 1].first + blocks[i - 1].second, blocks[i].first) << "overlap";
+  }
+  EXPECT_EQ(LiveOffsets(*r.heap).size(), blocks.size());
+  ASSERT_OK(r.heap->Check());
+}
+
+TEST(HeapTest, ExtentsHaveNoArtificialCap) {
+  Memory m;
+  Runtime r = Open(m, true);
+  void* big = r.heap->Allocate(10 << 20);  // most of a 16 MiB pool
+  ASSERT_NE(big, nullptr);
+  EXPECT_GE(r.heap->UsableSize(big), size_t{10 << 20});
+  void* mid = r.heap->Allocate(100 * 1024, 65536);
+  ASSERT_NE(mid, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(mid) % 65536, 0u);
+  HeapStats st = r.heap->Stats();
+  EXPECT_EQ(st.live_extents, 2u);
+  ASSERT_OK(r.heap->Free(big));
+  ASSERT_OK(r.heap->Free(mid));
+  ASSERT_OK(r.epochs->Advance());
+  EXPECT_NE(r.heap->Allocate(12 << 20), nullptr);  // the runs coalesced
+  EXPECT_EQ(r.heap->Allocate(64 << 20), nullptr);
+  EXPECT_EQ(Heap::LastError(), AllocError::kTooLarge);
+  EXPECT_EQ(r.heap->Allocate(16, 3), nullptr);
+  EXPECT_EQ(Heap::LastError(), AllocError::kBadAlignment);
+  EXPECT_THAT(r.heap->TryAllocate(16, 3),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, "alignment"));
+}
+
+TEST(HeapTest, ExhaustionFailsCleanlyAndRecoversAfterFrees) {
+  Memory m(4 << 20);
+  Runtime r = Open(m, true);
+  std::vector<void*> got;
+  for (void* p; (p = r.heap->Allocate(4000)) != nullptr;) got.push_back(p);
+  EXPECT_EQ(Heap::LastError(), AllocError::kPoolFull);
+  EXPECT_THAT(r.heap->TryAllocate(4000),
+              testing::StatusIs(absl::StatusCode::kResourceExhausted, "pool full"));
+  ASSERT_GT(got.size(), 100u);
+  const auto live = LiveOffsets(*r.heap);
+  EXPECT_EQ(live.size(), got.size());  // a failed allocation changes nothing
+  for (size_t i = 0; i < got.size(); i += 2) ASSERT_OK(r.heap->Free(got[i]));
+  EXPECT_EQ(r.heap->Allocate(4000), nullptr);  // frees are not reusable before their epoch ends
+  ASSERT_OK(r.epochs->Advance());
+  for (size_t i = 0; i < got.size(); i += 2) EXPECT_NE(r.heap->Allocate(4000), nullptr);
+  ASSERT_OK(r.heap->Check());
+}
+
+TEST(HeapTest, MisuseIsRefusedAndChangesNothing) {
+  Memory m;
+  Runtime r = Open(m, true);
+  auto* p = static_cast<uint8_t*>(r.heap->Allocate(64));
+  ASSERT_NE(p, nullptr);
+  const auto before = LiveOffsets(*r.heap);
+  int stack_var = 0;
+  EXPECT_THAT(r.heap->Free(&stack_var),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, "not inside the heap"));
+  EXPECT_THAT(r.heap->Free(p + 16),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, "not the start of a heap block"));
+  ASSERT_OK(r.heap->Free(p));
+  EXPECT_THAT(r.heap->Free(p), testing::StatusIs(absl::StatusCode::kFailedPrecondition,
+                                                 "double free"));
+  EXPECT_EQ(LiveOffsets(*r.heap).size(), before.size() - 1);
+  void* ext = r.heap->Allocate(1 << 20);
+  ASSERT_OK(r.heap->Free(ext));
+  EXPECT_THAT(r.heap->Free(ext), testing::StatusIs(absl::StatusCode::kFailedPrecondition,
+                                                   "double free"));
+  ASSERT_OK(r.heap->Check());
+}
+
+TEST(HeapTest, GracePeriodDelaysReuseUntilTheEpochCloses) {
+  Memory m;
+  Runtime r = Open(m, true);
+  void* a = r.heap->Allocate(48);
+  ASSERT_OK(r.heap->Free(a));
+  std::set<void*> same_epoch;
+  for (int i = 0; i < 5000; ++i) same_epoch.insert(r.heap->Allocate(48));
+  EXPECT_EQ(same_epoch.count(a), 0u);
+  ASSERT_OK(r.epochs->Advance());
+  bool reused = false;
+  for (int i = 0; i < 5000 && !reused; ++i) reused = r.heap->Allocate(48) == a;
+  EXPECT_TRUE(reused);
+}
+
+TEST(HeapTest, CrossThreadFreesAreReused) {
+  Memory m(64 << 20);
+  Runtime r = Open(m, true);
+  std::vector<void*> blocks(20000);
+  std::thread producer([&] {
+    for (auto& b : blocks) b = r.heap->Allocate(96);
+  });
+  producer.join();
+  std::thread consumer([&] {
+    for (void* b : blocks) ASSERT_OK(r.heap->Free(b));
+  });
+  consumer.join();
+  ASSERT_OK(r.epochs->Advance());
+  std::set<void*> old(blocks.begin(), blocks.end());
+  int reused = 0;
+  std::thread again([&] {
+    for (int i = 0; i < 40000; ++i) reused += old.count(r.heap->Allocate(96));
+  });
+  again.join();
+  EXPECT_EQ(reused, 20000);  // every freed block came back exactly once
+  EXPECT_EQ(LiveOffsets(*r.heap).size(), 40000u);
+}
+
+TEST(HeapTest, ConcurrentAllocFreeWithBackgroundEpochs) {
+  Memory m(64 << 20);
+  PoolOptions po;
+  po.backend = BackendKind::kEadr;
+  auto pool = Pool::CreateInMemory(m.base(), m.size(), "alloc-test", po);
+  ASSERT_OK(pool);
+  epoch::ManagerOptions eo;
+  eo.interval = std::chrono::milliseconds(1);
+  auto epochs = epoch::Manager::Open(**pool, eo);
+  ASSERT_OK(epochs);
+  auto heap = Heap::Open(**pool, **epochs);
+  ASSERT_OK(heap);
+  std::vector<std::vector<void*>> kept(2);
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 2; ++t) {
+    ts.emplace_back([&, t] {
+      std::vector<void*> live;
+      uint64_t rng = 77 + t;
+      for (int i = 0; i < 50000; ++i) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        if (live.size() < 500 || rng % 2) {
+          void* p = (*heap)->Allocate(16 + (rng >> 40) % 2000);
+          ASSERT_NE(p, nullptr);
+          std::memset(p, t, 16);
+          live.push_back(p);
+        } else {
+          size_t k = (rng >> 20) % live.size();
+          ASSERT_OK((*heap)->Free(live[k]));
+          live[k] = live.back();
+          live.pop_back();
+        }
+      }
+      kept[t] = live;
+    });
+  }
+  for (auto& t : ts) t.join();
+  std::set<uint64_t> expect;
+  for (auto& v : kept)
+    for (void* p : v) expect.insert((*pool)->offset_of(p));
+  EXPECT_EQ(LiveOffsets(**heap), expect);
+  ASSERT_OK((*heap)->Check());
+  HeapStats st = (*heap)->Stats();
+  EXPECT_EQ(st.live_blocks, expect.size());
+  EXPECT_EQ(st.allocations - st.frees, expect.size());
+  heap->reset();
+}
+
+TEST(HeapTest, CrashRollsTheHeapBackToTheEpochStart) {
+  Memory a, b;
+  std::set<uint64_t> at_start;
+  {
+    Runtime r = Open(a, true);
+    std::vector<void*> v;
+    for (int i = 0; i < 300; ++i) v.push_back(r.heap->Allocate(16 + i * 7));
+    void* ext = r.heap->Allocate(200 * 1024);
+    ASSERT_OK(r.epochs->Advance());  // the epoch with these allocations completes
+    at_start = LiveOffsets(*r.heap);
+    for (int i = 0; i < 300; i += 3) ASSERT_OK(r.heap->Free(v[i]));  // the failed epoch
+    ASSERT_OK(r.heap->Free(ext));
+    for (int i = 0; i < 300; ++i) ASSERT_NE(r.heap->Allocate(40), nullptr);
+    ASSERT_NE(r.heap->Allocate(300 * 1024), nullptr);
+    b.CopyFrom(a);  // crash
+  }
+  Runtime r = Open(b, false);
+  EXPECT_EQ(LiveOffsets(*r.heap), at_start);
+  ASSERT_OK(r.heap->Check());
+  // Nothing live is handed out again.
+  for (int i = 0; i < 20000; ++i) {
+    void* p = r.heap->Allocate(16 + i % 700);
+    ASSERT_NE(p, nullptr);
+    ASSERT_EQ(at_start.count(r.pool->offset_of(p)), 0u) << "double allocation";
+  }
+}
+
+// The transaction hooks through a minimal caller: a "committed transaction" that allocated one
+// block and freed another is replayed after the epoch rolled both back.
+TEST(HeapTest, TransactionHooksReplayAfterRollback) {
+  Memory a, b;
+  uint64_t allocated, freed;
+  {
+    Runtime r = Open(a, true);
+    void* old = r.heap->Allocate(64);
+    ASSERT_OK(r.epochs->Advance());
+    freed = r.pool->offset_of(old);
+    allocated = r.pool->offset_of(r.heap->Allocate(64));
+    ASSERT_OK(r.heap->Free(old));
+    // The transaction commits here (its record, durable, names both); then the epoch crashes.
+    b.CopyFrom(a);
+  }
+  Runtime r = Open(b, false);
+  auto live = LiveOffsets(*r.heap);
+  EXPECT_EQ(live.count(allocated), 0u);  // the epoch rolled the allocation back...
+  EXPECT_EQ(live.count(freed), 1u);      // ...and the free
+  {
+    epoch::Guard g(*r.epochs);  // replay of the committed record
+    ASSERT_OK(r.heap->MarkAllocated(allocated));
+    ASSERT_OK(r.heap->MarkFreed(freed));
+    ASSERT_OK(r.heap->MarkAllocated(allocated));  // idempotent
+    ASSERT_OK(r.heap->MarkFreed(freed));
+  }
+  live = LiveOffsets(*r.heap);
+  EXPECT_EQ(live.count(allocated), 1u);
+  EXPECT_EQ(live.count(freed), 0u);
+  // An aborted transaction's allocation is reusable at once.
+  void* p = r.heap->Allocate(5000);
+  ASSERT_OK(r.heap->FreeUnpublished(p));
+  bool reused = false;  // in the same epoch, once the thread's cached blocks are used up
+  for (int i = 0; i < 100 && !reused; ++i) reused = r.heap->Allocate(5000) == p;
+  EXPECT_TRUE(reused);
+}
+
+TEST(HeapTest, PnewAndPdeleteUseTheDefaultHeap) {
+  Memory m;
+  Runtime r = Open(m, true);
+  struct Point {
+    int x, y;
+    Point(int a, int b) : x(a), y(b) {}
+  };
+  Point* p = pnew<Point>(3, 4);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->x + p->y, 7);
+  EXPECT_TRUE(r.pool->contains(p, sizeof(*p)));
+  ASSERT_OK(pdelete(p));
+  EXPECT_THAT(pdelete(p), testing::StatusIs(absl::StatusCode::kFailedPrecondition, "double free"));
+}
+
+TEST(HeapTest, CorruptHeaderIsDataLoss) {
+  Memory m;
+  { Runtime r = Open(m, true); }
+  PoolOptions po;
+  po.backend = BackendKind::kEadr;
+  auto pool = Pool::OpenInMemory(m.base(), m.size(), "alloc-test", po);
+  ASSERT_OK(pool);
+  epoch::ManagerOptions eo;
+  eo.interval = std::chrono::milliseconds(0);
+  auto epochs = epoch::Manager::Open(**pool, eo);
+  ASSERT_OK(epochs);
+  auto* hdr = static_cast<uint8_t*>((*pool)->region_base(PoolRegion::kHeap));
+  hdr[20] ^= 1;
+  EXPECT_THAT(Heap::Open(**pool, **epochs),
+              testing::StatusIs(absl::StatusCode::kDataLoss, "heap header at offset"));
+  hdr[20] ^= 1;
+}
+
+}  // namespace
+}  // namespace pmrt::alloc
