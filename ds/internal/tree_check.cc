@@ -1,0 +1,160 @@
+#include "ds/internal/tree_check.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "ds/internal/node_layout.h"
+
+namespace pmrt::ds_internal {
+namespace {
+
+constexpr uint64_t kBadBits = NodeVersion::kLocked | NodeVersion::kDirty | NodeVersion::kDeleted;
+
+std::string Where(const void* node, int depth) {
+  return absl::StrCat("node ", reinterpret_cast<uintptr_t>(node), " in layer ", depth, ": ");
+}
+
+// The key range a subtree covers: [lo, hi), hi absent for the rightmost subtree.
+struct Range {
+  uint64_t lo;
+  bool has_hi;
+  uint64_t hi;
+  bool Holds(uint64_t s) const { return s >= lo && (!has_hi || s < hi); }
+};
+
+class Checker {
+ public:
+  absl::Status CheckLayer(NodeHeader* entry, int depth) {
+    NodeHeader* root = entry;
+    for (int climbs = 0; !NodeVersion::IsRoot(root->version.Load()); ++climbs) {
+      InteriorNode* up = ParentOf(root);
+      if (up == nullptr || climbs > 64) return Fail(root, depth, "non-root without a parent");
+      root = HeaderOf(up);
+    }
+    if (ParentOf(root) != nullptr) return Fail(root, depth, "root with a parent link");
+    std::vector<LeafNode*> leaves;
+    int leaf_level = -1;
+    if (auto s = CheckNode(root, nullptr, Range{0, false, 0}, depth, 0, &leaf_level, &leaves);
+        !s.ok()) {
+      return s;
+    }
+    ++shape_.layers;
+    if (depth == 0) shape_.height = leaf_level + 1;
+    if (depth > 0 && HeaderOf(leaves.front()) != entry) {
+      return Fail(entry, depth, "layer link does not name the layer's leftmost leaf");
+    }
+    return CheckChain(leaves, depth);
+  }
+
+  const TreeShape& shape() const { return shape_; }
+
+ private:
+  static absl::Status Fail(const void* node, int depth, const std::string& what) {
+    return absl::InternalError(absl::StrCat(Where(node, depth), what));
+  }
+
+  absl::Status CheckNode(NodeHeader* n, InteriorNode* parent, Range range, int depth, int level,
+                         int* leaf_level, std::vector<LeafNode*>* leaves) {
+    const uint64_t v = n->version.Load();
+    if (v & kBadBits) return Fail(n, depth, "version locked, dirty or deleted");
+    if (NodeVersion::IsRoot(v) != (parent == nullptr)) return Fail(n, depth, "root bit wrong");
+    if (ParentOf(n) != parent) return Fail(n, depth, "parent link wrong");
+    if (NodeVersion::IsLeaf(v)) {
+      if (*leaf_level >= 0 && *leaf_level != level) return Fail(n, depth, "leaves at two depths");
+      *leaf_level = level;
+      leaves->push_back(AsLeaf(n));
+      ++shape_.leaves;
+      if (AsLeaf(n)->perm().size() == 0) ++shape_.empty_leaves;
+      return CheckLeaf(AsLeaf(n), range, depth);
+    }
+    InteriorNode* in = AsInterior(n);
+    ++shape_.interiors;
+    const int nkeys = in->size();
+    if (nkeys > kInteriorWidth) return Fail(n, depth, "too many keys");
+    for (int i = 0; i < nkeys; ++i) {
+      const uint64_t k = in->ikey[i].load(std::memory_order_relaxed);
+      const uint64_t prev = i == 0 ? range.lo : in->ikey[i - 1].load(std::memory_order_relaxed);
+      if (k <= prev || (range.has_hi && k >= range.hi)) {
+        return Fail(n, depth, absl::StrCat("separator ", i, " out of order or range"));
+      }
+    }
+    for (int i = 0; i <= kInteriorWidth; ++i) {
+      NodeHeader* c = in->child[i].load(std::memory_order_relaxed);
+      if ((c != nullptr) != (i <= nkeys)) return Fail(n, depth, "child slots wrong");
+    }
+    for (int i = 0; i <= nkeys; ++i) {
+      Range r{i == 0 ? range.lo : in->ikey[i - 1].load(std::memory_order_relaxed),
+              i < nkeys || range.has_hi,
+              i < nkeys ? in->ikey[i].load(std::memory_order_relaxed) : range.hi};
+      if (auto s = CheckNode(in->child[i].load(std::memory_order_relaxed), in, r, depth, level + 1,
+                             leaf_level, leaves);
+          !s.ok()) {
+        return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckLeaf(LeafNode* leaf, Range range, int depth) {
+    const LeafPermuter perm = leaf->perm();
+    if (!perm.IsValid()) return Fail(leaf, depth, "invalid permutation");
+    if (leaf->low_bound.load(std::memory_order_relaxed) != range.lo) {
+      return Fail(leaf, depth, "low bound differs from the range the parent gives");
+    }
+    for (int i = 0; i < perm.size(); ++i) {
+      const int slot = perm[i];
+      const KeyPos pos = leaf->PosAt(slot);
+      if (i > 0 && !(leaf->PosAt(perm[i - 1]) < pos)) {
+        return Fail(leaf, depth, absl::StrCat("keys out of order at position ", i));
+      }
+      if (!range.Holds(pos.slice)) return Fail(leaf, depth, "key outside the node's range");
+      if (auto s = CheckSlot(leaf, slot, depth); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckSlot(LeafNode* leaf, int slot, int depth) {
+    const uint8_t kx = leaf->keylenx[slot].load(std::memory_order_relaxed);
+    const uint64_t bits = leaf->lv[slot].load(std::memory_order_relaxed);
+    if (kx > kKeyLenLayer) return Fail(leaf, depth, "bad keylenx");
+    if (bits == 0) return Fail(leaf, depth, "null value or layer link");
+    if (kx == kKeyLenLayer) return CheckLayer(reinterpret_cast<NodeHeader*>(bits), depth + 1);
+    const ValueObject* value = ValueRef::FromBits(bits).get();
+    if ((kx == kKeyLenSuffix) != (value->suffix_len > 0)) {
+      return Fail(leaf, depth, "suffix present iff the key continues past the slice");
+    }
+    ++shape_.keys;
+    return absl::OkStatus();
+  }
+
+  static absl::Status CheckChain(const std::vector<LeafNode*>& leaves, int depth) {
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      LeafNode* want_prev = i == 0 ? nullptr : leaves[i - 1];
+      LeafNode* want_next = i + 1 == leaves.size() ? nullptr : leaves[i + 1];
+      if (leaves[i]->prev.load(std::memory_order_relaxed) != want_prev ||
+          leaves[i]->next.load(std::memory_order_relaxed) != want_next) {
+        return Fail(leaves[i], depth, "leaf chain differs from the in-order leaves");
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  TreeShape shape_;
+};
+
+}  // namespace
+
+absl::Status CheckTree(const TreeCore& tree, TreeShape* shape) {
+  Checker checker;
+  NodeHeader* root = tree.root.load(std::memory_order_acquire);
+  if (root == nullptr) return absl::InternalError("tree has no root");
+  if (!NodeVersion::IsRoot(root->version.Load())) {
+    return absl::InternalError("TreeCore::root is not the layer-0 root");
+  }
+  absl::Status s = checker.CheckLayer(root, 0);
+  if (shape != nullptr) *shape = checker.shape();
+  return s;
+}
+
+}  // namespace pmrt::ds_internal

@@ -1,0 +1,76 @@
+// Value objects and ValueRef, the 8-byte link from a border node slot to its value.
+//
+// A value object is allocated separately (NodeAllocator::AllocateValue) and never changes after
+// it is published; an update installs a new object and retires the old one. It also carries the
+// key's suffix (the bytes after the slot's slice) when the key is longer than the slice, so a
+// lookup checks the suffix with the same dereference that fetches the value:
+//
+//   +-----------+------------+------------------+-----------------+
+//   | value_len | suffix_len | suffix bytes ... | value bytes ... |
+//   |  uint32   |   uint32   |  suffix_len      |  value_len      |
+//   +-----------+------------+------------------+-----------------+
+//
+// ValueRef is what the slot stores. Today it is the object's address; the durable tree will
+// store an 8-byte pool offset in the same word (DESIGN.md: no raw pointer on media). InCLL's
+// packed value log (docs/masstree.md) needs the low 4 bits free, so value objects are 16-byte
+// aligned, and the reference fits in 48 bits.
+#ifndef PMRT_DS_INTERNAL_VALUE_REF_H_
+#define PMRT_DS_INTERNAL_VALUE_REF_H_
+
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+#include <type_traits>
+
+namespace pmrt::ds_internal {
+
+struct ValueObject {
+  uint32_t value_len;   // bytes of value
+  uint32_t suffix_len;  // bytes of key suffix stored before the value
+
+  static constexpr size_t kAlign = 16;
+
+  static size_t SizeFor(size_t suffix_len, size_t value_len) {
+    return sizeof(ValueObject) + suffix_len + value_len;
+  }
+  size_t size() const { return SizeFor(suffix_len, value_len); }
+
+  // Builds an object in `mem` (SizeFor(suffix.size(), value.size()) bytes).
+  static ValueObject* Init(void* mem, std::string_view suffix, std::string_view value) {
+    auto* v = static_cast<ValueObject*>(mem);
+    v->value_len = static_cast<uint32_t>(value.size());
+    v->suffix_len = static_cast<uint32_t>(suffix.size());
+    char* data = reinterpret_cast<char*>(v + 1);
+    if (!suffix.empty()) std::memcpy(data, suffix.data(), suffix.size());
+    if (!value.empty()) std::memcpy(data + suffix.size(), value.data(), value.size());
+    return v;
+  }
+
+  std::string_view suffix() const { return {reinterpret_cast<const char*>(this + 1), suffix_len}; }
+  std::string_view value() const {
+    return {reinterpret_cast<const char*>(this + 1) + suffix_len, value_len};
+  }
+};
+static_assert(sizeof(ValueObject) == 8 && std::is_trivially_copyable_v<ValueObject>);
+
+class ValueRef {
+ public:
+  constexpr ValueRef() = default;
+  static ValueRef FromObject(const ValueObject* v) {
+    return ValueRef(reinterpret_cast<uintptr_t>(v));
+  }
+  static constexpr ValueRef FromBits(uint64_t bits) { return ValueRef(bits); }
+
+  constexpr uint64_t bits() const { return bits_; }
+  constexpr bool is_null() const { return bits_ == 0; }
+  ValueObject* get() const { return reinterpret_cast<ValueObject*>(static_cast<uintptr_t>(bits_)); }
+
+ private:
+  constexpr explicit ValueRef(uint64_t bits) : bits_(bits) {}
+  uint64_t bits_ = 0;
+};
+static_assert(sizeof(ValueRef) == 8 && std::is_trivially_copyable_v<ValueRef>);
+
+}  // namespace pmrt::ds_internal
+
+#endif  // PMRT_DS_INTERNAL_VALUE_REF_H_

@@ -1,0 +1,68 @@
+// NodeAllocator: where the Masstree gets its memory and how it gives it back.
+//
+//   pmrt::ds::BasicMasstree<MyAllocator> tree(MyAllocator(...));
+//
+// The tree never frees memory that a concurrent reader might still hold. It unlinks a node or
+// value object and hands it to Retire*, which frees it later, once every reader that could have
+// seen it is gone. To make that possible, every tree operation runs inside the allocator's
+// read-side critical section, `typename A::Guard g(allocator)`.
+//
+// The transient tree uses MallocNodeAllocator below (malloc + the volatile epoch-based
+// reclamation in ds/internal/ebr.h). The durable tree will plug in the pool's allocator, with
+// pmrt::epoch::Guard as the critical section and pmrt::epoch::Manager::Retire for deferred
+// frees; nothing in the tree's algorithms changes.
+#ifndef PMRT_DS_NODE_ALLOCATOR_H_
+#define PMRT_DS_NODE_ALLOCATOR_H_
+
+#include <concepts>
+#include <cstddef>
+#include <cstdlib>
+
+#include "ds/internal/ebr.h"
+
+namespace pmrt::ds {
+
+// The contract a NodeAllocator keeps.
+//   AllocateNode(size, align): `size` bytes aligned to `align` (a power of two, <= 4096), or
+//       nullptr when out of memory (the tree then fails the operation without changing itself).
+//   RetireNode(p, size): frees p (from AllocateNode, of that size) once no Guard that began
+//       before the call remains.
+//   AllocateValue(size): `size` bytes, 16-byte aligned, or nullptr.
+//   RetireValue(p, size): as RetireNode, for AllocateValue memory.
+//   Guard: constructible from the allocator; the read-side critical section. Nests.
+// All members may be called concurrently from any thread.
+template <class A>
+concept IsNodeAllocator = requires(A& a, void* p, size_t n) {
+  { a.AllocateNode(n, n) } -> std::same_as<void*>;
+  { a.RetireNode(p, n) } -> std::same_as<void>;
+  { a.AllocateValue(n) } -> std::same_as<void*>;
+  { a.RetireValue(p, n) } -> std::same_as<void>;
+  requires std::constructible_from<typename A::Guard, A&>;
+};
+
+// Transient allocator: aligned malloc, frees deferred through Ebr::Global().
+class MallocNodeAllocator {
+ public:
+  class Guard {
+   public:
+    explicit Guard(MallocNodeAllocator&) { ds_internal::Ebr::Global().Enter(); }
+    ~Guard() { ds_internal::Ebr::Global().Exit(); }
+    Guard(const Guard&) = delete;
+    Guard& operator=(const Guard&) = delete;
+  };
+
+  void* AllocateNode(size_t size, size_t align) {
+    return std::aligned_alloc(align, (size + align - 1) / align * align);
+  }
+  void RetireNode(void* p, size_t size) { ds_internal::Ebr::Global().Retire(p, &Free, size); }
+  void* AllocateValue(size_t size) { return std::aligned_alloc(16, (size + 15) / 16 * 16); }
+  void RetireValue(void* p, size_t size) { ds_internal::Ebr::Global().Retire(p, &Free, size); }
+
+ private:
+  static void Free(void* p, size_t) { std::free(p); }
+};
+static_assert(IsNodeAllocator<MallocNodeAllocator>);
+
+}  // namespace pmrt::ds
+
+#endif  // PMRT_DS_NODE_ALLOCATOR_H_

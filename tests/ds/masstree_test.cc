@@ -1,0 +1,651 @@
+// Tests for pmrt::ds::Masstree: the permutation word, model-based random sequences against
+// std::map (short, long, binary and prefix-sharing keys; 8-byte integer keys), structure checks
+// after every batch, out-of-memory behaviour, and concurrent workloads with exact oracles.
+#include "ds/masstree.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ds/internal/permuter.h"
+
+namespace pmrt::ds {
+namespace {
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
+// Work sizes shrink under sanitizers (5-15x slower) so the suite stays fast.
+int Scaled(int n) { return kSanitized ? std::max(1, n / 6) : n; }
+
+using Model = std::map<std::string, std::string>;
+
+// Everything in the tree, by a full scan.
+Model Contents(const Masstree& t) {
+  Model m;
+  std::string last;
+  bool first = true;
+  t.scan("", SIZE_MAX, [&](std::string_view k, std::string_view v) {
+    EXPECT_TRUE(first || std::string(k) > last) << "scan out of order";
+    first = false;
+    last = std::string(k);
+    m.emplace(std::string(k), std::string(v));
+    return true;
+  });
+  return m;
+}
+
+std::string Printable(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += "\\x" + std::string(1, "0123456789abcdef"[c >> 4]) + "0123456789abcdef"[c & 15];
+    }
+  }
+  return out;
+}
+
+void ExpectSameAsModel(const Masstree& t, const Model& model) {
+  ASSERT_TRUE(t.CheckInvariants().ok()) << t.CheckInvariants();
+  EXPECT_EQ(t.size(), model.size());
+  Model got = Contents(t);
+  ASSERT_EQ(got.size(), model.size());
+  auto it = model.begin();
+  for (const auto& [k, v] : got) {
+    ASSERT_EQ(k, it->first) << Printable(k) << " vs " << Printable(it->first);
+    ASSERT_EQ(v, it->second) << Printable(k);
+    ++it;
+  }
+}
+
+// Random keys of length 0..40 over a tiny alphabet with a few fixed prefixes, so that keys share
+// whole 8-byte slices (new layers) and differ only in trailing zero bytes.
+class KeyGen {
+ public:
+  explicit KeyGen(uint64_t seed) : rng_(seed) {}
+  std::string Next() {
+    static const char* const kPrefixes[] = {"", "prefix__", "prefix__prefix__", "\0\0\0\0\0\0\0\0",
+                                            "abcdefghabcdefghabcdefgh"};
+    static const size_t kPrefixLen[] = {0, 8, 16, 8, 24};
+    const int p = static_cast<int>(rng_() % 5);
+    std::string k(kPrefixes[p], kPrefixLen[p]);
+    const size_t extra = rng_() % (41 - kPrefixLen[p]);
+    static const char kAlphabet[] = {'\0', '\1', 'a', 'b', '\xff'};
+    for (size_t i = 0; i < extra; ++i) k.push_back(kAlphabet[rng_() % 5]);
+    return k;
+  }
+  std::mt19937_64& rng() { return rng_; }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+// ---- Permuter ---------------------------------------------------------------------------------
+
+TEST(PermuterTest, MatchesVectorModel) {
+  using P = ds_internal::LeafPermuter;
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 500; ++round) {
+    P p;
+    std::vector<int> live, free_slots;
+    for (int i = 0; i < P::kMaxSize; ++i) free_slots.push_back(i);
+    for (int step = 0; step < 60; ++step) {
+      const bool insert = live.empty() || (live.size() < P::kMaxSize && rng() % 2 == 0);
+      if (insert) {
+        const int pos = static_cast<int>(rng() % (live.size() + 1));
+        const int slot = p.InsertAt(pos);
+        ASSERT_EQ(slot, free_slots.front());
+        free_slots.erase(free_slots.begin());
+        live.insert(live.begin() + pos, slot);
+      } else {
+        const int pos = static_cast<int>(rng() % live.size());
+        ASSERT_EQ(p.RemoveAt(pos), live[pos]);
+        free_slots.push_back(live[pos]);  // back of the free list
+        live.erase(live.begin() + pos);
+      }
+      ASSERT_TRUE(p.IsValid());
+      ASSERT_EQ(p.size(), static_cast<int>(live.size()));
+      for (size_t i = 0; i < live.size(); ++i) ASSERT_EQ(p[i], live[i]);
+      for (size_t i = 0; i < free_slots.size(); ++i) ASSERT_EQ(p[live.size() + i], free_slots[i]);
+    }
+  }
+}
+
+TEST(PermuterTest, TruncateFreesTheTail) {
+  auto p = ds_internal::LeafPermuter::Identity(14);
+  EXPECT_TRUE(p.IsValid());
+  p.Truncate(5);
+  EXPECT_EQ(p.size(), 5);
+  EXPECT_EQ(p.NextFreeSlot(), 5);
+  EXPECT_TRUE(p.IsValid());
+  EXPECT_FALSE(ds_internal::LeafPermuter(0x1111).IsValid());
+}
+
+// ---- Single-threaded behaviour ----------------------------------------------------------------
+
+TEST(MasstreeTest, EmptyTree) {
+  Masstree t;
+  EXPECT_EQ(t.get(""), std::nullopt);
+  EXPECT_EQ(t.get("x"), std::nullopt);
+  EXPECT_FALSE(t.remove("x"));
+  EXPECT_EQ(t.scan("", 10, [](std::string_view, std::string_view) { return true; }), 0u);
+  EXPECT_EQ(t.size(), 0u);
+  EXPECT_TRUE(t.CheckInvariants().ok());
+}
+
+TEST(MasstreeTest, PutGetUpdateRemove) {
+  Masstree t;
+  EXPECT_EQ(t.put("apple", "red"), PutResult::kInserted);
+  EXPECT_EQ(t.put("banana", "yellow"), PutResult::kInserted);
+  EXPECT_EQ(t.get("apple"), "red");
+  EXPECT_EQ(t.put("apple", "green"), PutResult::kUpdated);
+  EXPECT_EQ(t.get("apple"), "green");
+  std::string v;
+  EXPECT_TRUE(t.get("banana", &v));
+  EXPECT_EQ(v, "yellow");
+  EXPECT_EQ(t.insert_if_absent("banana", "x"), InsertResult::kExists);
+  EXPECT_EQ(t.insert_if_absent("cherry", "dark"), InsertResult::kInserted);
+  EXPECT_EQ(t.get("banana"), "yellow");
+  EXPECT_TRUE(t.remove("apple"));
+  EXPECT_FALSE(t.remove("apple"));
+  EXPECT_EQ(t.get("apple"), std::nullopt);
+  EXPECT_EQ(t.size(), 2u);
+  EXPECT_TRUE(t.CheckInvariants().ok());
+}
+
+TEST(MasstreeTest, EmptyBinaryAndPrefixKeys) {
+  Masstree t;
+  Model model;
+  const std::string long_prefix(250, 'p');
+  std::vector<std::string> keys = {"",
+                                   std::string(1, '\0'),
+                                   std::string(2, '\0'),
+                                   std::string(8, '\0'),
+                                   std::string(9, '\0'),
+                                   "a",
+                                   std::string("a\0", 2),
+                                   std::string("a\0\0", 3),
+                                   "abcdefgh",
+                                   "abcdefghi",
+                                   std::string("abcdefgh\0", 9),
+                                   "abcdefghabcdefgh",
+                                   "abcdefghabcdefgh" + std::string(1, '\0'),
+                                   "\xff\xff\xff\xff\xff\xff\xff\xff\xff",
+                                   long_prefix,
+                                   long_prefix + "a",
+                                   long_prefix + "b",
+                                   long_prefix + std::string(1, '\0'),
+                                   std::string(1000, 'z'),
+                                   std::string(1000, 'z') + "!"};
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const std::string value = "v" + std::to_string(i) + std::string(i * 7, 'x');
+    ASSERT_EQ(t.put(keys[i], value), PutResult::kInserted) << Printable(keys[i]);
+    model[keys[i]] = value;
+    ASSERT_TRUE(t.CheckInvariants().ok()) << t.CheckInvariants();
+  }
+  for (const auto& [k, v] : model) EXPECT_EQ(t.get(k), v) << Printable(k);
+  EXPECT_EQ(t.get(std::string(3, '\0')), std::nullopt);
+  EXPECT_EQ(t.get("abcdefghab"), std::nullopt);
+  EXPECT_EQ(t.get(long_prefix + "c"), std::nullopt);
+  ExpectSameAsModel(t, model);
+  for (const auto& k : keys) {
+    ASSERT_TRUE(t.remove(k)) << Printable(k);
+    model.erase(k);
+    ExpectSameAsModel(t, model);
+  }
+}
+
+TEST(MasstreeTest, DeepLayersAreCreatedAndCollected) {
+  Masstree t;
+  // 32 keys sharing 200 bytes: 25 layers below the first.
+  const std::string shared(200, 's');
+  for (int i = 0; i < 32; ++i) t.put(shared + std::to_string(i), std::to_string(i));
+  TreeShape shape;
+  ASSERT_TRUE(t.CheckInvariants(&shape).ok()) << t.CheckInvariants();
+  EXPECT_EQ(shape.keys, 32u);
+  EXPECT_GE(shape.layers, 26u);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(t.get(shared + std::to_string(i)), std::to_string(i));
+  for (int i = 0; i < 32; ++i) ASSERT_TRUE(t.remove(shared + std::to_string(i)));
+  ASSERT_TRUE(t.CheckInvariants(&shape).ok()) << t.CheckInvariants();
+  EXPECT_EQ(shape.keys, 0u);
+  EXPECT_EQ(shape.layers, 1u) << "emptied layers are unlinked";
+}
+
+TEST(MasstreeTest, AscendingAndDescendingLoadsSplit) {
+  for (bool ascending : {true, false}) {
+    Masstree t;
+    const int n = Scaled(30000);
+    for (int i = 0; i < n; ++i) {
+      const uint64_t k = ascending ? i : n - 1 - i;
+      ASSERT_EQ(t.put(U64Key(k), std::to_string(k)), PutResult::kInserted);
+    }
+    TreeShape shape;
+    ASSERT_TRUE(t.CheckInvariants(&shape).ok()) << t.CheckInvariants();
+    EXPECT_EQ(shape.keys, static_cast<size_t>(n));
+    EXPECT_GE(shape.height, 3);
+    if (ascending) {
+      EXPECT_LE(shape.leaves, static_cast<size_t>(n / 13 + 2)) << "full leaves";
+    }
+    uint64_t expect = 0;
+    t.scan("", SIZE_MAX, [&](std::string_view k, std::string_view v) {
+      EXPECT_EQ(k, U64Key(expect).view());
+      EXPECT_EQ(v, std::to_string(expect));
+      ++expect;
+      return true;
+    });
+    EXPECT_EQ(expect, static_cast<uint64_t>(n));
+  }
+}
+
+// Applies `ops` random operations to the tree and the model, with checks after each batch.
+void RunModelTest(uint64_t seed, int batches, int ops, const std::function<std::string()>& key) {
+  Masstree t;
+  Model model;
+  std::mt19937_64 rng(seed);
+  for (int b = 0; b < batches; ++b) {
+    for (int i = 0; i < ops; ++i) {
+      const std::string k = key();
+      const int op = static_cast<int>(rng() % 100);
+      if (op < 40) {
+        const std::string v = std::to_string(rng() % 1000000) + std::string(rng() % 20, 'v');
+        const bool existed = model.count(k) > 0;
+        ASSERT_EQ(t.put(k, v), existed ? PutResult::kUpdated : PutResult::kInserted);
+        model[k] = v;
+      } else if (op < 50) {
+        const std::string v = "ins" + std::to_string(i);
+        const bool existed = model.count(k) > 0;
+        ASSERT_EQ(t.insert_if_absent(k, v),
+                  existed ? InsertResult::kExists : InsertResult::kInserted);
+        model.emplace(k, v);
+      } else if (op < 80) {
+        ASSERT_EQ(t.remove(k), model.erase(k) > 0) << Printable(k);
+      } else {
+        auto it = model.find(k);
+        ASSERT_EQ(t.get(k), it == model.end() ? std::nullopt : std::optional(it->second))
+            << Printable(k);
+      }
+    }
+    ExpectSameAsModel(t, model);
+    // Bounded scans and ranges from random points.
+    for (int s = 0; s < 50; ++s) {
+      const std::string from = key();
+      const size_t count = rng() % 40;
+      std::vector<std::pair<std::string, std::string>> got;
+      t.scan(from, count, [&](std::string_view k, std::string_view v) {
+        got.emplace_back(k, v);
+        return true;
+      });
+      auto it = model.lower_bound(from);
+      for (const auto& g : got) {
+        ASSERT_NE(it, model.end());
+        ASSERT_EQ(g.first, it->first) << "scan from " << Printable(from);
+        ASSERT_EQ(g.second, it->second);
+        ++it;
+      }
+      ASSERT_EQ(got.size(),
+                std::min<size_t>(count, std::distance(model.lower_bound(from), model.end())));
+      std::string lo = key(), hi = key();
+      if (hi < lo) std::swap(lo, hi);
+      size_t in_range = 0;
+      auto rit = model.lower_bound(lo);
+      t.range(lo, hi, [&](std::string_view k, std::string_view) {
+        EXPECT_EQ(k, rit->first);
+        ++rit;
+        ++in_range;
+        return true;
+      });
+      ASSERT_EQ(in_range,
+                static_cast<size_t>(std::distance(model.lower_bound(lo), model.lower_bound(hi))));
+    }
+  }
+  // Drain: everything goes, and the structure shrinks back.
+  for (auto it = model.begin(); it != model.end(); it = model.erase(it)) {
+    ASSERT_TRUE(t.remove(it->first));
+  }
+  TreeShape shape;
+  ASSERT_TRUE(t.CheckInvariants(&shape).ok()) << t.CheckInvariants();
+  EXPECT_EQ(shape.keys, 0u);
+  EXPECT_EQ(shape.layers, 1u);
+  EXPECT_EQ(shape.leaves, 1u) << "emptied leaves are unlinked";
+}
+
+TEST(MasstreeTest, RandomVariableKeysMatchStdMap) {
+  KeyGen gen(11);
+  RunModelTest(12, 8, Scaled(6000), [&] { return gen.Next(); });
+}
+
+TEST(MasstreeTest, RandomIntegerKeysMatchStdMap) {
+  std::mt19937_64 rng(21);
+  RunModelTest(22, 8, Scaled(8000), [&] { return std::string(U64Key(rng() % 20000).view()); });
+}
+
+TEST(MasstreeTest, ScanCallbackCanStop) {
+  Masstree t;
+  for (int i = 0; i < 100; ++i) t.put(U64Key(i), "x");
+  int seen = 0;
+  EXPECT_EQ(t.scan(U64Key(10), 50, [&](std::string_view, std::string_view) { return ++seen < 5; }),
+            5u);
+  EXPECT_EQ(
+      t.range(U64Key(20), U64Key(30), [](std::string_view, std::string_view) { return true; }),
+      10u);
+  EXPECT_EQ(
+      t.range(U64Key(30), U64Key(20), [](std::string_view, std::string_view) { return true; }), 0u);
+}
+
+TEST(MasstreeTest, TypedValues) {
+  struct Point {
+    int32_t x, y;
+  };
+  Masstree t;
+  EXPECT_EQ(t.put_as(U64Key(1), Point{3, 4}), PutResult::kInserted);
+  EXPECT_EQ(t.put_as<uint64_t>("n", 42), PutResult::kInserted);
+  auto p = t.get_as<Point>(U64Key(1));
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->x, 3);
+  EXPECT_EQ(p->y, 4);
+  EXPECT_EQ(t.get_as<uint64_t>("n"), 42u);
+  EXPECT_EQ(t.get_as<uint32_t>("n"), std::nullopt) << "size mismatch";
+  EXPECT_EQ(t.get_as<uint64_t>("missing"), std::nullopt);
+}
+
+// A MallocNodeAllocator that grants only as many allocations as `budget` holds.
+class FlakyAllocator {
+ public:
+  class Guard {
+   public:
+    explicit Guard(FlakyAllocator& a) : inner_(a.base_) {}
+
+   private:
+    MallocNodeAllocator::Guard inner_;
+  };
+  explicit FlakyAllocator(std::atomic<int>* budget) : budget_(budget) {}
+  void* AllocateNode(size_t size, size_t align) {
+    return Take() ? base_.AllocateNode(size, align) : nullptr;
+  }
+  void RetireNode(void* p, size_t size) { base_.RetireNode(p, size); }
+  void* AllocateValue(size_t size) { return Take() ? base_.AllocateValue(size) : nullptr; }
+  void RetireValue(void* p, size_t size) { base_.RetireValue(p, size); }
+
+ private:
+  bool Take() { return budget_->fetch_sub(1) > 0; }
+  std::atomic<int>* budget_;
+  MallocNodeAllocator base_;
+};
+
+TEST(MasstreeTest, OutOfMemoryLeavesTreeUnchanged) {
+  std::atomic<int> budget{1 << 30};
+  BasicMasstree<FlakyAllocator> t{FlakyAllocator(&budget)};
+  Model model;
+  KeyGen gen(31);
+  int failures = 0;
+  for (int i = 0; i < Scaled(20000); ++i) {
+    budget = static_cast<int>(gen.rng()() % 4);  // 0..3 allocations allowed for this operation
+    const std::string k = gen.Next();
+    const PutResult r = t.put(k, "v" + std::to_string(i));
+    if (r == PutResult::kNoMemory) {
+      ++failures;
+    } else {
+      model[k] = "v" + std::to_string(i);
+    }
+  }
+  budget = 1 << 30;
+  EXPECT_GT(failures, 0);
+  ASSERT_TRUE(t.CheckInvariants().ok()) << t.CheckInvariants();
+  EXPECT_EQ(t.size(), model.size());
+  for (const auto& [k, v] : model) ASSERT_EQ(t.get(k), v) << Printable(k);
+  size_t n = 0;
+  t.scan("", SIZE_MAX, [&](std::string_view, std::string_view) { return ++n, true; });
+  EXPECT_EQ(n, model.size());
+}
+
+// ---- Concurrency ------------------------------------------------------------------------------
+
+// Each thread owns a key prefix; at the end the tree must equal the union of the thread models.
+TEST(MasstreeConcurrentTest, DisjointKeyRangesExact) {
+  constexpr int kThreads = 4;
+  Masstree t;
+  std::vector<Model> models(kThreads);
+  std::vector<std::thread> threads;
+  for (int id = 0; id < kThreads; ++id) {
+    threads.emplace_back([&, id] {
+      KeyGen gen(100 + id);
+      Model& m = models[id];
+      const std::string own(1, static_cast<char>('A' + id));
+      for (int i = 0; i < Scaled(30000); ++i) {
+        // The thread byte first, then keys that share slices across threads' subtrees.
+        const std::string k = own + gen.Next();
+        const int op = static_cast<int>(gen.rng()() % 10);
+        if (op < 5) {
+          t.put(k, k + "#" + std::to_string(i));
+          m[k] = k + "#" + std::to_string(i);
+        } else if (op < 8) {
+          EXPECT_EQ(t.remove(k), m.erase(k) > 0);
+        } else {
+          auto it = m.find(k);
+          EXPECT_EQ(t.get(k), it == m.end() ? std::nullopt : std::optional(it->second));
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  Model all;
+  for (const Model& m : models) all.insert(m.begin(), m.end());
+  ExpectSameAsModel(t, all);
+}
+
+// Values name the key they were written for: "<key>|<thread>|<seq>".
+std::string ValueFor(const std::string& key, int thread, int seq) {
+  return key + "|" + std::to_string(thread) + "|" + std::to_string(seq);
+}
+bool ValueNamesKey(std::string_view value, std::string_view key) {
+  return value.size() > key.size() && value.substr(0, key.size()) == key &&
+         value[key.size()] == '|';
+}
+
+// Threads share one key set. Writes happen under a per-key lock that also updates the model,
+// so the final tree must equal the model exactly; unlocked gets must only return values written
+// for that key; unlocked scans must be strictly ascending with matching values.
+TEST(MasstreeConcurrentTest, SharedKeysMatchPerKeyLockOracle) {
+  constexpr int kThreads = 4;
+  constexpr int kKeys = 600;
+  KeyGen gen(5);
+  std::vector<std::string> keys;
+  std::set<std::string> unique;
+  while (static_cast<int>(keys.size()) < kKeys) {
+    std::string k = gen.Next();
+    if (unique.insert(k).second) keys.push_back(k);
+  }
+  std::vector<std::mutex> locks(kKeys);
+  std::vector<std::optional<std::string>> model(kKeys);
+  Masstree t;
+  std::atomic<int64_t> scans_checked{0};
+  std::vector<std::thread> threads;
+  for (int id = 0; id < kThreads; ++id) {
+    threads.emplace_back([&, id] {
+      std::mt19937_64 rng(1000 + id);
+      for (int i = 0; i < Scaled(40000); ++i) {
+        const int ki = static_cast<int>(rng() % kKeys);
+        const std::string& k = keys[ki];
+        const int op = static_cast<int>(rng() % 100);
+        if (op < 35) {
+          std::lock_guard<std::mutex> lock(locks[ki]);
+          const std::string v = ValueFor(k, id, i);
+          EXPECT_EQ(t.put(k, v), model[ki] ? PutResult::kUpdated : PutResult::kInserted);
+          model[ki] = v;
+        } else if (op < 60) {
+          std::lock_guard<std::mutex> lock(locks[ki]);
+          EXPECT_EQ(t.remove(k), model[ki].has_value());
+          model[ki].reset();
+        } else if (op < 95) {
+          std::optional<std::string> v = t.get(k);
+          if (v) {
+            EXPECT_TRUE(ValueNamesKey(*v, k)) << Printable(k) << " -> " << Printable(*v);
+          }
+        } else {
+          std::string last;
+          bool first = true;
+          t.scan(keys[rng() % kKeys], 1 + rng() % 64,
+                 [&](std::string_view sk, std::string_view sv) {
+                   EXPECT_TRUE(first || std::string(sk) > last) << "scan order";
+                   EXPECT_TRUE(ValueNamesKey(sv, sk)) << Printable(sk);
+                   EXPECT_TRUE(unique.count(std::string(sk))) << "unknown key " << Printable(sk);
+                   first = false;
+                   last = std::string(sk);
+                   return true;
+                 });
+          scans_checked.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  Model expect;
+  for (int i = 0; i < kKeys; ++i) {
+    if (model[i]) expect[keys[i]] = *model[i];
+  }
+  ExpectSameAsModel(t, expect);
+  EXPECT_GT(scans_checked.load(), 0);
+}
+
+// Readers look up keys that were inserted before they started and are never removed, while
+// writers insert and remove other keys around them (splits, new layers, leaf removal): every
+// lookup must succeed, and every scan must visit every stable key in its range.
+TEST(MasstreeConcurrentTest, ReadersNeverMissStableKeysDuringSplits) {
+  Masstree t;
+  std::vector<std::string> stable;
+  for (int i = 0; i < 2000; ++i) {
+    // Even numbers stable; odd numbers churn. Mixed short integer keys and long shared ones.
+    stable.push_back(std::string(U64Key(2 * i).view()));
+    stable.push_back("long/shared/prefix/" + std::string(U64Key(2 * i).view()) + "/tail");
+  }
+  for (const auto& k : stable) t.put(k, "S" + k);
+  std::sort(stable.begin(), stable.end());
+  std::atomic<bool> stop{false};
+  std::atomic<int> writers_done{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w) {
+    threads.emplace_back([&, w] {
+      std::mt19937_64 rng(77 + w);
+      for (int i = 0; i < Scaled(60000); ++i) {
+        const uint64_t odd = 2 * (rng() % 2000) + 1;
+        const std::string k = rng() % 2 ? std::string(U64Key(odd).view())
+                                        : "long/shared/prefix/" + std::string(U64Key(odd).view()) +
+                                              (rng() % 2 ? "/tail" : "/other/tail/longer");
+        if (rng() % 3) {
+          t.put(k, "C" + k);
+        } else {
+          t.remove(k);
+        }
+      }
+      writers_done.fetch_add(1);
+    });
+  }
+  std::atomic<int64_t> lookups{0}, scans{0};
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      std::mt19937_64 rng(500 + r);
+      while (writers_done.load() < 2 && !stop.load()) {
+        if (rng() % 16) {
+          const std::string& k = stable[rng() % stable.size()];
+          std::optional<std::string> v = t.get(k);
+          ASSERT_TRUE(v.has_value()) << "lost stable key " << Printable(k);
+          ASSERT_EQ(*v, "S" + k);
+          lookups.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          // Every stable key from a random start must appear, in order, among the visited keys.
+          size_t next = rng() % stable.size();
+          const size_t start = next;
+          const size_t want = std::min<size_t>(200, stable.size() - start);
+          t.scan(stable[start], SIZE_MAX, [&](std::string_view k, std::string_view) {
+            if (next < start + want && k == stable[next]) ++next;
+            EXPECT_LE(std::string(k), next < stable.size() ? stable[next] : std::string("\xff"))
+                << "skipped stable key " << Printable(stable[next]);
+            return next < start + want;
+          });
+          EXPECT_EQ(next, start + want);
+          scans.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_GT(lookups.load(), 0);
+  ASSERT_TRUE(t.CheckInvariants().ok()) << t.CheckInvariants();
+  for (const auto& k : stable) ASSERT_EQ(t.get(k), "S" + k);
+}
+
+// Writers fill and empty whole key ranges (leaves unlinked, layers collected) while scanners
+// check order and lookups check values; the final contents equal the writers' models.
+TEST(MasstreeConcurrentTest, RangeChurnWithScans) {
+  constexpr int kWriters = 2;
+  Masstree t;
+  std::vector<Model> models(kWriters);
+  std::atomic<int> done{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWriters; ++w) {
+    threads.emplace_back([&, w] {
+      std::mt19937_64 rng(900 + w);
+      Model& m = models[w];
+      for (int round = 0; round < Scaled(40); ++round) {
+        const uint64_t base = (rng() % 8) * 1000;
+        const bool deep = rng() % 2;
+        for (uint64_t i = 0; i < 600; ++i) {
+          std::string k = std::string(1, static_cast<char>('a' + w)) +
+                          (deep ? "/deep/deep/deep/" : "") + std::string(U64Key(base + i).view());
+          if (round % 2 == 0) {
+            t.put(k, k);
+            m[k] = k;
+          } else {
+            t.remove(k);
+            m.erase(k);
+          }
+        }
+      }
+      done.fetch_add(1);
+    });
+  }
+  threads.emplace_back([&] {
+    std::mt19937_64 rng(3);
+    while (done.load() < kWriters) {
+      std::string last;
+      bool first = true;
+      const std::string from(1, static_cast<char>('a' + rng() % kWriters));
+      t.scan(from, 500, [&](std::string_view k, std::string_view v) {
+        EXPECT_TRUE(first || std::string(k) > last);
+        EXPECT_EQ(k, v);
+        first = false;
+        last = std::string(k);
+        return true;
+      });
+    }
+  });
+  for (auto& th : threads) th.join();
+  Model all;
+  for (const Model& m : models) all.insert(m.begin(), m.end());
+  ExpectSameAsModel(t, all);
+}
+
+}  // namespace
+}  // namespace pmrt::ds
