@@ -60,7 +60,9 @@ void Ebr::Release(Record* r) {
   if (!r->limbo.empty()) {
     std::lock_guard<std::mutex> lock(orphans_mu_);
     orphans_.insert(orphans_.end(), r->limbo.begin(), r->limbo.end());
+    orphans_size_.store(orphans_.size(), std::memory_order_relaxed);
     r->limbo.clear();
+    r->limbo_size.store(0, std::memory_order_relaxed);
   }
   r->retires_since_collect = 0;
   // Release pairs with Acquire()'s CAS: the next owner sees an empty limbo.
@@ -95,7 +97,7 @@ void Ebr::Retire(void* p, Deleter deleter, size_t size) {
   if (outside) Enter();  // the Exit() below is what orders the caller's unlink (see header)
   const uint64_t tag = (r->announced.load(std::memory_order_relaxed) >> 1) + 1;
   r->limbo.push_back({p, deleter, size, tag});
-  pending_.fetch_add(1, std::memory_order_relaxed);
+  r->limbo_size.store(r->limbo.size(), std::memory_order_relaxed);
   if (outside) Exit();
   if (++r->retires_since_collect >= kCollectEvery) Collect();
 }
@@ -122,7 +124,6 @@ size_t Ebr::FreeUpTo(std::vector<Retired>& list, uint64_t safe_epoch) {
     }
   }
   list.resize(kept);
-  pending_.fetch_sub(freed, std::memory_order_relaxed);
   return freed;
 }
 
@@ -135,18 +136,29 @@ size_t Ebr::Collect() {
   if (g < 2) return 0;
   const uint64_t safe = g - 2;
   size_t freed = FreeUpTo(r->limbo, safe);
+  r->limbo_size.store(r->limbo.size(), std::memory_order_relaxed);
+  if (orphans_size_.load(std::memory_order_relaxed) == 0) return freed;
   std::vector<Retired> orphans;
   {
     std::lock_guard<std::mutex> lock(orphans_mu_);
-    if (orphans_.empty()) return freed;
     orphans.swap(orphans_);
+    orphans_size_.store(0, std::memory_order_relaxed);
   }
   freed += FreeUpTo(orphans, safe);
   if (!orphans.empty()) {
     std::lock_guard<std::mutex> lock(orphans_mu_);
     orphans_.insert(orphans_.end(), orphans.begin(), orphans.end());
+    orphans_size_.store(orphans_.size(), std::memory_order_relaxed);
   }
   return freed;
+}
+
+size_t Ebr::pending() const {
+  size_t n = orphans_size_.load(std::memory_order_relaxed);
+  for (Record* r = head_.load(std::memory_order_acquire); r != nullptr; r = r->next) {
+    n += r->limbo_size.load(std::memory_order_relaxed);
+  }
+  return n;
 }
 
 }  // namespace pmrt::ds_internal

@@ -51,7 +51,7 @@ class Ebr {
 
   uint64_t epoch() const { return global_.load(std::memory_order_acquire); }
   // Objects retired and not yet freed (all threads; approximate while threads run).
-  size_t pending() const { return pending_.load(std::memory_order_relaxed); }
+  size_t pending() const;
 
   struct Retired {
     void* p;
@@ -63,7 +63,8 @@ class Ebr {
     // 0 when outside any guard, else (announced epoch << 1) | 1. Written by the owner only.
     std::atomic<uint64_t> announced{0};
     std::atomic<bool> in_use{true};
-    Record* next = nullptr;  // immutable once the record is published
+    std::atomic<size_t> limbo_size{0};  // limbo.size(), for pending(); written by the owner
+    Record* next = nullptr;             // immutable once the record is published
     // Owner-only state.
     int depth = 0;
     uint32_t retires_since_collect = 0;
@@ -81,7 +82,7 @@ class Ebr {
 
   std::atomic<uint64_t> global_{1};
   std::atomic<Record*> head_{nullptr};
-  std::atomic<size_t> pending_{0};
+  std::atomic<size_t> orphans_size_{0};
   std::mutex orphans_mu_;
   std::vector<Retired> orphans_;
 };
