@@ -515,8 +515,8 @@ bool ValueNamesKey(std::string_view value, std::string_view key) {
 // Threads share one key set. Writes happen under a per-key lock that also updates the model,
 // so the final tree must equal the model exactly; unlocked gets must only return values written
 // for that key; unlocked scans must be strictly ascending with matching values.
-TEST(MasstreeConcurrentTest, SharedKeysMatchPerKeyLockOracle) {
-  constexpr int kThreads = 4;
+void RunSharedKeysOracle(int threads_count, int ops_per_thread) {
+  const int kThreads = threads_count;
   constexpr int kKeys = 600;
   KeyGen gen(5);
   std::vector<std::string> keys;
@@ -533,7 +533,7 @@ TEST(MasstreeConcurrentTest, SharedKeysMatchPerKeyLockOracle) {
   for (int id = 0; id < kThreads; ++id) {
     threads.emplace_back([&, id] {
       std::mt19937_64 rng(1000 + id);
-      for (int i = 0; i < Scaled(40000); ++i) {
+      for (int i = 0; i < ops_per_thread; ++i) {
         const int ki = static_cast<int>(rng() % kKeys);
         const std::string& k = keys[ki];
         const int op = static_cast<int>(rng() % 100);
@@ -576,6 +576,13 @@ TEST(MasstreeConcurrentTest, SharedKeysMatchPerKeyLockOracle) {
   ExpectSameAsModel(t, expect);
   EXPECT_GT(scans_checked.load(), 0);
 }
+
+TEST(MasstreeConcurrentTest, SharedKeysMatchPerKeyLockOracle) {
+  RunSharedKeysOracle(4, Scaled(40000));
+}
+
+// More threads than cores: threads are preempted inside critical sections and mid-descent.
+TEST(MasstreeConcurrentTest, SharedKeysOversubscribed) { RunSharedKeysOracle(8, Scaled(15000)); }
 
 // Readers look up keys that were inserted before they started and are never removed, while
 // writers insert and remove other keys around them (splits, new layers, leaf removal): every
@@ -642,6 +649,68 @@ TEST(MasstreeConcurrentTest, ReadersNeverMissStableKeysDuringSplits) {
   EXPECT_GT(lookups.load(), 0);
   ASSERT_TRUE(t.CheckInvariants().ok()) << t.CheckInvariants();
   for (const auto& k : stable) ASSERT_EQ(t.get(k), "S" + k);
+}
+
+// Sparse stable keys survive while writers repeatedly fill and empty the dense ranges between
+// them, so border nodes are unlinked (and separators redirected) under concurrent readers.
+TEST(MasstreeConcurrentTest, SparseStableKeysSurviveLeafRemoval) {
+  Masstree t;
+  constexpr uint64_t kSpacing = 64;
+  constexpr uint64_t kStable = 200;
+  std::vector<std::string> stable;
+  for (uint64_t i = 0; i < kStable; ++i) {
+    stable.push_back(std::string(U64Key(i * kSpacing).view()));
+    stable.push_back("deep/prefix/shared/" + std::string(U64Key(i * kSpacing).view()));
+  }
+  for (const auto& k : stable) t.put(k, k);
+  std::sort(stable.begin(), stable.end());
+  std::atomic<int> done{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w) {
+    threads.emplace_back([&, w] {
+      std::mt19937_64 rng(4242 + w);
+      for (int round = 0; round < Scaled(400); ++round) {
+        const uint64_t block = rng() % (kStable / 4);  // four stable gaps per block
+        const bool deep = rng() % 2;
+        for (int pass = 0; pass < 2; ++pass) {
+          for (uint64_t g = 4 * block; g < 4 * block + 4; ++g) {
+            for (uint64_t j = 1; j < kSpacing; ++j) {
+              const std::string num(U64Key(g * kSpacing + j).view());
+              const std::string k = deep ? "deep/prefix/shared/" + num : num;
+              if (pass == 0) {
+                t.put(k, k);
+              } else {
+                t.remove(k);
+              }
+            }
+          }
+        }
+      }
+      done.fetch_add(1);
+    });
+  }
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      std::mt19937_64 rng(99 + r);
+      while (done.load() < 2) {
+        const std::string& k = stable[rng() % stable.size()];
+        ASSERT_EQ(t.get(k), k) << "lost stable key " << Printable(k);
+        if (rng() % 8 == 0) {
+          size_t next = 0;
+          t.scan("", SIZE_MAX, [&](std::string_view sk, std::string_view sv) {
+            EXPECT_EQ(sk, sv);
+            if (next < stable.size() && sk == stable[next]) ++next;
+            return true;
+          });
+          EXPECT_EQ(next, stable.size()) << "a full scan skipped a stable key";
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  Model expect;
+  for (const auto& k : stable) expect[k] = k;
+  ExpectSameAsModel(t, expect);
 }
 
 // Writers fill and empty whole key ranges (leaves unlinked, layers collected) while scanners
