@@ -1,13 +1,10 @@
-// Masstree writes that add or replace keys: put / insert-if-absent, new layers, and splits of
-// border and interior nodes with propagation to the parents. Templated on the NodeAllocator
-// (ds/node_allocator.h); the descent and locking they use are in tree_find.h.
+// Masstree writes that add or replace keys: put and insert-if-absent, and new layers when two
+// keys share a slice. Templated on the NodeAllocator (ds/node_allocator.h); the descent and
+// locking they use are in tree_find.h, splits of full nodes in tree_split.h.
 //
-// Locking: a writer locks one border node (LockLeaf). A split also locks, before changing
-// anything, every ancestor that will change (child before parent, the global lock order with
-// "left sibling before right sibling" among border nodes and "upper layer before lower layer"),
-// allocates every node it needs, and only then modifies; so an allocation failure changes
-// nothing. A node being split stays locked and kSplitting until its parent has been marked,
-// which is what lets readers descend without locks (tree_find.cc, FindLeaf).
+// Locking: a writer locks one border node (LockLeaf) and changes it in place; only a split
+// locks more (tree_split.h). Every allocation happens before the first change, so an
+// allocation failure leaves the tree unchanged.
 //
 // REQUIRES for everything here: the caller is inside the allocator's Guard.
 #ifndef PMRT_DS_INTERNAL_TREE_INSERT_H_

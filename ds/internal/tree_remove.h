@@ -91,6 +91,8 @@ inline void RemoveFromInterior(InteriorNode* p, int key_index, int child_index) 
   for (int j = key_index; j + 1 < n; ++j) {
     p->ikey[j].store(p->ikey[j + 1].load(std::memory_order_relaxed), std::memory_order_relaxed);
   }
+  // Children shift left one at a time, so a racing reader (FindLeaf, acquire loads) finds a
+  // live node or a duplicate in every slot.
   for (int j = child_index; j < n; ++j) {
     p->child[j].store(p->child[j + 1].load(std::memory_order_relaxed), std::memory_order_release);
   }
