@@ -14,7 +14,11 @@ namespace pmrt::alloc {
 using alloc_internal::ChunkKind;
 using alloc_internal::ChunkMeta;
 using alloc_internal::HeapHeader;
+using alloc_internal::kBitmapLines;
+using alloc_internal::kBitsPerLine;
 using alloc_internal::kChunkSize;
+using alloc_internal::kLiveWords;
+using alloc_internal::kWordsPerLine;
 using alloc_internal::LineWriter;
 using alloc_internal::LoggedLine;
 using alloc_internal::MakeState;
@@ -24,29 +28,34 @@ using alloc_internal::StateRun;
 
 namespace alloc_detail {
 
-struct PendingFree {
-  uint64_t offset;
-  uint32_t run;  // 0 for a small block, the extent's chunk count otherwise
+// The frees of one thread in one epoch, reusable once the epoch has closed.
+struct FreeBatch {
+  std::vector<uint64_t> small[SizeClasses::kCount];     // block offsets by class
+  std::vector<std::pair<uint64_t, uint64_t>> extents;   // (first chunk, chunk count)
 };
 
 struct ThreadCache {
   std::vector<uint64_t> free[SizeClasses::kCount];  // block offsets ready to hand out
-  uint64_t pending_epoch = 0;
-  std::vector<PendingFree>* pending = nullptr;  // frees of pending_epoch, retired as one batch
-  std::vector<uint32_t> dirty_chunks[2];        // chunks with dirty lines, per epoch parity
+  uint64_t batch_epoch = 0;
+  FreeBatch* batch = nullptr;               // frees of batch_epoch, retired as one object
+  std::vector<uint32_t> dirty_chunks[2];    // chunks changed, per epoch parity
   // Written by the owner only; read by Stats from any thread.
   std::atomic<uint64_t> allocations{0}, frees{0};
 };
 
-// Volatile per-chunk map of lines written in the current epoch (1024 lines of 64 bytes).
-struct ChunkDirty {
-  std::atomic<uint64_t> epoch{0};
-  std::atomic<uint64_t> lines[kChunkSize / 64 / 64];
+// A small chunk in use this run. `live` is the truth about its blocks while the heap runs
+// (bit set = allocated); the persistent bitmap catches up at each boundary. `lines` marks the
+// data lines allocated in the current epoch (what callers write into new blocks).
+struct ChunkVolatile {
+  std::atomic<uint64_t> live[kLiveWords] = {};
+  std::atomic<uint64_t> dirty_epoch{0};
+  std::atomic<uint64_t> lines[kChunkSize / 64 / 64] = {};
 };
 
 }  // namespace alloc_detail
 
-using alloc_detail::PendingFree;
+using alloc_detail::ChunkVolatile;
+using alloc_detail::FreeBatch;
 using alloc_detail::ThreadCache;
 
 namespace {
@@ -54,7 +63,7 @@ namespace {
 constexpr Site kHeaderFlush{"alloc.heap.header.flush"};
 constexpr Site kHeaderFence{"alloc.heap.header.fence"};
 constexpr uint64_t kTailState = MakeState(ChunkKind::kExtent, 0, 0);  // inside an extent
-constexpr size_t kRefillBatch = 32;
+constexpr size_t kRefillBatch = 64;
 
 thread_local AllocError tls_error = AllocError::kNone;
 std::atomic<Heap*> g_default{nullptr};
@@ -64,6 +73,25 @@ uint32_t HeaderCrc(const HeapHeader& h) { return Crc32c(&h, offsetof(HeapHeader,
 ChunkMeta* Meta(void* meta, uint64_t chunk) { return static_cast<ChunkMeta*>(meta) + chunk; }
 
 bool IsPowerOfTwo(size_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+// Relaxed add by the owning thread (no read-modify-write: only the owner writes).
+void Bump(std::atomic<uint64_t>& c) {
+  c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+// Appends one range per run of consecutive set bits of `words` (bit i = 64 bytes at base+64i).
+void RangesOfBits(uint8_t* base, std::atomic<uint64_t>* words, size_t n, std::vector<Range>& out) {
+  for (size_t w = 0; w < n; ++w) {
+    uint64_t bits = words[w].exchange(0, std::memory_order_relaxed);
+    while (bits != 0) {
+      const int first = __builtin_ctzll(bits);
+      const uint64_t rest = ~(bits >> first);
+      const int run = rest == 0 ? 64 : __builtin_ctzll(rest);
+      out.push_back({base + (w * 64 + first) * 64, static_cast<size_t>(run) * 64});
+      bits = run == 64 ? 0 : bits & ~(((uint64_t{1} << run) - 1) << first);
+    }
+  }
+}
 
 }  // namespace
 
@@ -84,12 +112,16 @@ Heap* Heap::Default() { return g_default.load(std::memory_order_acquire); }
 Heap::Heap(Pool& pool, epoch::Manager& epochs) : pool_(pool), epochs_(epochs) {}
 
 Heap::~Heap() {
-  // Frees still in their grace period are retired batches that call back into this heap:
-  // close the current epoch so they run now.
+  // Frees still in their grace period are retired batches that call back into this heap, and
+  // the boundary must copy this epoch's bitmap changes: close the epoch now (Advance runs the
+  // reclaimers under its lock, so none is still running when it returns).
   (void)epochs_.Advance();
   epochs_.RemoveFlushSource(flush_source_);
   Heap* self = this;
   g_default.compare_exchange_strong(self, nullptr);
+  if (vol_ != nullptr)
+    for (uint64_t i = 0; i < chunks_; ++i) delete vol_[i].load();
+  for (FreeBatch* b : spare_batches_) delete b;  // every batch was released by the Advance
 }
 
 absl::StatusOr<std::unique_ptr<Heap>> Heap::Open(Pool& pool, epoch::Manager& epochs) {
@@ -171,8 +203,7 @@ absl::Status Heap::Load() {
   chunks_ = h.chunk_count;
   data_off_ = r.offset + h.data_offset;
   state_ = std::make_unique<std::atomic<uint64_t>[]>(chunks_);
-  loaded_ = std::make_unique<std::atomic<bool>[]>(chunks_);
-  dirty_ = std::make_unique<alloc_detail::ChunkDirty[]>(chunks_);
+  vol_ = std::make_unique<std::atomic<ChunkVolatile*>[]>(chunks_);
   // One line per chunk: its recovered state. Bitmaps are read when a chunk is first used.
   uint64_t run_start = 0, run_len = 0;
   for (uint64_t i = 0; i < chunks_; ++i) {
@@ -252,6 +283,8 @@ void Heap::ReturnRun(uint64_t start, uint64_t n) {
 // ---- logged metadata writes -------------------------------------------------------------------
 
 void Heap::SetChunkState(uint64_t chunk, uint64_t state, uint64_t e) {
+  // One writer per header: a fresh chunk is taken under chunk_mu_ by one thread; an extent is
+  // claimed by one CAS on the mirror before its header is written.
   const Persister& p = pool_.persister();
   LineWriter w(Meta(meta_, chunk)->header, e, epochs_, p,
                [this](const LoggedLine* line) { epochs_.RecordDirty(line, sizeof(*line)); });
@@ -259,46 +292,37 @@ void Heap::SetChunkState(uint64_t chunk, uint64_t state, uint64_t e) {
   state_[chunk].store(state, std::memory_order_release);
 }
 
-bool Heap::SetBit(uint64_t chunk, uint32_t b, bool value, uint64_t e) {
-  const Persister& p = pool_.persister();
-  LoggedLine& line = Meta(meta_, chunk)->bits[b / alloc_internal::kBitsPerLine];
-  const size_t word = (b % alloc_internal::kBitsPerLine) / 64;
-  const uint64_t mask = uint64_t{1} << (b % 64);
-  LineWriter w(line, e, epochs_, p,
-               [this](const LoggedLine* l) { epochs_.RecordDirty(l, sizeof(*l)); });
-  const uint64_t v = w.Get(word);
-  if (((v & mask) != 0) != value) w.Set(word, value ? (v | mask) : (v & ~mask), p);
-  return (v & mask) != 0;
-}
-
-void Heap::MarkDirty(uint64_t chunk, uint64_t rel, uint64_t len, uint64_t e) {
-  alloc_detail::ChunkDirty& d = dirty_[chunk];
-  if (d.epoch.load(std::memory_order_relaxed) != e && d.epoch.exchange(e) != e) {
-    caches_.Local().dirty_chunks[e & 1].push_back(static_cast<uint32_t>(chunk));
-  }
-  for (uint64_t line = rel / 64, last = (rel + len - 1) / 64; line <= last; ++line) {
-    const uint64_t bit = uint64_t{1} << (line % 64);
-    auto& w = d.lines[line / 64];
-    if ((w.load(std::memory_order_relaxed) & bit) == 0) w.fetch_or(bit, std::memory_order_relaxed);
+void Heap::Touch(ThreadCache& tc, ChunkVolatile& v, uint64_t chunk, uint64_t e) {
+  if (v.dirty_epoch.load(std::memory_order_relaxed) != e &&
+      v.dirty_epoch.exchange(e, std::memory_order_relaxed) != e) {
+    tc.dirty_chunks[e & 1].push_back(static_cast<uint32_t>(chunk));
   }
 }
 
 void Heap::CollectDirty(uint64_t e, std::vector<Range>& out) {
-  // Runs inside the advance with no guard open: nobody marks lines concurrently.
+  // Step 3 of the advance of e, with no guard open: nobody changes a live map now, and only
+  // this thread writes bitmap lines. Each line whose media copy differs from the live map is
+  // logged in e (undo + tag, in the line) and updated; the line and the data lines allocated
+  // in e join the batch flush. If e fails, the undo copies put every line back.
+  const Persister& p = pool_.persister();
+  auto dirty_line = [&out](const LoggedLine* l) { out.push_back({l, sizeof(*l)}); };
   caches_.ForEach([&](ThreadCache& tc) {
     for (uint32_t chunk : tc.dirty_chunks[e & 1]) {
-      uint8_t* base = pool_.base() + ChunkOffset(chunk);
-      for (auto& w : dirty_[chunk].lines) {
-        uint64_t bits = w.exchange(0, std::memory_order_relaxed);
-        const size_t word = static_cast<size_t>(&w - dirty_[chunk].lines);
-        while (bits != 0) {  // one range per run of consecutive dirty lines
-          const int first = __builtin_ctzll(bits);
-          const uint64_t rest = ~(bits >> first);
-          const int run = rest == 0 ? 64 : __builtin_ctzll(rest);
-          out.push_back({base + (word * 64 + first) * 64, static_cast<size_t>(run) * 64});
-          bits = run == 64 ? 0 : bits & ~(((uint64_t{1} << run) - 1) << first);
+      ChunkVolatile& v = *vol_[chunk].load(std::memory_order_acquire);
+      ChunkMeta* m = Meta(meta_, chunk);
+      for (size_t line = 0; line < kBitmapLines; ++line) {
+        uint64_t want[kWordsPerLine], have[kWordsPerLine];
+        for (size_t k = 0; k < kWordsPerLine; ++k) {
+          const size_t w = line * kWordsPerLine + k;
+          want[k] = w < kLiveWords ? v.live[w].load(std::memory_order_relaxed) : 0;
         }
+        alloc_internal::EffectiveWords(m->bits[line], epochs_, have);
+        if (std::equal(want, want + kWordsPerLine, have)) continue;
+        LineWriter lw(m->bits[line], e, epochs_, p, dirty_line);
+        for (size_t k = 0; k < kWordsPerLine; ++k)
+          if (lw.Get(k) != want[k]) lw.Set(k, want[k], p);
       }
+      RangesOfBits(pool_.base() + ChunkOffset(chunk), v.lines, std::size(v.lines), out);
     }
     tc.dirty_chunks[e & 1].clear();
   });
@@ -312,7 +336,7 @@ void* Heap::Allocate(size_t size, size_t align) {
     return nullptr;
   }
   epoch::Guard g(epochs_);
-  const int c = SizeClasses::For(size, std::max<size_t>(align, 16));
+  const int c = SizeClasses::For(size, align);
   return c >= 0 ? AllocateSmall(c, g.epoch()) : AllocateExtent(size, g.epoch());
 }
 
@@ -336,14 +360,19 @@ void* Heap::AllocateSmall(int c, uint64_t e) {
   const uint64_t off = fl.back();
   fl.pop_back();
   const uint64_t chunk = (off - data_off_) >> alloc_internal::kChunkShift;
-  const uint64_t rel = off & (kChunkSize - 1);
-  const uint32_t size = SizeClasses::Size(c);
-  // The bit is durable at the boundary with the line; if this epoch fails, the line's undo
-  // copy (taken on its first change in the epoch) clears it again.
-  SetBit(chunk, static_cast<uint32_t>(rel / size), true, e);
-  MarkDirty(chunk, rel, size, e);  // what the caller writes into the block
-  tc.allocations.store(tc.allocations.load(std::memory_order_relaxed) + 1,
-                       std::memory_order_relaxed);
+  const auto rel = static_cast<uint32_t>(off & (kChunkSize - 1));
+  const uint32_t b = SizeClasses::BlockOf(rel, c);
+  ChunkVolatile& v = *vol_[chunk].load(std::memory_order_relaxed);
+  v.live[b / 64].fetch_or(uint64_t{1} << (b % 64), std::memory_order_relaxed);
+  Touch(tc, v, chunk, e);
+  // The block's data lines are written back at the boundary with whatever the caller stores.
+  for (uint32_t line = rel / 64, last = (rel + SizeClasses::Size(c) - 1) / 64; line <= last;
+       ++line) {
+    auto& w = v.lines[line / 64];
+    const uint64_t bit = uint64_t{1} << (line % 64);
+    if ((w.load(std::memory_order_relaxed) & bit) == 0) w.fetch_or(bit, std::memory_order_relaxed);
+  }
+  Bump(tc.allocations);
   return pool_.base() + off;
 }
 
@@ -359,11 +388,10 @@ void* Heap::AllocateExtent(size_t size, uint64_t e) {
     return nullptr;
   }
   for (uint64_t t = 1; t < n; ++t) state_[start + t].store(kTailState);
+  // Logged in e: if e fails the run is free again.
   SetChunkState(start, MakeState(ChunkKind::kExtent, 0, static_cast<uint32_t>(n)), e);
-  for (uint64_t t = 0; t < n; ++t) MarkDirty(start + t, 0, kChunkSize, e);
-  ThreadCache& tc = caches_.Local();
-  tc.allocations.store(tc.allocations.load(std::memory_order_relaxed) + 1,
-                       std::memory_order_relaxed);
+  epochs_.RecordDirty(pool_.base() + ChunkOffset(start), n * kChunkSize);
+  Bump(caches_.Local().allocations);
   return pool_.base() + ChunkOffset(start);
 }
 
@@ -378,13 +406,15 @@ bool Heap::Refill(ThreadCache& tc, int c, uint64_t e) {
     if (take > 0) return true;
   }
   // 2. A chunk of this class from an earlier run, not read yet in this one.
-  if (LoadNextChunk(c, &fl)) return !fl.empty() || Refill(tc, c, e);
+  while (LoadNextChunk(c, &fl)) {
+    if (!fl.empty()) return true;
+  }
   // 3. A fresh chunk. Its state change is logged in e: if e fails, the chunk is free again
   //    together with every block handed out from it.
   uint64_t chunk;
   if (!TakeRun(1, &chunk)) return false;
+  vol_[chunk].store(new ChunkVolatile, std::memory_order_release);
   SetChunkState(chunk, MakeState(ChunkKind::kSmall, static_cast<uint32_t>(c), 1), e);
-  loaded_[chunk].store(true, std::memory_order_release);
   const uint32_t size = SizeClasses::Size(c);
   for (uint32_t b = SizeClasses::BlocksPerChunk(c); b > 0; --b) {
     fl.push_back(ChunkOffset(chunk) + uint64_t{b - 1} * size);  // lowest address first out
@@ -392,79 +422,86 @@ bool Heap::Refill(ThreadCache& tc, int c, uint64_t e) {
   return true;
 }
 
+ChunkVolatile* Heap::LoadChunk(uint64_t chunk, int c, std::vector<uint64_t>* out) {
+  // REQUIRES: chunk_mu_. The recovered bitmap becomes the live map; its clear bits are free
+  // blocks, in no free list yet (the chunk was untouched this run).
+  auto* v = new ChunkVolatile;
+  const uint32_t size = SizeClasses::Size(c), blocks = SizeClasses::BlocksPerChunk(c);
+  for (size_t line = 0; line < kBitmapLines; ++line) {
+    uint64_t w[kWordsPerLine];
+    alloc_internal::EffectiveWords(Meta(meta_, chunk)->bits[line], epochs_, w);
+    for (size_t k = 0; k < kWordsPerLine && line * kWordsPerLine + k < kLiveWords; ++k)
+      v->live[line * kWordsPerLine + k].store(w[k], std::memory_order_relaxed);
+  }
+  for (uint32_t b = 0; b < blocks; ++b) {
+    if ((v->live[b / 64].load(std::memory_order_relaxed) >> (b % 64) & 1) == 0)
+      out->push_back(ChunkOffset(chunk) + uint64_t{b} * size);
+  }
+  std::erase(unloaded_[c], chunk);
+  vol_[chunk].store(v, std::memory_order_release);
+  return v;
+}
+
 bool Heap::LoadNextChunk(int c, std::vector<uint64_t>* out) {
-  // Under chunk_mu_, and `loaded` set only after the read: a concurrent Free of a block in the
-  // chunk waits in EnsureLoaded until the read is done, so the block it frees is not read as
-  // free here too.
   std::lock_guard<std::mutex> l(chunk_mu_);
   if (unloaded_[c].empty()) return false;
-  const uint64_t chunk = unloaded_[c].back();
-  unloaded_[c].pop_back();
-  ReadFreeBlocks(chunk, c, out);
-  loaded_[chunk].store(true, std::memory_order_release);
+  LoadChunk(unloaded_[c].back(), c, out);
   return true;
 }
 
-void Heap::ReadFreeBlocks(uint64_t chunk, int c, std::vector<uint64_t>* out) const {
-  // Every clear bit of the recovered bitmap. Called once per chunk per run, before any block
-  // of the chunk can be freed in this run (Free loads the chunk first), so each block found
-  // here is in no free list yet.
-  const uint32_t size = SizeClasses::Size(c), blocks = SizeClasses::BlocksPerChunk(c);
-  for (uint32_t b0 = 0; b0 < blocks; b0 += alloc_internal::kBitsPerLine) {
-    uint64_t w[alloc_internal::kWordsPerLine];
-    alloc_internal::EffectiveWords(Meta(meta_, chunk)->bits[b0 / alloc_internal::kBitsPerLine],
-                                   epochs_, w);
-    for (uint32_t b = b0; b < std::min<uint32_t>(blocks, b0 + alloc_internal::kBitsPerLine); ++b) {
-      if ((w[(b - b0) / 64] >> (b % 64) & 1) == 0) out->push_back(ChunkOffset(chunk) + b * size);
-    }
-  }
-}
-
-void Heap::EnsureLoaded(uint64_t chunk, int c) {
-  if (loaded_[chunk].load(std::memory_order_acquire)) return;
+ChunkVolatile* Heap::EnsureLoaded(uint64_t chunk, int c) {
+  ChunkVolatile* v = vol_[chunk].load(std::memory_order_acquire);
+  if (v != nullptr) return v;
   std::vector<uint64_t> blocks;
   {
     std::lock_guard<std::mutex> l(chunk_mu_);
-    if (loaded_[chunk].load(std::memory_order_relaxed)) return;
-    std::erase(unloaded_[c], chunk);
-    ReadFreeBlocks(chunk, c, &blocks);
-    loaded_[chunk].store(true, std::memory_order_release);
+    v = vol_[chunk].load(std::memory_order_acquire);
+    if (v != nullptr) return v;
+    v = LoadChunk(chunk, c, &blocks);
   }
   Central& cen = central_[c];
   std::lock_guard<std::mutex> l(cen.mu);
   cen.blocks.insert(cen.blocks.end(), blocks.begin(), blocks.end());
+  return v;
 }
 
 // ---- free -------------------------------------------------------------------------------------
 
-absl::Status Heap::Locate(const void* p, uint64_t* chunk, uint32_t* block, int* cls) const {
-  const auto* b = static_cast<const uint8_t*>(p);
-  const uint64_t off = pool_.contains(p) ? static_cast<uint64_t>(b - pool_.base()) : 0;
-  if (off < data_off_ || off >= data_off_ + (chunks_ << alloc_internal::kChunkShift)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        pool_.path(), ": pointer ", absl::StrFormat("%p", p),
-        " is not inside the heap of this pool"));
-  }
+bool Heap::Locate(const void* p, uint64_t* chunk, uint32_t* block, int* cls) const {
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  const auto base = reinterpret_cast<uintptr_t>(pool_.base());
+  const uint64_t off = addr - base;  // wraps for addresses below the pool: caught below
+  if (addr < base || off < data_off_ || off >= data_off_ + (chunks_ << alloc_internal::kChunkShift))
+    return false;
   *chunk = (off - data_off_) >> alloc_internal::kChunkShift;
-  const uint64_t rel = off & (kChunkSize - 1);
+  const auto rel = static_cast<uint32_t>(off & (kChunkSize - 1));
   const uint64_t s = state_[*chunk].load(std::memory_order_acquire);
   if (StateKind(s) == ChunkKind::kSmall) {
     *cls = static_cast<int>(StateClass(s));
-    const uint32_t size = SizeClasses::Size(*cls);
-    if (rel % size == 0 && rel / size < SizeClasses::BlocksPerChunk(*cls)) {
-      *block = static_cast<uint32_t>(rel / size);
-      return absl::OkStatus();
-    }
-  } else if (StateKind(s) == ChunkKind::kExtent && StateRun(s) > 0 && rel == 0) {
-    *cls = -1;
-    *block = 0;
-    return absl::OkStatus();
-  } else if (StateKind(s) == ChunkKind::kFree && rel == 0) {
+    *block = SizeClasses::BlockOf(rel, *cls);
+    return *block * SizeClasses::Size(*cls) == rel &&
+           *block < SizeClasses::BlocksPerChunk(*cls);
+  }
+  *cls = -1;
+  *block = 0;
+  return s != kTailState && StateKind(s) == ChunkKind::kExtent && rel == 0;
+}
+
+absl::Status Heap::LocateError(const void* p) const {
+  const auto* b = static_cast<const uint8_t*>(p);
+  if (!pool_.contains(p) || static_cast<uint64_t>(b - pool_.base()) < data_off_ ||
+      static_cast<uint64_t>(b - pool_.base()) >= data_off_ + (chunks_ << 16)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        pool_.path(), ": pointer ", absl::StrFormat("%p", p), " is not inside the heap"));
+  }
+  const uint64_t off = static_cast<uint64_t>(b - pool_.base());
+  const uint64_t chunk = (off - data_off_) >> 16;
+  if (StateKind(state_[chunk].load()) == ChunkKind::kFree && (off & (kChunkSize - 1)) == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         pool_.path(), ": double free: no block is allocated at offset ", off, " (a free chunk)"));
   }
-  return absl::InvalidArgumentError(absl::StrCat(pool_.path(), ": offset ", off,
-                                                 " is not the start of a heap block"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(pool_.path(), ": offset ", off, " is not the start of a heap block"));
 }
 
 absl::Status Heap::Free(void* p) { return FreeImpl(p, /*grace=*/true); }
@@ -475,61 +512,71 @@ absl::Status Heap::FreeImpl(void* p, bool grace) {
   uint64_t chunk;
   uint32_t block;
   int c;
-  if (auto st = Locate(p, &chunk, &block, &c); !st.ok()) return st;
+  if (!Locate(p, &chunk, &block, &c)) return LocateError(p);
   epoch::Guard g(epochs_);
   const uint64_t e = g.epoch();
-  PendingFree pf{pool_.offset_of(p), 0};
+  ThreadCache& tc = caches_.Local();
+  const uint64_t off = pool_.offset_of(p);
+  uint64_t run = 0;
   if (c >= 0) {
-    EnsureLoaded(chunk, c);
-    // Logged in e: if e fails the bit is set again (the block is still allocated).
-    if (!SetBit(chunk, block, false, e)) {
+    ChunkVolatile& v = *EnsureLoaded(chunk, c);
+    const uint64_t bit = uint64_t{1} << (block % 64);
+    if ((v.live[block / 64].fetch_and(~bit, std::memory_order_relaxed) & bit) == 0) {
       return absl::FailedPreconditionError(absl::StrCat(
-          pool_.path(), ": double free: block at offset ", pf.offset, " is not allocated"));
+          pool_.path(), ": double free: block at offset ", off, " is not allocated"));
     }
+    Touch(tc, v, chunk, e);  // the boundary copies the cleared bit to media, logged in e
   } else {
     uint64_t s = state_[chunk].load(std::memory_order_acquire);
     const uint64_t freeing = MakeState(ChunkKind::kFree, 0, 0);
-    if (StateKind(s) != ChunkKind::kExtent || !state_[chunk].compare_exchange_strong(s, freeing)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          pool_.path(), ": double free: extent at offset ", pf.offset, " is not allocated"));
-    }
-    pf.run = StateRun(s);
-    SetChunkState(chunk, freeing, e);
+    if (!state_[chunk].compare_exchange_strong(s, freeing)) return LocateError(p);
+    run = StateRun(s);
+    SetChunkState(chunk, freeing, e);  // logged in e: if e fails the extent is live again
   }
-  ThreadCache& tc = caches_.Local();
-  tc.frees.store(tc.frees.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  Bump(tc.frees);
+  FreeBatch* batch;
   if (!grace) {
-    std::vector<PendingFree> now{pf};
-    ReleaseFreed(&now);
-    return absl::OkStatus();
+    batch = new FreeBatch;
+  } else if (tc.batch != nullptr && tc.batch_epoch == e) {
+    batch = tc.batch;
+  } else {
+    // Reusable once e has closed: no guard can hold the block any more, and e is durable.
+    {
+      std::lock_guard<std::mutex> l(batches_mu_);
+      if (spare_batches_.empty()) {
+        batch = new FreeBatch;
+      } else {
+        batch = spare_batches_.back();
+        spare_batches_.pop_back();
+      }
+    }
+    tc.batch = batch;
+    tc.batch_epoch = e;
+    epochs_.Retire(batch, [this](void* b) { ReleaseBatch(static_cast<FreeBatch*>(b)); });
   }
-  // Reusable once e has closed: no guard can hold the block, and the free is durable.
-  if (tc.pending == nullptr || tc.pending_epoch != e) {
-    tc.pending = new std::vector<PendingFree>;
-    tc.pending_epoch = e;
-    epochs_.Retire(tc.pending, [this](void* v) {
-      auto* batch = static_cast<std::vector<PendingFree>*>(v);
-      ReleaseFreed(batch);
-      delete batch;
-    });
+  if (c >= 0) {
+    batch->small[c].push_back(off);
+  } else {
+    batch->extents.emplace_back(chunk, run);
   }
-  tc.pending->push_back(pf);
+  if (!grace) ReleaseBatch(batch);
   return absl::OkStatus();
 }
 
-void Heap::ReleaseFreed(std::vector<PendingFree>* batch) {
-  std::sort(batch->begin(), batch->end(),
-            [](const PendingFree& a, const PendingFree& b) { return a.offset < b.offset; });
-  for (const PendingFree& f : *batch) {
-    const uint64_t chunk = (f.offset - data_off_) >> alloc_internal::kChunkShift;
-    if (f.run > 0) {
-      ReturnRun(chunk, f.run);
-      continue;
+void Heap::ReleaseBatch(FreeBatch* batch) {
+  for (int c = 0; c < SizeClasses::kCount; ++c) {
+    auto& v = batch->small[c];
+    if (v.empty()) continue;
+    {
+      std::lock_guard<std::mutex> l(central_[c].mu);
+      central_[c].blocks.insert(central_[c].blocks.end(), v.begin(), v.end());
     }
-    Central& cen = central_[StateClass(state_[chunk].load(std::memory_order_acquire))];
-    std::lock_guard<std::mutex> l(cen.mu);
-    cen.blocks.push_back(f.offset);
+    v.clear();
   }
+  for (auto [chunk, n] : batch->extents) ReturnRun(chunk, n);
+  batch->extents.clear();
+  std::lock_guard<std::mutex> l(batches_mu_);
+  spare_batches_.push_back(batch);
 }
 
 // ---- transaction replay hooks -----------------------------------------------------------------
@@ -538,43 +585,52 @@ absl::Status Heap::MarkAllocated(uint64_t offset) {
   uint64_t chunk;
   uint32_t block;
   int c;
-  if (auto st = Locate(pool_.base() + offset, &chunk, &block, &c); !st.ok()) return st;
+  if (!Locate(pool_.base() + offset, &chunk, &block, &c)) return LocateError(pool_.base() + offset);
   if (c < 0) return absl::OkStatus();  // an extent's state word is its allocation
-  if (UsableSize(pool_.base() + offset) != 0) return absl::OkStatus();  // replayed already
-  if (loaded_[chunk].load(std::memory_order_acquire)) {
+  std::lock_guard<std::mutex> l(chunk_mu_);  // against a concurrent load of the chunk
+  if (BlockLive(chunk, block)) return absl::OkStatus();  // replayed already
+  if (vol_[chunk].load(std::memory_order_acquire) != nullptr) {
     // A clear bit in a chunk in use means the block sits in a free list: marking it would
     // hand it out twice.
     return absl::FailedPreconditionError(absl::StrCat(
         pool_.path(), ": MarkAllocated at offset ", offset,
         ": the block is free and its chunk is in use; replay must precede allocation"));
   }
+  // The chunk is not in use this run: nothing but this call writes its bitmap, so write the
+  // line directly, logged in the caller's epoch.
   epoch::Guard g(epochs_);
-  SetBit(chunk, block, true, g.epoch());
+  const Persister& p = pool_.persister();
+  LineWriter w(Meta(meta_, chunk)->bits[block / kBitsPerLine], g.epoch(), epochs_, p,
+               [this](const LoggedLine* line) { epochs_.RecordDirty(line, sizeof(*line)); });
+  const size_t word = (block % kBitsPerLine) / 64;
+  w.Set(word, w.Get(word) | uint64_t{1} << (block % 64), p);
   return absl::OkStatus();
 }
 
 absl::Status Heap::MarkFreed(uint64_t offset) {
-  uint64_t chunk;
-  uint32_t block;
-  int c;
-  if (auto st = Locate(pool_.base() + offset, &chunk, &block, &c); !st.ok()) return st;
-  if (UsableSize(pool_.base() + offset) == 0) return absl::OkStatus();  // already free
+  if (UsableSize(pool_.base() + offset) == 0) return absl::OkStatus();  // replayed already
   return Free(pool_.base() + offset);
 }
 
 // ---- inspection -------------------------------------------------------------------------------
 
+bool Heap::BlockLive(uint64_t chunk, uint32_t block) const {
+  if (const ChunkVolatile* v = vol_[chunk].load(std::memory_order_acquire)) {
+    return v->live[block / 64].load(std::memory_order_relaxed) >> (block % 64) & 1;
+  }
+  uint64_t w[kWordsPerLine];
+  alloc_internal::EffectiveWords(Meta(meta_, chunk)->bits[block / kBitsPerLine], epochs_, w);
+  const uint32_t bit = block % kBitsPerLine;
+  return w[bit / 64] >> (bit % 64) & 1;
+}
+
 size_t Heap::UsableSize(const void* p) const {
   uint64_t chunk;
   uint32_t block;
   int c;
-  if (!Locate(p, &chunk, &block, &c).ok()) return 0;
+  if (!Locate(p, &chunk, &block, &c)) return 0;
   if (c < 0) return StateRun(state_[chunk].load()) * kChunkSize;
-  const LoggedLine& line = Meta(meta_, chunk)->bits[block / alloc_internal::kBitsPerLine];
-  const uint32_t bit = block % alloc_internal::kBitsPerLine;
-  uint64_t w[alloc_internal::kWordsPerLine];
-  alloc_internal::EffectiveWords(line, epochs_, w);  // a line may still await lazy recovery
-  return (w[bit / 64] >> (bit % 64) & 1) ? SizeClasses::Size(c) : 0;
+  return BlockLive(chunk, block) ? SizeClasses::Size(c) : 0;
 }
 
 absl::Status Heap::Walk(const std::function<void(const BlockInfo&)>& fn) const {
@@ -587,14 +643,8 @@ absl::Status Heap::Walk(const std::function<void(const BlockInfo&)>& fn) const {
     }
     const int c = static_cast<int>(StateClass(s));
     const uint32_t size = SizeClasses::Size(c), blocks = SizeClasses::BlocksPerChunk(c);
-    for (uint32_t b0 = 0; b0 < blocks; b0 += alloc_internal::kBitsPerLine) {
-      uint64_t w[alloc_internal::kWordsPerLine];
-      alloc_internal::EffectiveWords(Meta(meta_, i)->bits[b0 / alloc_internal::kBitsPerLine],
-                                     epochs_, w);
-      for (uint32_t b = b0; b < std::min<uint32_t>(blocks, b0 + alloc_internal::kBitsPerLine); ++b) {
-        if (w[(b - b0) / 64] >> (b % 64) & 1) fn({ChunkOffset(i) + uint64_t{b} * size, size});
-      }
-    }
+    for (uint32_t b = 0; b < blocks; ++b)
+      if (BlockLive(i, b)) fn({ChunkOffset(i) + uint64_t{b} * size, size});
   }
   return absl::OkStatus();
 }
@@ -637,23 +687,32 @@ HeapStats Heap::Stats() const {
 
 absl::Status Heap::Check() const {
   for (uint64_t i = 0; i < chunks_; ++i) {
-    uint64_t hw[alloc_internal::kWordsPerLine];
+    uint64_t hw[kWordsPerLine];
     alloc_internal::EffectiveWords(Meta(meta_, i)->header, epochs_, hw);
     const uint64_t s = state_[i].load(std::memory_order_acquire);
     const bool tail = s == kTailState;
     if (tail ? hw[0] != MakeState(ChunkKind::kFree, 0, 0) : hw[0] != s) {
       return Corrupt(i, absl::StrCat("state on media ", hw[0], " differs from the heap's ", s));
     }
-    const uint32_t blocks =
-        StateKind(s) == ChunkKind::kSmall && !tail ? SizeClasses::BlocksPerChunk(StateClass(s)) : 0;
-    for (uint32_t line = 0; line < alloc_internal::kBitmapLines; ++line) {
-      uint64_t w[alloc_internal::kWordsPerLine];
+    const bool small = StateKind(s) == ChunkKind::kSmall && !tail;
+    const uint32_t blocks = small ? SizeClasses::BlocksPerChunk(StateClass(s)) : 0;
+    const ChunkVolatile* v = vol_[i].load(std::memory_order_acquire);
+    // Bits of blocks the chunk does not have must be clear, on media and in the live map.
+    auto beyond = [blocks](size_t word) {  // mask of word `word`'s bits at or past `blocks`
+      const size_t first = word * 64;
+      if (first >= blocks) return ~uint64_t{0};
+      if (first + 64 <= blocks) return uint64_t{0};
+      return ~((uint64_t{1} << (blocks - first)) - 1);
+    };
+    for (size_t line = 0; line < kBitmapLines; ++line) {
+      uint64_t w[kWordsPerLine];
       alloc_internal::EffectiveWords(Meta(meta_, i)->bits[line], epochs_, w);
-      for (uint32_t k = 0; k < alloc_internal::kBitsPerLine; ++k) {
-        const uint32_t b = line * alloc_internal::kBitsPerLine + k;
-        if ((w[k / 64] >> (k % 64) & 1) && b >= blocks) {
-          return Corrupt(i, absl::StrCat("bit ", b, " set beyond the chunk's ", blocks,
-                                         " blocks"));
+      for (size_t k = 0; k < kWordsPerLine; ++k) {
+        const size_t word = line * kWordsPerLine + k;
+        const uint64_t live = v != nullptr && word < kLiveWords ? v->live[word].load() : 0;
+        if (((w[k] | live) & beyond(word)) != 0) {
+          return Corrupt(i, absl::StrCat("a bit in word ", word, " is set beyond the chunk's ",
+                                         blocks, " blocks"));
         }
       }
     }

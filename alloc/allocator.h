@@ -7,9 +7,12 @@
 //
 // Crash behaviour (epoch scope, DESIGN.md contract 3): after a crash in epoch e the heap is as
 // it was when e began — blocks allocated in e are free again, blocks freed in e are still
-// allocated. Allocation and free never flush or fence: every metadata line carries its own undo
-// copy tagged with its epoch (alloc/internal/logged_line.h) and the epoch boundary writes the
-// dirty lines back. A freed block is reused only after the epoch of its free has closed (no
+// allocated. Allocation and free never flush or fence, and never write persistent metadata:
+// they flip a bit in the chunk's volatile live map. At the epoch boundary (no guard open) the
+// changed bitmap lines are copied to media, each line logged in place first — it carries its
+// own undo copy tagged with the epoch (alloc/internal/logged_line.h) — and written back with
+// the epoch's other dirty lines. A crash before the boundary completes loses exactly the
+// epoch's changes, which is the contract. A freed block is reused only after the epoch of its free has closed (no
 // guard can hold it) and is durable. A newly allocated block is registered dirty, so what the
 // caller writes into it in the same epoch is written back at the boundary; later changes to the
 // object are the caller's to log (epoch::ExternalLog, InCLL).
@@ -44,8 +47,8 @@ namespace pmrt::alloc {
 
 namespace alloc_detail {
 struct ThreadCache;
-struct ChunkDirty;
-struct PendingFree;
+struct ChunkVolatile;
+struct FreeBatch;
 }  // namespace alloc_detail
 
 // Why the last null-returning Allocate of this thread failed.
@@ -120,7 +123,6 @@ class Heap {
   static Heap* Default();
 
  private:
-  friend struct alloc_detail::ThreadCache;
   Heap(Pool& pool, epoch::Manager& epochs);
   absl::Status Format();
   absl::Status Load();
@@ -128,18 +130,20 @@ class Heap {
   void* AllocateExtent(size_t size, uint64_t e);
   bool Refill(alloc_detail::ThreadCache& tc, int c, uint64_t e);
   bool LoadNextChunk(int c, std::vector<uint64_t>* out);
-  void ReadFreeBlocks(uint64_t chunk, int c, std::vector<uint64_t>* out) const;
-  void EnsureLoaded(uint64_t chunk, int c);
+  alloc_detail::ChunkVolatile* LoadChunk(uint64_t chunk, int c, std::vector<uint64_t>* out);
+  alloc_detail::ChunkVolatile* EnsureLoaded(uint64_t chunk, int c);
+  void Touch(alloc_detail::ThreadCache& tc, alloc_detail::ChunkVolatile& v, uint64_t chunk,
+             uint64_t e);
   absl::Status FreeImpl(void* p, bool grace);
+  void ReleaseBatch(alloc_detail::FreeBatch* batch);
   bool TakeRun(uint64_t n, uint64_t* start);
   void ReturnRun(uint64_t start, uint64_t n);
   void SetChunkState(uint64_t chunk, uint64_t state, uint64_t e);
-  // Sets or clears block `b`'s bit in chunk `chunk`; returns the bit's previous value.
-  bool SetBit(uint64_t chunk, uint32_t b, bool value, uint64_t e);
-  void MarkDirty(uint64_t chunk, uint64_t rel, uint64_t len, uint64_t e);
   void CollectDirty(uint64_t e, std::vector<Range>& out);
-  absl::Status Locate(const void* p, uint64_t* chunk, uint32_t* block, int* cls) const;
-  void ReleaseFreed(std::vector<alloc_detail::PendingFree>* batch);
+  // Chunk, block and class (-1: an extent) of the block starting at p; false if none.
+  bool Locate(const void* p, uint64_t* chunk, uint32_t* block, int* cls) const;
+  absl::Status LocateError(const void* p) const;
+  bool BlockLive(uint64_t chunk, uint32_t block) const;
   uint64_t ChunkOffset(uint64_t chunk) const { return data_off_ + (chunk << 16); }
   absl::Status Corrupt(uint64_t chunk, const std::string& what) const;
 
@@ -152,13 +156,12 @@ class Heap {
   void* meta_ = nullptr;          // ChunkMeta[chunks_]
   int flush_source_ = 0;
 
-  // Volatile mirror of every chunk's (recovered) state word, and which chunks have had their
-  // bitmap read this run.
+  // Volatile mirror of every chunk's (recovered) state word, and the volatile state of each
+  // small chunk in use this run (null until the chunk is first used: its bitmap is read then).
   std::unique_ptr<std::atomic<uint64_t>[]> state_;
-  std::unique_ptr<std::atomic<bool>[]> loaded_;
-  std::unique_ptr<alloc_detail::ChunkDirty[]> dirty_;
+  std::unique_ptr<std::atomic<alloc_detail::ChunkVolatile*>[]> vol_;
 
-  mutable std::mutex chunk_mu_;                  // guards the three below
+  mutable std::mutex chunk_mu_;                  // guards the three below and chunk loading
   std::map<uint64_t, uint64_t> free_runs_;       // start -> length, coalesced
   std::set<std::pair<uint64_t, uint64_t>> by_length_;  // (length, start), best fit
   std::vector<uint64_t> unloaded_[SizeClasses::kCount];  // used chunks not yet read this run
@@ -168,6 +171,8 @@ class Heap {
     std::vector<uint64_t> blocks;  // reusable block offsets
   };
   Central central_[SizeClasses::kCount];
+  std::mutex batches_mu_;
+  std::vector<alloc_detail::FreeBatch*> spare_batches_;  // reused: no allocation per epoch
   PerThread<alloc_detail::ThreadCache> caches_;
 };
 

@@ -26,16 +26,37 @@ struct SizeClasses {
     return s;
   }();
   static_assert(kSizes[kCount - 1] == kMaxSmallSize);
+  static constexpr std::array<uint64_t, kCount> kReciprocals = [] {
+    std::array<uint64_t, kCount> r{};
+    for (int i = 0; i < kCount; ++i) r[i] = ((uint64_t{1} << 32) + kSizes[i] - 1) / kSizes[i];
+    return r;
+  }();
+  // Class of sizes up to 1024 bytes by (size + 15) / 16.
+  static constexpr std::array<int8_t, 65> kSmallTable = [] {
+    std::array<int8_t, 65> t{};
+    for (size_t q = 0; q <= 64; ++q) {
+      int c = 0;
+      while (kSizes[c] < q * 16) ++c;
+      t[q] = static_cast<int8_t>(c);
+    }
+    return t;
+  }();
 
   // The smallest class holding `size` bytes whose block size is a multiple of `align`
   // (a power of two <= kMaxSmallAlign); -1 when none (use an extent).
   static int For(size_t size, size_t align) {
     if (size == 0) size = 1;
     if (size > kMaxSmallSize || align > kMaxSmallAlign) return -1;
-    int c = size <= 128 ? static_cast<int>((size + 15) / 16) - 1 : FirstAbove128(size);
+    int c = size <= 1024 ? kSmallTable[(size + 15) / 16] : FirstAbove128(size);
+    if (align <= 16) return c;
     for (; c < kCount; ++c)
       if (kSizes[c] % align == 0) return c;
     return -1;
+  }
+  // Block index of byte `rel` of a chunk of class c: rel / Size(c) without a division. Exact
+  // for rel < 2^16: the multiplier's error stays below 2^-16 < 1 / Size(c).
+  static uint32_t BlockOf(uint32_t rel, int c) {
+    return static_cast<uint32_t>((uint64_t{rel} * kReciprocals[c]) >> 32);
   }
   static uint32_t Size(int c) { return kSizes[c]; }
   static uint32_t BlocksPerChunk(int c) { return static_cast<uint32_t>(65536 / kSizes[c]); }

@@ -299,6 +299,9 @@ absl::Status Manager::Advance() {
       r.clear();
     }
     global_.store(e + 1, std::memory_order_seq_cst);
+    // 6. Run the reclaimers, still under advance_mu_: when an Advance returns, no reclaimer of
+    //    an earlier advance is still running (an owner may then safely go away).
+    for (auto& [obj, deleter] : reclaim) deleter(obj);
     uint64_t lines = 0;
     for (const Range& r : ranges) {
       auto a = reinterpret_cast<uintptr_t>(r.addr);
@@ -312,7 +315,6 @@ absl::Status Manager::Advance() {
     stats_.boundary_time += std::chrono::steady_clock::now() - start;
     stats_.reclaimed += reclaim.size();
   }
-  for (auto& [obj, deleter] : reclaim) deleter(obj);
   return absl::OkStatus();
 }
 

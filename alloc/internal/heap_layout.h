@@ -29,16 +29,17 @@ inline constexpr size_t kMaxBlocksPerChunk = kChunkSize / kMinBlock;  // 4096
 inline constexpr size_t kWordsPerLine = 3;
 inline constexpr size_t kBitsPerLine = kWordsPerLine * 64;  // 192
 inline constexpr size_t kBitmapLines = (kMaxBlocksPerChunk + kBitsPerLine - 1) / kBitsPerLine;
+inline constexpr size_t kLiveWords = kMaxBlocksPerChunk / 64;  // 64 words of block bits
 
-// A cache line that logs itself: three data words, their undo copies, and a tag
-// (epoch << 1 | locked). Protocol (alloc/internal/logged_line.h): lock; if the tag's epoch is a
-// failed epoch of an earlier run, restore words from undo; on the first modification in epoch
-// e copy words to undo, then store tag e; then modify words; unlock. All in one line, so PCSO
-// persists the stores in program order and no flush or fence is needed.
+// A cache line that logs itself: three data words, their undo copies, and a tag (the epoch of
+// the undo copy). Protocol (alloc/internal/logged_line.h): if the tag's epoch is a failed epoch
+// of an earlier run, restore words from undo; on the first modification in epoch e copy words
+// to undo, then store tag e; then modify words. All in one line, so PCSO persists the stores
+// in program order and no flush or fence is needed.
 struct alignas(64) LoggedLine {
   std::atomic<uint64_t> word[kWordsPerLine];
   std::atomic<uint64_t> undo[kWordsPerLine];
-  std::atomic<uint64_t> tag;  // epoch of the undo copy << 1 | lock bit (volatile meaning)
+  std::atomic<uint64_t> tag;  // epoch of the undo copy; 0 = never written
   uint64_t reserved;
 };
 static_assert(sizeof(LoggedLine) == 64);

@@ -6,16 +6,14 @@
 // after a few operations of the next execution. The mutation gate disables each persistence
 // site of the epoch layer in turn; each must make this suite fail.
 #include <array>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <mutex>
-#include <thread>
 
 #include "epoch/epoch.h"
 #include "epoch/pool.h"
 #include "epoch/sim.h"
 #include "gtest/gtest.h"
+#include "tests/util/lockstep.h"
 #include "tests/util/test_util.h"
 
 namespace pmrt::epoch {
@@ -214,44 +212,21 @@ CrashOutcome RunCrash(const CrashConfig& cfg) {
     return model.Check(*s);
   });
   sim.SetCrashPoints(mode);
-
-  // Workers take turns: the scheduler hands one operation to one worker and waits for it.
-  std::mutex mu;
-  std::condition_variable cv;
-  int turn = -1;  // worker index, -1 = scheduler, -2 = stop
-  std::vector<std::thread> workers;
-  for (int t = 0; t < cfg.threads; ++t) {
-    workers.emplace_back([&, t] {
-      uint64_t rng = sim.options().seed * 1000003 + static_cast<uint64_t>(t) + 1;
-      std::unique_lock<std::mutex> l(mu);
-      for (;;) {
-        cv.wait(l, [&] { return turn == t || turn == -2; });
-        if (turn == -2) return;
-        Operate(**m, model, rng);
-        turn = -1;
-        cv.notify_all();
-      }
-    });
-  }
-  uint64_t sched = sim.options().seed + 17;
   auto start = std::chrono::steady_clock::now();
-  while (!sim.failed() && sim.stats().images < cfg.target_images) {
-    const uint64_t pick = Next(sched) % 8;
-    if (pick == 0) {
-      AdvanceTracked(**m, model);
-      continue;
-    }
-    std::unique_lock<std::mutex> l(mu);
-    turn = static_cast<int>(pick % cfg.threads);
-    cv.notify_all();
-    cv.wait(l, [&] { return turn == -1; });
-  }
   {
-    std::lock_guard<std::mutex> l(mu);
-    turn = -2;
+    std::vector<uint64_t> rngs(cfg.threads);
+    for (int t = 0; t < cfg.threads; ++t) rngs[t] = sim.options().seed * 1000003 + t + 1;
+    testing::Lockstep workers(cfg.threads, [&](int t) { Operate(**m, model, rngs[t]); });
+    uint64_t sched = sim.options().seed + 17;
+    while (!sim.failed() && sim.stats().images < cfg.target_images) {
+      const uint64_t pick = Next(sched) % 8;
+      if (pick == 0) {
+        AdvanceTracked(**m, model);
+      } else {
+        workers.Step(static_cast<int>(pick % cfg.threads));
+      }
+    }
   }
-  cv.notify_all();
-  for (auto& w : workers) w.join();
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   sim.SetCrashPoints(Sim::CrashPoints::kNone);
   out.stats = sim.stats();
