@@ -9,6 +9,9 @@
 //       on 4 KiB pages or (huge=1) on 2 MiB pages (what the TLB costs).
 //   BM_GuardEnterExit/threads:<n>          Guard constructor + destructor, per operation
 //   BM_GuardRecordDirty/threads:<n>        Guard + one 8-byte store + RecordDirty, per operation
+// Times: wall time (and, for the boundary, cpu_* counters: the advancing thread's CPU time,
+// which includes msync's system time); the guard rows are timed in thread CPU time, since on a
+// shared machine a batch's wall time also counts time the thread was not scheduled.
 //   BM_FlushShare/<backend>/<MiB>/<work>   2 writer threads doing random 8-byte writes to a
 //       <MiB> region, one guard per write, RecordDirty at a line's first write in an epoch
 //       (deduplicated with a volatile per-line epoch tag in DRAM), background advancer every
@@ -19,6 +22,11 @@
 //       stall), the writers' throughput against the same loop with no epoch layer (thru_loss)
 //       and with guards but nothing registered (guard_only), and the advancer's CPU time.
 //
+//   BM_MsyncScattered/<lines>/<span>      what-if: the msync fence over <lines> scattered lines,
+//       one msync per dirty page (today) or one over the span ($PMRT_BENCH_DIR, default /dev/shm)
+//   BM_GuardFenceModel/<mode>/threads:2    what-if: random stores with no guard, with the
+//       Guard's seq_cst announce, or with a relaxed announce (an asymmetric-fence guard)
+//
 // Every pool is a file in /dev/shm, unlinked once mapped, with its backend forced through
 // PoolOptions.backend. Run with PMEM_IS_PMEM_FORCE=1 so that libpmem treats the /dev/shm
 // mapping as persistent memory (the pmem rows then measure clwb/clflushopt + sfence on DRAM):
@@ -26,6 +34,7 @@
 //   PMEM_IS_PMEM_FORCE=1 build-bench/bench/epoch_bench
 //   PMEM_IS_PMEM_FORCE=1 build-bench/bench/epoch_bench --benchmark_filter=FlushShare
 #include <benchmark/benchmark.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -115,7 +124,7 @@ void BM_Boundary(benchmark::State& state) {
   const ManagerStats before = m->stats();
   const PersistCounts counts_before = CountersSnapshot(kind);
   uint64_t v = 0;
-  double timed = 0;
+  double timed = 0, cpu = 0;  // wall and this thread's CPU seconds inside Advance
   for (auto _ : state) {
     {
       Guard g(*m);
@@ -127,7 +136,9 @@ void BM_Boundary(benchmark::State& state) {
       }
     }
     const auto t0 = Clock::now();
+    const double c0 = ThreadCpuSeconds();
     absl::Status st = m->Advance();
+    cpu += ThreadCpuSeconds() - c0;
     const double s = Seconds(Clock::now() - t0);
     if (!st.ok()) state.SkipWithError(st.ToString().c_str());
     timed += s;
@@ -139,6 +150,9 @@ void BM_Boundary(benchmark::State& state) {
   state.SetLabel(std::string(BackendName(kind)));
   state.counters["lines"] = static_cast<double>(lines);
   state.counters["ns_per_line"] = lines == 0 ? 0 : timed * 1e9 / (n * static_cast<double>(lines));
+  state.counters["cpu_us"] = cpu * 1e6 / n;
+  state.counters["cpu_ns_per_line"] =
+      lines == 0 ? 0 : cpu * 1e9 / (n * static_cast<double>(lines));
   state.counters["flush_us"] =
       std::chrono::duration<double, std::micro>(after.flush_time - before.flush_time).count() / n;
   state.counters["fences"] = static_cast<double>(counts.fences) / n;
@@ -212,7 +226,7 @@ void BM_BoundaryScattered(benchmark::State& state) {
   if (!m->Advance().ok()) std::abort();
   const ManagerStats before = m->stats();
   uint64_t v = 0;
-  double timed = 0;
+  double timed = 0, cpu = 0;  // wall and this thread's CPU seconds inside Advance
   for (auto _ : state) {
     {
       Guard g(*m);
@@ -224,7 +238,9 @@ void BM_BoundaryScattered(benchmark::State& state) {
       }
     }
     const auto t0 = Clock::now();
+    const double c0 = ThreadCpuSeconds();
     absl::Status st = m->Advance();
+    cpu += ThreadCpuSeconds() - c0;
     const double s = Seconds(Clock::now() - t0);
     if (!st.ok()) state.SkipWithError(st.ToString().c_str());
     timed += s;
@@ -235,6 +251,7 @@ void BM_BoundaryScattered(benchmark::State& state) {
   state.SetLabel(absl::StrCat(std::string(BackendName(kind)), sorted ? " sorted" : " random",
                               huge ? " 2M-pages" : " 4K-pages"));
   state.counters["ns_per_line"] = timed * 1e9 / (n * static_cast<double>(lines));
+  state.counters["cpu_ns_per_line"] = cpu * 1e9 / (n * static_cast<double>(lines));
   state.counters["flush_us"] =
       std::chrono::duration<double, std::micro>(after.flush_time - before.flush_time).count() / n;
 }
@@ -278,8 +295,9 @@ void GuardLoop(benchmark::State& state) {
   auto* mine = static_cast<uint64_t*>(sh.pool->region_base(PoolRegion::kHeap)) +
                static_cast<size_t>(state.thread_index()) * kBatch * 8;
   uint64_t batches = 0;
-  double timed = 0;
+  double timed = 0, cpu = 0;
   for (auto _ : state) {
+    const double c0 = ThreadCpuSeconds();
     const auto t0 = Clock::now();
     for (int i = 0; i < kBatch; ++i) {
       Guard g(m);
@@ -292,15 +310,20 @@ void GuardLoop(benchmark::State& state) {
       }
     }
     const double s = Seconds(Clock::now() - t0);
+    const double c = ThreadCpuSeconds() - c0;
     timed += s;
-    state.SetIterationTime(s);
+    cpu += c;
+    // The thread's CPU time: on a shared 2-core machine a batch's wall time also counts the
+    // time the thread was not scheduled.
+    state.SetIterationTime(c);
     if (state.thread_index() == 0 && ++batches % kBatchesPerAdvance == 0) (void)m.Advance();
   }
   state.SetItemsProcessed(state.iterations() * kBatch);
   // Per thread: nanoseconds per guard (timed batches only), averaged over the threads.
-  state.counters["ns_per_op"] = benchmark::Counter(
-      timed * 1e9 / static_cast<double>(state.iterations() * kBatch),
-      benchmark::Counter::kAvgThreads);
+  const auto ops = static_cast<double>(state.iterations() * kBatch);
+  state.counters["ns_per_op"] = benchmark::Counter(cpu * 1e9 / ops, benchmark::Counter::kAvgThreads);
+  state.counters["wall_ns_per_op"] =
+      benchmark::Counter(timed * 1e9 / ops, benchmark::Counter::kAvgThreads);
 }
 
 void BM_GuardEnterExit(benchmark::State& state) { GuardLoop<false>(state); }
@@ -437,6 +460,107 @@ BENCHMARK(BM_FlushShare)
     ->Iterations(1)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
+
+// ---- what-if figures for the epoch layer's design choices ---------------------------------
+
+// The msync backend's fence with <lines> scattered dirty lines of a 1 GiB file: one msync per
+// dirty page, sorted and merged (what MsyncFence does today) against one msync over the span of
+// the pages. The file is in $PMRT_BENCH_DIR (default /dev/shm; point it at a disk directory to
+// see a real file system).
+void BM_MsyncScattered(benchmark::State& state) {
+  const auto lines = static_cast<size_t>(state.range(0));
+  const bool one_span = state.range(1) != 0;
+  const char* dir = std::getenv("PMRT_BENCH_DIR");
+  const std::string path = std::string(dir != nullptr ? dir : "/dev/shm") + "/pmrt-msync-bench-" +
+                           std::to_string(getpid());
+  const size_t size = size_t{1} << 30;
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) std::abort();
+  unlink(path.c_str());
+  auto* p = static_cast<uint8_t*>(mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  if (p == MAP_FAILED) std::abort();
+  uint64_t rng = 42;
+  std::vector<size_t> pages;
+  for (size_t i = 0; i < lines; ++i) pages.push_back((Next(rng) % (size / kCacheLine)) * kCacheLine / 4096);
+  std::sort(pages.begin(), pages.end());
+  pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
+  for (auto _ : state) {
+    for (size_t pg : pages) ++p[pg * 4096];
+    const auto t0 = Clock::now();
+    if (one_span) {
+      msync(p + pages.front() * 4096, (pages.back() - pages.front() + 1) * 4096, MS_SYNC);
+    } else {
+      for (size_t pg : pages) msync(p + pg * 4096, 4096, MS_SYNC);
+    }
+    state.SetIterationTime(Seconds(Clock::now() - t0));
+  }
+  state.counters["msync_calls"] = one_span ? 1 : static_cast<double>(pages.size());
+  state.SetLabel(one_span ? "one msync over the span" : "one msync per dirty page");
+  munmap(p, size);
+  close(fd);
+}
+BENCHMARK(BM_MsyncScattered)
+    ->Args({1024, 0})
+    ->Args({1024, 1})
+    ->Args({16384, 0})
+    ->Args({16384, 1})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The guard's store-load fence in a loop of random 8-byte stores over 64 MiB (one store per
+// "guard"), without the rest of the epoch layer: mode 0 bare stores; 1 the Guard's fast path
+// (seq_cst announce, seq_cst re-check, release exit); 2 the fast path an asymmetric fence would
+// allow (relaxed announce + compiler barrier; the advancer would pay a membarrier instead).
+struct alignas(64) FenceSlot {
+  std::atomic<uint64_t> epoch{0};
+};
+std::atomic<uint64_t> g_fence_clock{1};
+
+void BM_GuardFenceModel(benchmark::State& state) {
+  const int mode = static_cast<int>(state.range(0));
+  constexpr size_t kWords = (size_t{64} << 20) / 8;
+  static uint64_t* heap = [] {
+    auto* h = static_cast<uint64_t*>(mmap(nullptr, kWords * 8, PROT_READ | PROT_WRITE,
+                                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    for (size_t i = 0; i < kWords; i += 512) h[i] = 1;
+    return h;
+  }();
+  static FenceSlot slots[64];
+  FenceSlot& slot = slots[state.thread_index() % 64];
+  uint64_t rng = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(state.thread_index() + 1);
+  double cpu = 0;
+  for (auto _ : state) {
+    const double c0 = ThreadCpuSeconds();
+    for (int k = 0; k < kBatch; ++k) {
+      const uint64_t r = Next(rng);
+      uint64_t* w = heap + r % kWords;
+      if (mode == 0) {
+        *w = r;
+        continue;
+      }
+      const uint64_t g = g_fence_clock.load(std::memory_order_acquire);
+      if (mode == 1) {
+        slot.epoch.store(g, std::memory_order_seq_cst);
+        if (g_fence_clock.load(std::memory_order_seq_cst) != g) continue;
+      } else {
+        slot.epoch.store(g, std::memory_order_relaxed);
+        std::atomic_signal_fence(std::memory_order_seq_cst);
+        if (g_fence_clock.load(std::memory_order_relaxed) != g) continue;
+      }
+      *w = r;
+      slot.epoch.store(0, std::memory_order_release);
+    }
+    const double c = ThreadCpuSeconds() - c0;
+    cpu += c;
+    state.SetIterationTime(c);
+  }
+  static const char* kNames[] = {"bare stores", "seq_cst announce (Guard today)",
+                                 "relaxed announce (asymmetric fence)"};
+  state.SetLabel(kNames[mode]);
+  state.counters["ns_per_op"] = benchmark::Counter(
+      cpu * 1e9 / static_cast<double>(state.iterations() * kBatch), benchmark::Counter::kAvgThreads);
+}
+BENCHMARK(BM_GuardFenceModel)->DenseRange(0, 2)->Threads(2)->UseManualTime();
 
 void AddConfiguration() {
   const char* force = std::getenv("PMEM_IS_PMEM_FORCE");

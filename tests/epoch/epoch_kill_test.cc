@@ -31,6 +31,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ostream>
 #include <set>
 #include <thread>
 #include <vector>
@@ -137,6 +138,13 @@ struct KillConfig {
   // changes that recovery cannot undo; the oracle must notice.
   bool unlogged = false;
 };
+
+// gtest prints a parameter with this (the default would dump the struct's padding bytes into
+// the test names ctest lists).
+void PrintTo(const KillConfig& c, std::ostream* os) {
+  *os << BackendName(c.backend) << (c.clocking == Clocking::kManual ? " manual" : " background")
+      << (c.recovery ? " recovery" : "") << (c.unlogged ? " unlogged" : "");
+}
 
 std::string ConfigName(const ::testing::TestParamInfo<KillConfig>& info) {
   return absl::StrCat(std::string(BackendName(info.param.backend)),
