@@ -504,11 +504,11 @@ absl::Status Heap::LocateError(const void* p) const {
       absl::StrCat(pool_.path(), ": offset ", off, " is not the start of a heap block"));
 }
 
-absl::Status Heap::Free(void* p) { return FreeImpl(p, /*grace=*/true); }
+absl::Status Heap::Free(void* p) { return FreeImpl(p, FreeMode::kShared); }
+absl::Status Heap::FreeUnshared(void* p) { return FreeImpl(p, FreeMode::kUnshared); }
+absl::Status Heap::FreeUnpublished(void* p) { return FreeImpl(p, FreeMode::kUnpublished); }
 
-absl::Status Heap::FreeUnpublished(void* p) { return FreeImpl(p, /*grace=*/false); }
-
-absl::Status Heap::FreeImpl(void* p, bool grace) {
+absl::Status Heap::FreeImpl(void* p, FreeMode mode) {
   uint64_t chunk;
   uint32_t block;
   int c;
@@ -526,6 +526,18 @@ absl::Status Heap::FreeImpl(void* p, bool grace) {
           pool_.path(), ": double free: block at offset ", off, " is not allocated"));
     }
     Touch(tc, v, chunk, e);  // the boundary copies the cleared bit to media, logged in e
+    if (mode == FreeMode::kUnshared) {
+      // Media holds the bitmap as of e's start (it changes only at boundaries): a clear bit
+      // there means the block was allocated in e, so nothing durable refers to its contents.
+      uint64_t w[kWordsPerLine];
+      alloc_internal::EffectiveWords(Meta(meta_, chunk)->bits[block / kBitsPerLine], epochs_, w);
+      const uint32_t bit_in_line = block % kBitsPerLine;
+      if ((w[bit_in_line / 64] >> (bit_in_line % 64) & 1) == 0) {
+        Bump(tc.frees);
+        tc.free[c].push_back(off);
+        return absl::OkStatus();
+      }
+    }
   } else {
     uint64_t s = state_[chunk].load(std::memory_order_acquire);
     const uint64_t freeing = MakeState(ChunkKind::kFree, 0, 0);
@@ -535,6 +547,7 @@ absl::Status Heap::FreeImpl(void* p, bool grace) {
   }
   Bump(tc.frees);
   FreeBatch* batch;
+  const bool grace = mode != FreeMode::kUnpublished;
   if (!grace) {
     batch = new FreeBatch;
   } else if (tc.batch != nullptr && tc.batch_epoch == e) {

@@ -96,6 +96,12 @@ class Heap {
   // start of a block of this heap, kFailedPrecondition for a block that is not allocated (a
   // double free). On error nothing changes.
   absl::Status Free(void* p);
+  // Frees a block the caller owns outright: no other thread can hold a reference to it (the
+  // malloc/free contract). A block allocated in the current epoch is reusable at once: its
+  // allocation was never durable, so no crash can need its old contents, and no reader can
+  // hold it. An older block waits for the epoch to close, as with Free (its free must be
+  // durable before the block is reused). Same errors as Free.
+  absl::Status FreeUnshared(void* p);
   static AllocError LastError();
 
   // Usable bytes of the live block starting at p; 0 when p is not one.
@@ -134,7 +140,8 @@ class Heap {
   alloc_detail::ChunkVolatile* EnsureLoaded(uint64_t chunk, int c);
   void Touch(alloc_detail::ThreadCache& tc, alloc_detail::ChunkVolatile& v, uint64_t chunk,
              uint64_t e);
-  absl::Status FreeImpl(void* p, bool grace);
+  enum class FreeMode { kShared, kUnshared, kUnpublished };
+  absl::Status FreeImpl(void* p, FreeMode mode);
   void ReleaseBatch(alloc_detail::FreeBatch* batch);
   bool TakeRun(uint64_t n, uint64_t* start);
   void ReturnRun(uint64_t start, uint64_t n);

@@ -146,7 +146,10 @@ class PmrtAllocator {
   using Handle = void*;
 
   explicit PmrtAllocator(const Options& o)
-      : path_(PoolPath(o, ".pmrt")), guard_batch_(o.pmrt_guard_batch), epoch_ms_(o.epoch_ms) {
+      : path_(PoolPath(o, ".pmrt")),
+        guard_batch_(o.pmrt_guard_batch),
+        epoch_ms_(o.epoch_ms),
+        shared_free_(o.pmrt_shared_free) {
     unlink(path_.c_str());
     PoolOptions po;
     po.backend = o.backend;
@@ -175,7 +178,11 @@ class PmrtAllocator {
   }
   void Free(Handle h) {
     HoldGuard();
-    if (!heap_->Free(h).ok()) free_errors_.fetch_add(1, std::memory_order_relaxed);
+    // Each benchmark thread owns the objects it frees outright (the malloc contract), so the
+    // default is FreeUnshared; --pmrt-free shared measures Heap::Free (every block waits for
+    // its epoch to close, as for objects concurrent readers may hold).
+    const absl::Status st = shared_free_ ? heap_->Free(h) : heap_->FreeUnshared(h);
+    if (!st.ok()) free_errors_.fetch_add(1, std::memory_order_relaxed);
   }
   // --pmrt-guard-batch N (an experiment): the thread holds one epoch::Guard across N calls, so
   // the Guard inside Allocate/Free only nests. Never held across a wait for another thread.
@@ -246,6 +253,7 @@ class PmrtAllocator {
   std::string path_;
   int guard_batch_;
   int epoch_ms_;
+  bool shared_free_;
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<epoch::Manager> epochs_;
   std::unique_ptr<alloc::Heap> heap_;
@@ -670,7 +678,7 @@ int Usage(const std::string& why) {
                "         [--pool-size BYTES] [--keep-pool] [--batch N] [--slots N] [--round N]"
                " [--seed N]\n"
                "         [--objects N] [--repeat K]   (restart)\n"
-               "         [--teardown] [--pmrt-guard-batch N] [--epoch-ms N]   (pmrt experiments)\n",
+               "         [--teardown] [--pmrt-guard-batch N] [--epoch-ms N] [--pmrt-free shared|unshared]   (pmrt)\n",
                why.c_str());
   return 2;
 }
@@ -720,6 +728,8 @@ bool ParseArgs(int argc, char** argv, Options* o, std::string* err) {
       ok = absl::SimpleAtoi(v, &o->seed);
     else if (a == "--epoch-ms")
       ok = absl::SimpleAtoi(v, &o->epoch_ms) && o->epoch_ms > 0;
+    else if (a == "--pmrt-free")
+      ok = (v == "shared" || v == "unshared") && ((o->pmrt_shared_free = v == "shared"), true);
     else if (a == "--pmrt-guard-batch")
       ok = absl::SimpleAtoi(v, &o->pmrt_guard_batch) && o->pmrt_guard_batch >= 0;
     else if (a == "--objects")

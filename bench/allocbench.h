@@ -32,6 +32,7 @@ struct Options {
   int round = 10000;  // larson: replacements per thread between array hand-overs
   uint64_t seed = 42;
   int pmrt_guard_batch = 0;
+  bool pmrt_shared_free = false;  // --pmrt-free shared: Heap::Free (grace for every block)
   int epoch_ms = 64;  // pmrt: epoch::ManagerOptions::interval (64 ms is the default)  //
                       // experiment: hold one epoch::Guard across this many calls
   // restart only

@@ -6,20 +6,52 @@
 #include "absl/strings/str_cat.h"
 #include "epoch/crc32c.h"
 
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 namespace pmrt::epoch {
 namespace {
 
 constexpr Site kHeaderFlush{"epoch.header.flush"};
-constexpr Site kHeaderFence{"epoch.header.fence"};
 constexpr Site kFailedRangeFlush{"epoch.failed.range.flush"};
-constexpr Site kFailedRangeFence{"epoch.failed.range.fence"};
 constexpr Site kFailedCountFlush{"epoch.failed.count.flush"};
-constexpr Site kFailedCountFence{"epoch.failed.count.fence"};
+constexpr Site kFailedFence{"epoch.failed.fence"};
 constexpr Site kCompletedFlush{"epoch.completed.flush"};
 constexpr Site kCompletedFence{"epoch.completed.fence"};
 constexpr Site kBoundaryBatch{"epoch.boundary.batch"};
 
 uint32_t HeaderCrc(const EpochAreaHeader& h) { return Crc32c(&h, offsetof(EpochAreaHeader, crc)); }
+
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kTsan = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr bool kTsan = true;
+#else
+constexpr bool kTsan = false;
+#endif
+#else
+constexpr bool kTsan = false;
+#endif
+
+// Asymmetric fences (the userspace-RCU scheme): a guard's announce is a plain store followed by
+// a plain load, and the advancer pays instead, with membarrier(), which makes every thread of
+// the process execute a full fence. Registered once; when the kernel refuses (or under TSan,
+// which cannot see membarrier) guards use a seq_cst store-load pair.
+bool RegisterAsymmetricFences() {
+  if (kTsan) return false;
+  return syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
+
+}  // namespace
+
+bool Manager::AsymmetricFences() {
+  static const bool on = RegisterAsymmetricFences();
+  return on;
+}
+
+namespace {
 
 }  // namespace
 
@@ -66,9 +98,10 @@ void Manager::PersistCompleted(uint64_t e) {
 absl::Status Manager::InitArea() {
   // A fresh area is all zero, which is already a valid state (completed 0, no failed epoch):
   // only the header is written. It must be durable before any state word is, or a crash could
-  // leave state under a zero header, which LoadArea refuses as corrupt.
+  // leave state under a zero magic, which is refused as corrupt. The header line itself may be
+  // half written by an earlier attempt (magic is stored last), so only the state is checked.
   const auto* bytes = reinterpret_cast<const uint8_t*>(area_);
-  for (size_t i = 0; i < sizeof(EpochAreaLayout); ++i) {
+  for (size_t i = sizeof(EpochAreaHeader); i < sizeof(EpochAreaLayout); ++i) {
     if (bytes[i] != 0) {
       return absl::DataLossError(absl::StrCat(
           pool_.path(), ": epoch area at offset ", pool_.region(PoolRegion::kEpoch).offset,
@@ -77,8 +110,16 @@ absl::Status Manager::InitArea() {
   }
   EpochAreaHeader h{kEpochAreaMagic, kEpochAreaVersion, 0};
   h.crc = HeaderCrc(h);
-  area_->header = h;
-  persister().Persist(kHeaderFlush, kHeaderFence, &area_->header, sizeof(h));
+  // Version and crc first, the magic last, in one line (PCSO): until the magic is on media
+  // the area reads as fresh and is initialized again; after it, the header is whole.
+  area_->header.version = h.version;
+  area_->header.crc = h.crc;
+  std::atomic_ref<uint64_t>(area_->header.magic).store(h.magic, std::memory_order_release);
+  persister().StoreHint(&area_->header, sizeof(h));
+  // Flushed here; the next fence makes it durable, and one always comes before the first state
+  // write of a fresh area (Advance fences its batch before it persists `completed`). A crash
+  // before that leaves a fresh-looking area, initialized again at the next open.
+  persister().Flush(kHeaderFlush, &area_->header, sizeof(h));
   return absl::OkStatus();
 }
 
@@ -103,6 +144,7 @@ absl::Status Manager::LoadArea() {
   failed_.clear();
   for (uint64_t i = 0; i < count; ++i) {
     const FailedRange& r = area_->failed[i];
+    if (r.lo == 0 && r.hi == 0) continue;  // a count that reached media before its range
     if (r.lo > r.hi || (!failed_.empty() && r.lo <= failed_.back().second)) {
       return absl::DataLossError(absl::StrCat(pool_.path(), ": epoch area at offset ", where,
                                               ": failed-epoch range ", i, " is malformed"));
@@ -121,8 +163,9 @@ absl::Status Manager::RecordFailed(uint64_t lo, uint64_t hi) {
     // Contiguous with the last range (a crash right after recovering from one): widen it in
     // place. One aligned 8-byte store: media has the old or new `hi`; either way the range
     // still covers the older epochs, and the newer ones are re-added by the next open.
+    // Durable before `completed` moves past the widened range (Recover step 4).
     area_->failed[count - 1].hi = hi;
-    persister().Persist(kFailedRangeFlush, kFailedRangeFence, &area_->failed[count - 1], 16);
+    persister().Persist(kFailedRangeFlush, kFailedFence, &area_->failed[count - 1], 16);
     failed_.back().second = hi;
     return absl::OkStatus();
   }
@@ -131,12 +174,15 @@ absl::Status Manager::RecordFailed(uint64_t lo, uint64_t hi) {
         pool_.path(), ": the failed-epoch set is full (", kMaxFailedRanges,
         " crashes recorded); the pool can no longer record a crash"));
   }
-  // The range is durable before the count that makes it visible: a crash in between leaves
-  // the count unchanged, and the next open records the same range again.
+  // Range and count are flushed together and made durable by one fence, before `completed`
+  // moves (Recover step 4). A crash before that fence may leave the count without the range
+  // (a slot that was zero: the range [0, 0], which names no epoch) or the range without the
+  // count; either way `completed` has not moved, so the next open records the same range
+  // again.
   area_->failed[count] = {lo, hi};
-  persister().Persist(kFailedRangeFlush, kFailedRangeFence, &area_->failed[count], 16);
+  persister().Flush(kFailedRangeFlush, &area_->failed[count], 16);
   area_->failed_count.store(count + 1, std::memory_order_release);
-  persister().Persist(kFailedCountFlush, kFailedCountFence, &area_->failed_count, 8);
+  persister().Persist(kFailedCountFlush, kFailedFence, &area_->failed_count, 8);
   failed_.emplace_back(lo, hi);
   return absl::OkStatus();
 }
@@ -183,14 +229,23 @@ std::vector<ThreadSlot*> Manager::Slots() {
 
 Guard::Guard(Manager& m) : m_(m), slot_(&m.LocalSlot()) {
   if (slot_->depth++ > 0) return;  // nested: stay in the outer guard's epoch
+  const bool asymmetric = Manager::AsymmetricFences();
   for (int spins = 0;; ++spins) {
     const uint64_t g = m.global_.load(std::memory_order_acquire);
     if ((g & Manager::kClosing) == 0) {
-      // Announce, then re-check (a store-load pair, hence seq_cst on both): either the
-      // advancer sees our announcement of g and waits for us, or we see its closing mark and
-      // step back. The store goes to this thread's own line; no shared line is written.
-      slot_->epoch.store(g, std::memory_order_seq_cst);
-      if (m.global_.load(std::memory_order_seq_cst) == g) return;
+      // Announce, then re-check: either the advancer sees our announcement of g and waits for
+      // us, or we see its closing mark and step back. The store goes to this thread's own
+      // line; no shared line is written. The store-load order comes from seq_cst, or, with
+      // asymmetric fences, from the advancer's membarrier() between its closing store and its
+      // scan of the slots (pairs with Manager::Advance step 2).
+      if (asymmetric) {
+        slot_->epoch.store(g, std::memory_order_relaxed);
+        std::atomic_signal_fence(std::memory_order_seq_cst);
+        if (m.global_.load(std::memory_order_acquire) == g) return;
+      } else {
+        slot_->epoch.store(g, std::memory_order_seq_cst);
+        if (m.global_.load(std::memory_order_seq_cst) == g) return;
+      }
       slot_->epoch.store(0, std::memory_order_seq_cst);  // never block the advancer
     }
     // An advance is in progress: no work may start in the next epoch before this one is
@@ -269,7 +324,10 @@ absl::Status Manager::Advance() {
     //    e+1 sees e complete and durable; a crash then fails at most the one epoch that ran.
     const uint64_t e = global_.load(std::memory_order_relaxed);
     global_.store((e + 1) | kClosing, std::memory_order_seq_cst);
-    // 2. Wait for every guard of e to end (pairs with Guard's seq_cst announce/re-check).
+    // 2. Wait for every guard of e to end (pairs with Guard's announce/re-check). With
+    //    asymmetric fences, membarrier() makes each thread's announce visible before the scan
+    //    (or makes its re-check see the closing mark).
+    if (AsymmetricFences()) syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
     std::vector<ThreadSlot*> slots = Slots();
     for (ThreadSlot* s : slots) {
       for (int spins = 0; s->epoch.load(std::memory_order_seq_cst) == e; ++spins) {

@@ -132,6 +132,9 @@ class Manager : public EpochView {
   // The failed epochs recorded so far, as inclusive ranges.
   std::vector<std::pair<uint64_t, uint64_t>> failed_ranges() const;
 
+  // True when guards use asymmetric fences (membarrier); see Guard.
+  static bool AsymmetricFences();
+
   // The calling thread's slot (created on first use, recycled when a thread exits).
   ThreadSlot& LocalSlot() { return slots_.Local(); }
 

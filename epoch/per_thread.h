@@ -53,8 +53,15 @@ class PerThread final : private per_thread_internal::Owner {
   PerThread& operator=(const PerThread&) = delete;
 
   T& Local() {
-    for (auto& [id, slot] : per_thread_internal::LocalEntries())
-      if (id == id_) return static_cast<Slot*>(slot)->value;
+    // One-entry cache per T: the common case (one owner of each kind) is two loads.
+    if (tls_last_id_ == id_) return tls_last_slot_->value;
+    for (auto& [id, slot] : per_thread_internal::LocalEntries()) {
+      if (id == id_) {
+        tls_last_id_ = id_;
+        tls_last_slot_ = static_cast<Slot*>(slot);
+        return tls_last_slot_->value;
+      }
+    }
     return Adopt();
   }
 
@@ -91,6 +98,9 @@ class PerThread final : private per_thread_internal::Owner {
     std::lock_guard<std::mutex> l(mu_);
     static_cast<Slot*>(slot)->in_use = false;
   }
+
+  static inline thread_local uint64_t tls_last_id_ = 0;  // ids start at 1 and never repeat
+  static inline thread_local Slot* tls_last_slot_ = nullptr;
 
   const uint64_t id_;
   std::mutex mu_;
