@@ -23,8 +23,10 @@
 // replaced ones are retired and freed only after every concurrent reader is done. Layouts and
 // the concurrency protocol: docs/masstree.md.
 //
-// Durability: this is the transient tree. The border node reserves the fields the durable tree
-// needs for in-cache-line logging (ds/internal/node_layout.h); durability comes later.
+// Durability: the allocator selects the tree policy (ds/internal/tree_policy.h). With the
+// default MallocNodeAllocator the tree is transient and durability is compiled out. With
+// PoolNodeAllocator the same source is the durable tree of ds/durable_masstree.h (nodes in a
+// pool, in-cache-line and external undo logs on the epoch scope).
 #ifndef PMRT_DS_MASSTREE_H_
 #define PMRT_DS_MASSTREE_H_
 
@@ -46,6 +48,7 @@
 #include "ds/internal/tree_core.h"
 #include "ds/internal/tree_find.h"
 #include "ds/internal/tree_insert.h"
+#include "ds/internal/tree_policy.h"
 #include "ds/internal/tree_remove.h"
 #include "ds/internal/tree_scan.h"
 #include "ds/node_allocator.h"
@@ -88,10 +91,15 @@ template <IsNodeAllocator A = MallocNodeAllocator>
 class BasicMasstree {
  public:
   using Allocator = A;
+  using Policy = ds_internal::PolicyOf<A>;
+  static constexpr bool kDurable = Policy::kDurable;
 
-  // Creates an empty tree. Aborts if the allocator cannot provide the first node.
-  explicit BasicMasstree(A alloc = A());
-  // REQUIRES: no other thread uses the tree. Retires every node and value.
+  // Creates an empty transient tree. Aborts if the allocator cannot provide the first node.
+  // (The durable tree is created and reopened by DurableMasstree, ds/durable_masstree.h.)
+  explicit BasicMasstree(A alloc = A())
+    requires(!kDurable);
+  // REQUIRES: no other thread uses the tree. The transient tree retires every node and value;
+  // the durable tree only detaches (its nodes stay in the pool).
   ~BasicMasstree();
   BasicMasstree(const BasicMasstree&) = delete;
   BasicMasstree& operator=(const BasicMasstree&) = delete;
@@ -106,7 +114,9 @@ class BasicMasstree {
   requires std::is_trivially_copyable_v<T> std::optional<T> get_as(std::string_view key)
   const;
 
-  // Inserts `key` or replaces its value (a new value object; the old one is retired).
+  // Inserts `key` or replaces its value (a new value object; the old one is retired). The
+  // durable tree's write operations, should the external undo log be full, wait for the next
+  // epoch boundary (advancing the epoch themselves) and retry; they never fail for it.
   PutResult put(std::string_view key, std::string_view value);
   template <class T>
   requires std::is_trivially_copyable_v<T> PutResult put_as(std::string_view key, const T& value) {
@@ -123,7 +133,8 @@ class BasicMasstree {
   // Calls cb on the keys in [lo, hi), ascending; returns how many it visited.
   size_t range(std::string_view lo, std::string_view hi, ScanCallback cb) const;
 
-  // Number of keys (exact when no writer runs, an estimate otherwise).
+  // Number of keys (exact when no writer runs, an estimate otherwise). A reopened durable tree
+  // counts its keys once, at the first call.
   size_t size() const;
 
   // Structural check (ds/internal/tree_check.h), including size() against the keys found;
@@ -131,12 +142,36 @@ class BasicMasstree {
   absl::Status CheckInvariants(TreeShape* shape = nullptr) const;
 
   A& allocator() { return alloc_; }
+  const Policy& policy() const { return core_.policy; }
 
- private:
+ protected:
   using Guard = typename A::Guard;
+  using Writer = ds_internal::Writer<A, Policy>;
+  static constexpr int64_t kUnknownCount = INT64_MIN;
+
+  // For DurableMasstree: a tree over an existing root word (`root_word` in the pool, already
+  // naming a root node). `count` is the number of keys, or kUnknownCount.
+  BasicMasstree(A alloc, Policy policy, std::atomic<uint64_t>* root_word, int64_t count)
+      : alloc_(std::move(alloc)), core_(std::move(policy)), base_count_(count) {
+    core_.root_word = root_word;
+  }
+
+  static uint64_t EpochOf(const Guard& g) {
+    if constexpr (kDurable) {
+      return g.epoch();
+    } else {
+      return 0;
+    }
+  }
+  // Runs a write operation in a guard; retries it after an epoch boundary while the durable
+  // tree's undo log is full (the operation changed nothing then).
+  template <class F>
+  ds_internal::WriteOutcome Write(F&& op);
 
   mutable A alloc_;  // Guards need a mutable allocator; const operations allocate nothing
-  ds_internal::TreeCore core_;
+  ds_internal::TreeCore<Policy> core_;
+  // Keys when the tree was created or opened (kUnknownCount: a reopened tree not yet counted).
+  mutable std::atomic<int64_t> base_count_{0};
 };
 
 using Masstree = BasicMasstree<MallocNodeAllocator>;
@@ -144,7 +179,9 @@ using Masstree = BasicMasstree<MallocNodeAllocator>;
 // ---- Implementation -------------------------------------------------------------------------
 
 template <IsNodeAllocator A>
-BasicMasstree<A>::BasicMasstree(A alloc) : alloc_(std::move(alloc)) {
+BasicMasstree<A>::BasicMasstree(A alloc)
+  requires(!kDurable)
+    : alloc_(std::move(alloc)), core_(Policy()) {
   using ds_internal::LeafNode;
   void* mem = alloc_.AllocateNode(sizeof(LeafNode), alignof(LeafNode));
   if (mem == nullptr) {
@@ -153,13 +190,36 @@ BasicMasstree<A>::BasicMasstree(A alloc) : alloc_(std::move(alloc)) {
   }
   LeafNode* root = LeafNode::Init(mem, /*root=*/true, /*locked=*/false, /*low=*/0);
   // Release: the initialized root is visible to any thread that is later handed the tree.
-  core_.root.store(ds_internal::HeaderOf(root), std::memory_order_release);
+  core_.SetRoot(ds_internal::HeaderOf(root));
 }
 
 template <IsNodeAllocator A>
 BasicMasstree<A>::~BasicMasstree() {
-  Guard g(alloc_);
-  ds_internal::DestroyNode(alloc_, core_.root.load(std::memory_order_acquire));
+  if constexpr (!kDurable) {
+    Guard g(alloc_);
+    Writer w{core_, alloc_, 0};
+    ds_internal::DestroyNode(w, core_.Root());
+  }
+}
+
+template <IsNodeAllocator A>
+template <class F>
+ds_internal::WriteOutcome BasicMasstree<A>::Write(F&& op) {
+  for (;;) {
+    ds_internal::WriteOutcome out;
+    {
+      Guard g(alloc_);
+      Writer w{core_, alloc_, EpochOf(g)};
+      out = op(w);
+    }
+    if constexpr (kDurable) {
+      if (out == ds_internal::WriteOutcome::kNoLog) {
+        alloc_.WaitForLogSpace();  // outside the guard: the boundary waits for guards
+        continue;
+      }
+    }
+    return out;
+  }
 }
 
 template <IsNodeAllocator A>
@@ -194,9 +254,10 @@ const {
 
 template <IsNodeAllocator A>
 PutResult BasicMasstree<A>::put(std::string_view key, std::string_view value) {
-  Guard g(alloc_);
   using ds_internal::WriteOutcome;
-  switch (ds_internal::PutKey(core_, alloc_, key, value, ds_internal::PutMode::kUpsert)) {
+  switch (Write([&](Writer& w) {
+    return ds_internal::PutKey(w, key, value, ds_internal::PutMode::kUpsert);
+  })) {
     case WriteOutcome::kInserted:
       return PutResult::kInserted;
     case WriteOutcome::kUpdated:
@@ -208,9 +269,10 @@ PutResult BasicMasstree<A>::put(std::string_view key, std::string_view value) {
 
 template <IsNodeAllocator A>
 InsertResult BasicMasstree<A>::insert_if_absent(std::string_view key, std::string_view value) {
-  Guard g(alloc_);
   using ds_internal::WriteOutcome;
-  switch (ds_internal::PutKey(core_, alloc_, key, value, ds_internal::PutMode::kInsertIfAbsent)) {
+  switch (Write([&](Writer& w) {
+    return ds_internal::PutKey(w, key, value, ds_internal::PutMode::kInsertIfAbsent);
+  })) {
     case WriteOutcome::kInserted:
       return InsertResult::kInserted;
     case WriteOutcome::kExists:
@@ -222,8 +284,8 @@ InsertResult BasicMasstree<A>::insert_if_absent(std::string_view key, std::strin
 
 template <IsNodeAllocator A>
 bool BasicMasstree<A>::remove(std::string_view key) {
-  Guard g(alloc_);
-  return ds_internal::RemoveKey(core_, alloc_, key);
+  return Write([&](Writer& w) { return ds_internal::RemoveKey(w, key); }) ==
+         ds_internal::WriteOutcome::kRemoved;
 }
 
 template <IsNodeAllocator A>
@@ -255,7 +317,26 @@ size_t BasicMasstree<A>::range(std::string_view lo, std::string_view hi, ScanCal
 
 template <IsNodeAllocator A>
 size_t BasicMasstree<A>::size() const {
-  const int64_t n = core_.size.Sum();
+  int64_t base = base_count_.load(std::memory_order_acquire);
+  if (base == kUnknownCount) {
+    // A reopened durable tree: count once (exact when no writer runs meanwhile), less what
+    // this execution's writers have added so far.
+    const int64_t before = core_.size.Sum();
+    size_t keys = 0;
+    {
+      Guard g(alloc_);
+      ds_internal::ScanTree(core_, "", /*inclusive=*/true,
+                            [&](std::string_view, const ds_internal::ValueObject&) {
+                              ++keys;
+                              return true;
+                            });
+    }
+    int64_t expected = kUnknownCount;
+    base_count_.compare_exchange_strong(expected, static_cast<int64_t>(keys) - before,
+                                        std::memory_order_acq_rel);
+    base = base_count_.load(std::memory_order_acquire);
+  }
+  const int64_t n = base + core_.size.Sum();
   return n < 0 ? 0 : static_cast<size_t>(n);
 }
 

@@ -1,25 +1,37 @@
-// Node layouts of the Masstree: border (leaf) nodes and interior nodes.
+// Node layouts of the Masstree: border (leaf) nodes and interior nodes, and the 8-byte links
+// between them.
 //
-// Both are cache-line aligned and start with the NodeVersion word, so a NodeHeader* names
-// either kind and its version says which (kLeaf). Every field that another thread may read
+// Both node kinds are cache-line aligned and start with the NodeVersion word, so a NodeHeader*
+// names either kind and its version says which (kLeaf). Every field that another thread may read
 // concurrently is a std::atomic read with relaxed loads inside a version-validated section
 // (node_version.h), so the optimistic readers are free of data races.
 //
-// The border node is laid out for the durable tree's in-cache-line logs (InCLL, DESIGN.md
-// section 4, docs/masstree.md); the reserved fields are unused by the transient tree:
+// One layout serves both trees. The transient tree leaves the in-cache-line log fields (InCLL,
+// DESIGN.md section 4) untouched; the durable tree (ds/internal/durable_policy.h) uses them:
 //
-//   line 0  version | permutation | incll_epoch_flags | perm_log | parent | prev | next | low_bound
-//   line 1  ikey[0..7]
-//   line 2  ikey[8..13] | keylenx[0..13] | 2 spare bytes
-//   line 3  value_log0 | lv[0..6]
-//   line 4  lv[7..13] | value_log1
+//   leaf      line 0  version | parent | permutation | node_epoch | perm_log | prev | next | low_bound
+//             line 1  ikey[0..7]
+//             line 2  ikey[8..13] | keylenx[0..13] | 2 spare bytes
+//             line 3  value_log0 | lv[0..6]
+//             line 4  lv[7..13] | value_log1
+//
+//   interior  line 0  version | parent | nkeys, spare | logged_epoch | recovered_in | ikey[0..2]
+//             line 1  ikey[3..10]
+//             line 2  ikey[11..14] | child[0..3]
+//             line 3  child[4..11]
+//             line 4  child[12..15] | created_epoch | (24 bytes padding)
 //
 // The permutation, its log and the node epoch share line 0; each value log shares a line with
 // the seven values it can record, so a logged field and its log always persist together in
-// program order. Static assertions below check it.
+// program order. The version word and the parent link come first so that an external-log copy
+// of a node can leave them out (bytes [kLoggedBegin, sizeof)): the version is volatile (rebuilt
+// at recovery) and the parent link is written under the *parent's* lock, so it is logged on its
+// own (docs/masstree.md, "Durability"). Static assertions below check all of it.
 //
-// Links are raw pointers in the transient tree; the durable tree stores 8-byte pool offsets in
-// the same words (ValueRef for values; node links will get the same treatment).
+// Links (parent, prev, next, child[], the layer links in lv[], TreeCore's root) are 8-byte
+// words holding the node's address in the transient tree and its pool offset in the durable
+// one; NodeLink decodes them against the policy's base address (0 for the transient tree, so
+// the decode compiles to nothing).
 #ifndef PMRT_DS_INTERNAL_NODE_LAYOUT_H_
 #define PMRT_DS_INTERNAL_NODE_LAYOUT_H_
 
@@ -42,8 +54,8 @@ inline constexpr size_t kCacheLine = 64;
 
 // keylenx values of a border slot: 0..8 is the key's length in its slice (class 0..8);
 // kKeyLenSuffix: the key continues, its suffix is in the value object (class 9);
-// kKeyLenLayer: lv points at the root of a deeper layer holding every key with this slice that
-// continues past it (class 9).
+// kKeyLenLayer: lv links the root-entry (leftmost leaf) of a deeper layer holding every key
+// with this slice that continues past it (class 9).
 inline constexpr uint8_t kKeyLenSuffix = kClassSuffix;
 inline constexpr uint8_t kKeyLenLayer = kClassSuffix + 1;
 inline constexpr uint8_t ClassOf(uint8_t keylenx) {
@@ -59,27 +71,72 @@ struct NodeHeader {
 };
 
 struct InteriorNode;
+struct LeafNode;
+
+// A link word's encoding: the address itself (transient, base 0) or base + offset (durable).
+// 0 is null in both.
+template <class T, class P>
+inline T* DecodeLink(const P& p, uint64_t link) {
+  if constexpr (P::kDurable) {
+    return link == 0 ? nullptr : reinterpret_cast<T*>(p.base() + link);
+  } else {
+    return reinterpret_cast<T*>(static_cast<uintptr_t>(link));
+  }
+}
+template <class P>
+inline uint64_t EncodeLink(const P& p, const void* node) {
+  if constexpr (P::kDurable) {
+    return node == nullptr ? 0 : reinterpret_cast<uintptr_t>(node) - p.base();
+  } else {
+    return reinterpret_cast<uintptr_t>(node);
+  }
+}
+
+// An 8-byte link to a T (see above). Loads and stores name their memory order; the pairing is
+// documented at each call site.
+template <class T>
+class NodeLink {
+ public:
+  template <class P>
+  T* Load(const P& p, std::memory_order mo) const {
+    return DecodeLink<T>(p, word_.load(mo));
+  }
+  template <class P>
+  void Store(const P& p, T* node, std::memory_order mo) {
+    word_.store(EncodeLink(p, node), mo);
+  }
+  uint64_t raw(std::memory_order mo) const { return word_.load(mo); }
+  std::atomic<uint64_t>& word() { return word_; }
+
+ private:
+  std::atomic<uint64_t> word_{0};
+};
+static_assert(sizeof(NodeLink<int>) == 8);
+
+// Bytes of a node that an external-log copy covers: everything after the version and parent.
+inline constexpr size_t kLoggedBegin = 16;
 
 struct alignas(kCacheLine) LeafNode {
-  // Line 0: header, permutation and the InCLL-p fields.
-  NodeHeader header;                        // version word
-  std::atomic<uint64_t> permutation;        // LeafPermuter value
-  std::atomic<uint64_t> incll_epoch_flags;  // reserved: node epoch:62 | insert allowed | logged
-  std::atomic<uint64_t> perm_log;           // reserved: permutation when the node epoch began
-  std::atomic<InteriorNode*> parent;        // null at a layer root; protected by parent's lock
-  std::atomic<LeafNode*> prev;              // left sibling; protected by the left sibling's lock
-  std::atomic<LeafNode*> next;              // right sibling; protected by this node's lock
-  std::atomic<uint64_t> low_bound;          // lowest slice this leaf may hold; never changes
+  // Line 0: header, parent, permutation and the InCLL-p record (node_epoch, perm_log).
+  NodeHeader header;                  // version word (volatile: rebuilt at recovery)
+  NodeLink<InteriorNode> parent;      // null at a layer root; protected by the parent's lock
+  std::atomic<uint64_t> permutation;  // LeafPermuter value
+  std::atomic<uint64_t> node_epoch;   // durable: epoch << 2 | kLogged | kInsertAllowed
+  std::atomic<uint64_t> perm_log;     // durable: the permutation when node_epoch began
+  NodeLink<LeafNode> prev;   // left sibling; protected by the left sibling's lock (durable: and ours)
+  NodeLink<LeafNode> next;   // right sibling; protected by this node's lock
+  std::atomic<uint64_t> low_bound;  // lowest slice this leaf may hold; never changes
   // Lines 1-2: keys.
   std::atomic<uint64_t> ikey[kLeafWidth];    // slice per slot
   std::atomic<uint8_t> keylenx[kLeafWidth];  // class per slot, or kKeyLenLayer
   uint8_t spare[2];
   // Lines 3-4: values, each line with its packed value log.
-  std::atomic<uint64_t> value_log0;      // reserved: InCLL for lv[0..6]
-  std::atomic<uint64_t> lv[kLeafWidth];  // ValueRef bits, or NodeHeader* of a layer root
-  std::atomic<uint64_t> value_log1;      // reserved: InCLL for lv[7..13]
+  std::atomic<uint64_t> value_log0;      // durable: PackedValLog for lv[0..6]
+  std::atomic<uint64_t> lv[kLeafWidth];  // ValueRef bits, or the link to a deeper layer's entry
+  std::atomic<uint64_t> value_log1;      // durable: PackedValLog for lv[7..13]
 
-  // Builds an empty leaf in `mem` (sizeof(LeafNode) bytes, 64-aligned).
+  // Builds an empty leaf in `mem` (sizeof(LeafNode) bytes, 64-aligned). The InCLL fields are
+  // zero; the durable policy's InitLeaf arms them.
   static LeafNode* Init(void* mem, bool root, bool locked, uint64_t low_bound);
 
   NodeVersion& version() { return header.version; }
@@ -99,16 +156,20 @@ struct alignas(kCacheLine) LeafNode {
     keylenx[slot].store(kx, std::memory_order_relaxed);
     lv[slot].store(lv_bits, std::memory_order_relaxed);
   }
+  // The value log of the line holding lv[slot].
+  std::atomic<uint64_t>& ValueLogFor(int slot) { return slot < 7 ? value_log0 : value_log1; }
 };
 
 struct alignas(kCacheLine) InteriorNode {
-  NodeHeader header;            // version word
-  std::atomic<uint32_t> nkeys;  // keys in use; nkeys+1 children
+  NodeHeader header;                    // version word (volatile: rebuilt at recovery)
+  NodeLink<InteriorNode> parent;        // null at a layer root; protected by the parent's lock
+  std::atomic<uint32_t> nkeys;          // keys in use; nkeys+1 children
   uint32_t spare;
-  std::atomic<InteriorNode*> parent;           // null at a layer root; protected by parent's lock
-  std::atomic<uint64_t> logged_epoch;          // reserved: epoch of its last external-log copy
+  std::atomic<uint64_t> logged_epoch;   // durable: the epoch of its last external-log copy
+  std::atomic<uint64_t> recovered_in;   // durable: version rebuilt in the execution starting here
   std::atomic<uint64_t> ikey[kInteriorWidth];  // separators, strictly ascending
-  std::atomic<NodeHeader*> child[kInteriorWidth + 1];  // child[i]: slices in [ikey[i-1], ikey[i])
+  NodeLink<NodeHeader> child[kInteriorWidth + 1];  // child[i]: slices in [ikey[i-1], ikey[i])
+  std::atomic<uint64_t> created_epoch;  // durable: the epoch that allocated the node
 
   static InteriorNode* Init(void* mem, bool root, bool locked);
 
@@ -133,12 +194,16 @@ struct alignas(kCacheLine) InteriorNode {
 
 inline LeafNode* AsLeaf(NodeHeader* h) { return reinterpret_cast<LeafNode*>(h); }
 inline InteriorNode* AsInterior(NodeHeader* h) { return reinterpret_cast<InteriorNode*>(h); }
-inline NodeHeader* HeaderOf(LeafNode* n) { return &n->header; }
-inline NodeHeader* HeaderOf(InteriorNode* n) { return &n->header; }
-inline InteriorNode* ParentOf(NodeHeader* h) {
-  return NodeVersion::IsLeaf(h->version.Load())
-             ? AsLeaf(h)->parent.load(std::memory_order_acquire)
-             : AsInterior(h)->parent.load(std::memory_order_acquire);
+inline NodeHeader* HeaderOf(LeafNode* n) { return n == nullptr ? nullptr : &n->header; }
+inline NodeHeader* HeaderOf(InteriorNode* n) { return n == nullptr ? nullptr : &n->header; }
+// The parent link of either node kind (it sits at the same offset in both).
+inline NodeLink<InteriorNode>& ParentLink(NodeHeader* h) {
+  return reinterpret_cast<LeafNode*>(h)->parent;
+}
+// Acquire pairs with SetParent's release store: a node published as parent is initialized.
+template <class P>
+inline InteriorNode* ParentOf(const P& p, NodeHeader* h) {
+  return ParentLink(h).Load(p, std::memory_order_acquire);
 }
 
 inline LeafNode* LeafNode::Init(void* mem, bool root, bool locked, uint64_t low) {
@@ -169,13 +234,18 @@ inline int LeafNode::LowerBound(KeyPos k, LeafPermuter p, bool* found) const {
   return lo;
 }
 
-// The durable layout depends on these placements (docs/masstree.md, "Border node").
+// The durable layout depends on these placements (docs/masstree.md, "Node layouts").
 static_assert(std::is_standard_layout_v<LeafNode> && std::is_standard_layout_v<InteriorNode>);
 static_assert(sizeof(LeafNode) == 5 * kCacheLine && alignof(LeafNode) == kCacheLine);
-static_assert(sizeof(InteriorNode) == 5 * kCacheLine);
+static_assert(sizeof(InteriorNode) == 5 * kCacheLine && alignof(InteriorNode) == kCacheLine);
 static_assert(offsetof(LeafNode, header) == 0 && offsetof(InteriorNode, header) == 0);
+static_assert(offsetof(LeafNode, parent) == 8 && offsetof(InteriorNode, parent) == 8,
+              "ParentLink() reads the parent at one offset for both kinds");
+static_assert(offsetof(LeafNode, parent) + 8 == kLoggedBegin &&
+                  offsetof(InteriorNode, parent) + 8 == kLoggedBegin,
+              "external-log copies start right after the version and the parent link");
 static_assert(offsetof(LeafNode, permutation) / kCacheLine == 0 &&
-                  offsetof(LeafNode, incll_epoch_flags) / kCacheLine == 0 &&
+                  offsetof(LeafNode, node_epoch) / kCacheLine == 0 &&
                   offsetof(LeafNode, perm_log) / kCacheLine == 0,
               "InCLL-p: permutation, its log and the node epoch share line 0");
 static_assert(offsetof(LeafNode, ikey) == kCacheLine, "keys start at line 1");
@@ -185,6 +255,9 @@ static_assert(offsetof(LeafNode, value_log0) == 3 * kCacheLine &&
 static_assert(offsetof(LeafNode, lv[7]) == 4 * kCacheLine &&
                   offsetof(LeafNode, value_log1) / kCacheLine == 4,
               "value log 1 shares line 4 with lv[7..13]");
+static_assert(offsetof(InteriorNode, recovered_in) / kCacheLine == 0,
+              "the interior's recovery tag is read with its version: same line");
+static_assert(offsetof(InteriorNode, created_epoch) + 8 <= sizeof(InteriorNode));
 
 }  // namespace pmrt::ds_internal
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "ds/internal/durable_policy.h"
 #include "ds/internal/node_layout.h"
 
 namespace pmrt::ds_internal {
@@ -23,16 +24,21 @@ struct Range {
   bool Holds(uint64_t s) const { return s >= lo && (!has_hi || s < hi); }
 };
 
+template <class P>
 class Checker {
  public:
+  explicit Checker(const P& p) : p_(p) {}
+
   absl::Status CheckLayer(NodeHeader* entry, int depth) {
     NodeHeader* root = entry;
+    p_.Ready(root);
     for (int climbs = 0; !NodeVersion::IsRoot(root->version.Load()); ++climbs) {
-      InteriorNode* up = ParentOf(root);
+      InteriorNode* up = ParentOf(p_, root);
       if (up == nullptr || climbs > 64) return Fail(root, depth, "non-root without a parent");
       root = HeaderOf(up);
+      p_.Ready(root);
     }
-    if (ParentOf(root) != nullptr) return Fail(root, depth, "root with a parent link");
+    if (ParentOf(p_, root) != nullptr) return Fail(root, depth, "root with a parent link");
     std::vector<LeafNode*> leaves;
     int leaf_level = -1;
     if (auto s = CheckNode(root, nullptr, Range{0, false, 0}, depth, 0, &leaf_level, &leaves);
@@ -56,10 +62,11 @@ class Checker {
 
   absl::Status CheckNode(NodeHeader* n, InteriorNode* parent, Range range, int depth, int level,
                          int* leaf_level, std::vector<LeafNode*>* leaves) {
+    p_.Ready(n);
     const uint64_t v = n->version.Load();
     if (v & kBadBits) return Fail(n, depth, "version locked, dirty or deleted");
     if (NodeVersion::IsRoot(v) != (parent == nullptr)) return Fail(n, depth, "root bit wrong");
-    if (ParentOf(n) != parent) return Fail(n, depth, "parent link wrong");
+    if (ParentOf(p_, n) != parent) return Fail(n, depth, "parent link wrong");
     if (NodeVersion::IsLeaf(v)) {
       if (*leaf_level >= 0 && *leaf_level != level) return Fail(n, depth, "leaves at two depths");
       *leaf_level = level;
@@ -80,14 +87,14 @@ class Checker {
       }
     }
     for (int i = 0; i <= kInteriorWidth; ++i) {
-      NodeHeader* c = in->child[i].load(std::memory_order_relaxed);
+      NodeHeader* c = in->child[i].Load(p_, std::memory_order_relaxed);
       if ((c != nullptr) != (i <= nkeys)) return Fail(n, depth, "child slots wrong");
     }
     for (int i = 0; i <= nkeys; ++i) {
       Range r{i == 0 ? range.lo : in->ikey[i - 1].load(std::memory_order_relaxed),
               i < nkeys || range.has_hi,
               i < nkeys ? in->ikey[i].load(std::memory_order_relaxed) : range.hi};
-      if (auto s = CheckNode(in->child[i].load(std::memory_order_relaxed), in, r, depth, level + 1,
+      if (auto s = CheckNode(in->child[i].Load(p_, std::memory_order_relaxed), in, r, depth, level + 1,
                              leaf_level, leaves);
           !s.ok()) {
         return s;
@@ -101,6 +108,9 @@ class Checker {
     if (!perm.IsValid()) return Fail(leaf, depth, "invalid permutation");
     if (leaf->low_bound.load(std::memory_order_relaxed) != range.lo) {
       return Fail(leaf, depth, "low bound differs from the range the parent gives");
+    }
+    if constexpr (P::kDurable) {
+      if (auto s = CheckLeafLogs(leaf, depth); !s.ok()) return s;
     }
     for (int i = 0; i < perm.size(); ++i) {
       const int slot = perm[i];
@@ -119,8 +129,8 @@ class Checker {
     const uint64_t bits = leaf->lv[slot].load(std::memory_order_relaxed);
     if (kx > kKeyLenLayer) return Fail(leaf, depth, "bad keylenx");
     if (bits == 0) return Fail(leaf, depth, "null value or layer link");
-    if (kx == kKeyLenLayer) return CheckLayer(reinterpret_cast<NodeHeader*>(bits), depth + 1);
-    const ValueObject* value = ValueRef::FromBits(bits).get();
+    if (kx == kKeyLenLayer) return CheckLayer(DecodeLink<NodeHeader>(p_, bits), depth + 1);
+    const ValueObject* value = ValueRef::FromBits(bits).get(p_);
     if ((kx == kKeyLenSuffix) != (value->suffix_len > 0)) {
       return Fail(leaf, depth, "suffix present iff the key continues past the slice");
     }
@@ -128,33 +138,60 @@ class Checker {
     return absl::OkStatus();
   }
 
-  static absl::Status CheckChain(const std::vector<LeafNode*>& leaves, int depth) {
+  // Durable: the in-line logs are well formed (LeafEpoch, PackedValLog).
+  absl::Status CheckLeafLogs(LeafNode* leaf, int depth) {
+    const uint64_t e = LeafEpoch::Epoch(leaf->node_epoch.load(std::memory_order_relaxed));
+    if (e > p_.epochs().current() || e < p_.epochs().execution_first()) {
+      return Fail(leaf, depth, absl::StrCat("node epoch ", e, " outside [execution_first ",
+                                            p_.epochs().execution_first(), ", current ",
+                                            p_.epochs().current(), "]"));
+    }
+    if (!LeafPermuter(leaf->perm_log.load(std::memory_order_relaxed)).IsValid()) {
+      return Fail(leaf, depth, "perm_log is not a valid permutation");
+    }
+    for (int line = 0; line < 2; ++line) {
+      const auto log = epoch::PackedValLog::FromBits(
+          (line == 0 ? leaf->value_log0 : leaf->value_log1).load(std::memory_order_relaxed));
+      if (log.valid() && (log.index() < 7u * line || log.index() >= 7u * line + 7)) {
+        return Fail(leaf, depth, absl::StrCat("value log ", line, " names slot ", log.index()));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckChain(const std::vector<LeafNode*>& leaves, int depth) {
     for (size_t i = 0; i < leaves.size(); ++i) {
       LeafNode* want_prev = i == 0 ? nullptr : leaves[i - 1];
       LeafNode* want_next = i + 1 == leaves.size() ? nullptr : leaves[i + 1];
-      if (leaves[i]->prev.load(std::memory_order_relaxed) != want_prev ||
-          leaves[i]->next.load(std::memory_order_relaxed) != want_next) {
+      if (leaves[i]->prev.Load(p_, std::memory_order_relaxed) != want_prev ||
+          leaves[i]->next.Load(p_, std::memory_order_relaxed) != want_next) {
         return Fail(leaves[i], depth, "leaf chain differs from the in-order leaves");
       }
     }
     return absl::OkStatus();
   }
 
+  const P& p_;
   TreeShape shape_;
 };
 
 }  // namespace
 
-absl::Status CheckTree(const TreeCore& tree, TreeShape* shape) {
-  Checker checker;
-  NodeHeader* root = tree.root.load(std::memory_order_acquire);
+template <class P>
+absl::Status CheckTree(const TreeCore<P>& tree, TreeShape* shape) {
+  Checker<P> checker(tree.policy);
+  NodeHeader* root = tree.Root();
   if (root == nullptr) return absl::InternalError("tree has no root");
+  tree.policy.Ready(root);
   if (!NodeVersion::IsRoot(root->version.Load())) {
-    return absl::InternalError("TreeCore::root is not the layer-0 root");
+    return absl::InternalError("the tree's root word does not name the layer-0 root");
   }
   absl::Status s = checker.CheckLayer(root, 0);
   if (shape != nullptr) *shape = checker.shape();
   return s;
 }
+
+template absl::Status CheckTree<TransientPolicy>(const TreeCore<TransientPolicy>&, TreeShape*);
+template absl::Status CheckTree<DurablePolicy>(const TreeCore<DurablePolicy>&, TreeShape*);
 
 }  // namespace pmrt::ds_internal

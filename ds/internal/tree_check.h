@@ -26,8 +26,12 @@ struct TreeShape {
 // in-order leaves; no version word locked, dirty or deleted; layer links and value objects
 // consistent with keylenx (suffix present exactly for class-9 keys). Fills *shape (may be
 // null). Returns kInternal with the first violation found.
-// REQUIRES: no thread modifies the tree during the call.
-absl::Status CheckTree(const TreeCore& tree, TreeShape* shape);
+// The durable tree adds, per border node: the node epoch is not ahead of the current epoch,
+// perm_log is a valid permutation, and each valid value log names a slot of its own line.
+// REQUIRES: no thread modifies the tree during the call; inside a Guard (the durable tree
+// repairs nodes on first access). Instantiated in tree_check.cc for both policies.
+template <class P>
+absl::Status CheckTree(const TreeCore<P>& tree, TreeShape* shape);
 
 }  // namespace pmrt::ds_internal
 

@@ -1,10 +1,12 @@
-// TreeCore: the state one Masstree shares between its (non-template) read paths and its
-// allocator-templated write paths.
+// TreeCore: the state one Masstree shares between its read paths and its write paths, and
+// Writer, what a write operation carries down the algorithms. Both are templated on the tree
+// policy P (TransientPolicy or DurablePolicy, ds/internal/tree_policy.h).
 #ifndef PMRT_DS_INTERNAL_TREE_CORE_H_
 #define PMRT_DS_INTERNAL_TREE_CORE_H_
 
 #include <atomic>
 #include <cstdint>
+#include <utility>
 
 #include "ds/internal/node_layout.h"
 
@@ -36,12 +38,49 @@ class StripedCounter {
   Stripe stripes_[kStripes];
 };
 
+template <class P>
 struct TreeCore {
-  // Root of layer 0. Changes only when that root splits, stored by the splitter while it holds
-  // the old root's lock (release; readers load with acquire). A reader may find a node that is no
-  // longer the root; it climbs parent links (FindLeaf).
-  std::atomic<NodeHeader*> root{nullptr};
-  StripedCounter size;  // live keys
+  explicit TreeCore(P p) : policy(std::move(p)) {}
+
+  NodeHeader* Root() const {
+    // Acquire pairs with SetRoot's release store: the root it names is initialized.
+    return DecodeLink<NodeHeader>(policy, root_word->load(std::memory_order_acquire));
+  }
+  // REQUIRES: the caller holds the lock of the root being replaced (or the tree is unshared),
+  // and, in the durable tree, has logged the word (P::LogRoot).
+  void SetRoot(NodeHeader* n) {
+    root_word->store(EncodeLink(policy, n), std::memory_order_release);
+  }
+
+  P policy;
+  // Root link of layer 0: `own_root` (transient) or the word in the pool's tree descriptor
+  // (durable). Changes only when that root splits, stored by the splitter while it holds the old
+  // root's lock. A reader may find a node that is no longer the root; it climbs parent links
+  // (FindLeaf).
+  std::atomic<uint64_t>* root_word = &own_root;
+  std::atomic<uint64_t> own_root{0};
+  StripedCounter size;  // live keys since the tree was created or opened (see BasicMasstree)
+};
+
+// What a write operation did.
+enum class WriteOutcome {
+  kInserted,
+  kUpdated,
+  kExists,
+  kRemoved,
+  kAbsent,
+  kNoMemory,  // an allocation failed; nothing changed
+  kNoLog,     // durable: the external undo log is full until the next epoch; nothing changed
+};
+
+// A write operation in progress: the tree, its allocator, and the epoch of the operation's guard
+// (0 in the transient tree). REQUIRES: the operation holds the allocator's Guard throughout.
+template <class A, class P>
+struct Writer {
+  TreeCore<P>& tree;
+  A& alloc;
+  uint64_t epoch;
+  const P& p() const { return tree.policy; }
 };
 
 }  // namespace pmrt::ds_internal

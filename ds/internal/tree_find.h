@@ -1,10 +1,14 @@
 // Descent through one layer of the Masstree, for readers (optimistic, no shared writes) and for
 // writers (which end holding the border node's lock). docs/masstree.md has the protocol.
 //
-// A "layer entry" is what points into a layer: TreeCore::root for layer 0, a border slot's
+// A "layer entry" is what points into a layer: TreeCore's root for layer 0, a border slot's
 // layer link below that. The entry may lag behind root splits (the functions climb parent links)
 // and a deeper layer's entry may be a removed layer (they report it, and the caller restarts
-// from TreeCore::root).
+// from the root).
+//
+// Every node reached through a link is passed to the policy's Ready() before its version word or
+// any other field is read (the durable tree repairs nodes lazily after a crash; the transient
+// policy's Ready is empty). Templates on the policy P; instantiated in tree_find.cc for both.
 //
 // REQUIRES for everything here: the caller is inside the allocator's Guard, so no node it can
 // reach is freed under it.
@@ -27,29 +31,38 @@ struct LeafAndVersion {
 
 // The border node whose key range holds `slice`, with a stable version taken while the path to
 // it was valid. leaf == nullptr when `entry` is a removed layer.
-LeafAndVersion FindLeaf(NodeHeader* entry, uint64_t slice);
+template <class P>
+LeafAndVersion FindLeaf(const P& p, NodeHeader* entry, uint64_t slice);
 
 // After a reader's validation of `leaf` failed: waits for a stable version and moves right while
 // `slice` belongs to a right sibling (the leaf split). leaf == nullptr when a leaf on the way was
 // removed (restart from the layer entry).
-LeafAndVersion Advance(LeafNode* leaf, uint64_t slice);
+template <class P>
+LeafAndVersion Advance(const P& p, LeafNode* leaf, uint64_t slice);
 
 // Writers: the border node whose range holds `slice`, locked and not deleted, or nullptr when
 // `entry` is a removed layer.
-LeafNode* LockLeaf(NodeHeader* entry, uint64_t slice);
+template <class P>
+LeafNode* LockLeaf(const P& p, NodeHeader* entry, uint64_t slice);
 
 // Locks and returns the parent of `node`, verified to still be its parent after locking (a
 // parent link changes only under the parent's lock). REQUIRES: the caller holds node's lock and
 // node is not a root.
-InteriorNode* LockParent(NodeHeader* node);
+template <class P>
+InteriorNode* LockParent(const P& p, NodeHeader* node);
 
 // Stores `node`'s parent link. REQUIRES: the caller holds the new parent's lock (or the node is
-// unpublished). Release pairs with ParentOf()'s acquire.
-void SetParent(NodeHeader* node, InteriorNode* parent);
+// unpublished), and in the durable tree has logged the link (P::LogParent). Release pairs with
+// ParentOf()'s acquire.
+template <class P>
+void SetParent(const P& p, NodeHeader* node, InteriorNode* parent) {
+  ParentLink(node).Store(p, parent, std::memory_order_release);
+}
 
 // The value object stored under `key`, or nullptr. REQUIRES: inside a Guard; the object stays
 // valid until the Guard ends.
-const ValueObject* Lookup(const TreeCore& tree, std::string_view key);
+template <class P>
+const ValueObject* Lookup(const TreeCore<P>& tree, std::string_view key);
 
 }  // namespace pmrt::ds_internal
 

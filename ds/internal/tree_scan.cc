@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "ds/internal/durable_policy.h"
 #include "ds/internal/key_slice.h"
 #include "ds/internal/node_layout.h"
 #include "ds/internal/tree_find.h"
@@ -45,7 +46,8 @@ struct LeafSnapshot {
 };
 
 // Fills `s` from `*leaf`, moving right past splits (by `slice`). False: a node was removed.
-bool Snapshot(LeafAndVersion* at, uint64_t slice, LeafSnapshot* s) {
+template <class P>
+bool Snapshot(const P& p, LeafAndVersion* at, uint64_t slice, LeafSnapshot* s) {
   for (;;) {
     LeafNode* leaf = at->leaf;
     const LeafPermuter perm = leaf->perm();
@@ -57,26 +59,27 @@ bool Snapshot(LeafAndVersion* at, uint64_t slice, LeafSnapshot* s) {
       // Acquire pairs with the release store that installed the value or layer.
       s->lv[i] = leaf->lv[slot].load(std::memory_order_acquire);
     }
-    s->next = leaf->next.load(std::memory_order_acquire);
+    s->next = leaf->next.Load(p, std::memory_order_acquire);
     if (!leaf->version().HasChanged(at->version)) return true;
-    *at = Advance(leaf, slice);
+    *at = Advance(p, leaf, slice);
     if (at->leaf == nullptr) return false;
   }
 }
 
+template <class P>
 class Scanner {
  public:
-  explicit Scanner(ScanVisitor visit) : visit_(visit) {}
+  Scanner(const P& p, ScanVisitor visit) : p_(p), visit_(visit) {}
 
   // Visits the keys of the layer entered at `entry` (all prefixed by prefix_) from `bound` on.
   // Returns false when the visitor stopped the scan.
   bool ScanLayer(NodeHeader* entry, Bound bound) {
   restart:
-    LeafAndVersion at = FindLeaf(entry, bound.start_slice());
+    LeafAndVersion at = FindLeaf(p_, entry, bound.start_slice());
     if (at.leaf == nullptr) return true;  // the layer was removed: it had become empty
     for (;;) {
       LeafSnapshot s;
-      if (!Snapshot(&at, bound.start_slice(), &s)) goto restart;
+      if (!Snapshot(p_, &at, bound.start_slice(), &s)) goto restart;
       for (int i = 0; i < s.n; ++i) {
         Bound sub;  // for a deeper layer: everything, unless the start key leads into it
         if (!Admits(bound, s, i, &sub)) continue;
@@ -85,6 +88,7 @@ class Scanner {
       }
       if (s.next == nullptr) return true;
       at.leaf = s.next;
+      p_.Ready(HeaderOf(at.leaf));
       at.version = at.leaf->version().Stable();
       if (NodeVersion::IsDeleted(at.version)) goto restart;
     }
@@ -92,7 +96,7 @@ class Scanner {
 
  private:
   // Whether entry i of `s` is at or after `bound`; sets *sub for a layer entry.
-  static bool Admits(const Bound& bound, const LeafSnapshot& s, int i, Bound* sub) {
+  bool Admits(const Bound& bound, const LeafSnapshot& s, int i, Bound* sub) const {
     switch (bound.kind) {
       case Bound::Kind::kAll:
         return true;
@@ -108,7 +112,7 @@ class Scanner {
       *sub = Bound::FromKey(bound.rest, bound.inclusive);
       return true;
     }
-    const int c = ValueRef::FromBits(s.lv[i]).get()->suffix().compare(bound.rest);
+    const int c = ValueRef::FromBits(s.lv[i]).get(p_)->suffix().compare(bound.rest);
     return c > 0 || (c == 0 && bound.inclusive);
   }
 
@@ -117,9 +121,9 @@ class Scanner {
     bool go;
     if (s.keylenx[i] == kKeyLenLayer) {
       AppendSliceBytes(prefix_, s.pos[i].slice, kSliceBytes);
-      go = ScanLayer(reinterpret_cast<NodeHeader*>(s.lv[i]), sub);
+      go = ScanLayer(DecodeLink<NodeHeader>(p_, s.lv[i]), sub);
     } else {
-      const ValueObject& value = *ValueRef::FromBits(s.lv[i]).get();
+      const ValueObject& value = *ValueRef::FromBits(s.lv[i]).get(p_);
       const bool has_suffix = s.keylenx[i] == kKeyLenSuffix;
       AppendSliceBytes(prefix_, s.pos[i].slice, has_suffix ? kSliceBytes : s.keylenx[i]);
       if (has_suffix) prefix_.append(value.suffix());
@@ -129,15 +133,22 @@ class Scanner {
     return go;
   }
 
+  const P& p_;
   ScanVisitor visit_;
   std::string prefix_;  // bytes of the layers above the current one
 };
 
 }  // namespace
 
-void ScanTree(const TreeCore& tree, std::string_view from, bool inclusive, ScanVisitor visit) {
-  Scanner scanner(visit);
-  scanner.ScanLayer(tree.root.load(std::memory_order_acquire), Bound::FromKey(from, inclusive));
+template <class P>
+void ScanTree(const TreeCore<P>& tree, std::string_view from, bool inclusive, ScanVisitor visit) {
+  Scanner<P> scanner(tree.policy, visit);
+  scanner.ScanLayer(tree.Root(), Bound::FromKey(from, inclusive));
 }
+
+template void ScanTree<TransientPolicy>(const TreeCore<TransientPolicy>&, std::string_view, bool,
+                                        ScanVisitor);
+template void ScanTree<DurablePolicy>(const TreeCore<DurablePolicy>&, std::string_view, bool,
+                                      ScanVisitor);
 
 }  // namespace pmrt::ds_internal

@@ -22,8 +22,9 @@ using ScanVisitor = absl::FunctionRef<bool(std::string_view key, const ValueObje
 
 // Visits the keys >= `from` (> when !inclusive) in ascending order until `visit` returns false.
 // REQUIRES: inside a Guard; the key and value views are valid until the Guard ends (the key only
-// during the call).
-void ScanTree(const TreeCore& tree, std::string_view from, bool inclusive, ScanVisitor visit);
+// during the call). Instantiated in tree_scan.cc for both policies.
+template <class P>
+void ScanTree(const TreeCore<P>& tree, std::string_view from, bool inclusive, ScanVisitor visit);
 
 }  // namespace pmrt::ds_internal
 

@@ -2,11 +2,12 @@
 // into the parent, splitting interior nodes (and growing a new root) as far up as needed.
 //
 // Protocol (docs/masstree.md, "Splits"):
-//   1. With the leaf locked, lock every ancestor that will change, child before parent: the
-//      parent always (it gains a child), its parent too when it is full, and so on. A full root
-//      means a new root.
-//   2. Allocate the new leaf, one interior node per full ancestor, and the new root. On failure
-//      release everything: nothing has changed.
+//   1. With the leaf locked (durable tree: and its right sibling, whose prev link changes),
+//      lock every ancestor that will change, child before parent: the parent always (it gains a
+//      child), its parent too when it is full, and so on. A full root means a new root.
+//   2. Allocate the new leaf, one interior node per full ancestor, and the new root; the durable
+//      policy copies every existing node that will change to the external log (LogSplit). On
+//      failure release everything: nothing has changed.
 //   3. Split the leaf (kSplitting): the upper half moves to the new leaf, which is linked into
 //      the leaf chain while still locked.
 //   4. Going up, insert (separator, new node) into the parent (kInserting), or split the full
@@ -57,19 +58,27 @@ inline int ChooseLeafSplit(const KeyPos* c, int pos) {
   std::abort();  // unreachable: more than 10 keys with one slice
 }
 
+// An interior split keeps keys [0, kInteriorKeep) and children [0, kInteriorKeep] of the
+// combined n+1 keys and n+2 children; key kInteriorKeep goes up.
+inline constexpr int kInteriorKeep = (kInteriorWidth + 1) / 2;
+
 // The index of `child` in `parent`. REQUIRES: parent locked, child one of its children.
-inline int ChildPosition(InteriorNode* parent, NodeHeader* child) {
+template <class P>
+int ChildPosition(const P& p, InteriorNode* parent, NodeHeader* child) {
   const int n = parent->size();
   for (int i = 0; i <= n; ++i) {
-    if (parent->child[i].load(std::memory_order_relaxed) == child) return i;
+    if (parent->child[i].Load(p, std::memory_order_relaxed) == child) return i;
   }
   std::abort();  // the parent link and the child array disagree: the tree is corrupt
 }
 
 // Step 3. Splits the locked, full `leaf`, putting the new key (slice, kx, bits) at sorted
 // position `pos` on whichever side it belongs. Returns the new right sibling (locked).
-inline LeafNode* SplitLeaf(LeafNode* leaf, void* mem, int pos, uint64_t slice, uint8_t kx,
-                           uint64_t bits) {
+// REQUIRES (durable): leaf and its right sibling logged in w.epoch.
+template <class A, class P>
+LeafNode* SplitLeaf(Writer<A, P>& w, LeafNode* leaf, void* mem, int pos, uint64_t slice,
+                    uint8_t kx, uint64_t bits) {
+  const P& p = w.p();
   constexpr int n = kLeafWidth + 1;
   LeafPermuter perm = leaf->perm();
   KeyPos c[n];
@@ -91,13 +100,15 @@ inline LeafNode* SplitLeaf(LeafNode* leaf, void* mem, int pos, uint64_t slice, u
   }
   right->permutation.store(LeafPermuter::Identity(n - m).value(), std::memory_order_relaxed);
   // Link into the leaf chain. next->prev is protected by leaf's lock (leaf is next's left
-  // sibling until this store). The release store of leaf->next publishes the initialized right
-  // node to readers moving right (they load next with acquire).
-  LeafNode* next = leaf->next.load(std::memory_order_relaxed);
-  right->next.store(next, std::memory_order_relaxed);
-  right->prev.store(leaf, std::memory_order_relaxed);
-  if (next != nullptr) next->prev.store(right, std::memory_order_release);
-  leaf->next.store(right, std::memory_order_release);
+  // sibling until this store; the durable tree holds next's lock too). The release store of
+  // leaf->next publishes the initialized right node to readers moving right (they load next
+  // with acquire).
+  LeafNode* next = leaf->next.Load(p, std::memory_order_relaxed);
+  right->next.Store(p, next, std::memory_order_relaxed);
+  right->prev.Store(p, leaf, std::memory_order_relaxed);
+  p.InitLeaf(right, w.epoch);
+  if (next != nullptr) next->prev.Store(p, right, std::memory_order_release);
+  leaf->next.Store(p, right, std::memory_order_release);
   // Keep the lower part. The slots that moved become free; the new key, when it stays, reuses
   // the first of them (readers are kept out by kSplitting).
   if (pos < m) {
@@ -111,89 +122,103 @@ inline LeafNode* SplitLeaf(LeafNode* leaf, void* mem, int pos, uint64_t slice, u
 }
 
 // Step 4, parent not full: inserts (sep, right) just after child index `i`.
-inline void InsertChild(InteriorNode* p, int i, uint64_t sep, NodeHeader* right) {
-  const int n = p->size();
-  p->version().MarkInserting();
+template <class P>
+void InsertChild(const P& p, InteriorNode* in, int i, uint64_t sep, NodeHeader* right) {
+  const int n = in->size();
+  in->version().MarkInserting();
   for (int j = n; j > i; --j) {
-    p->ikey[j].store(p->ikey[j - 1].load(std::memory_order_relaxed), std::memory_order_relaxed);
+    in->ikey[j].store(in->ikey[j - 1].load(std::memory_order_relaxed), std::memory_order_relaxed);
   }
   // Children shift right one at a time, so a racing reader finds live nodes (or a duplicate) in
   // every slot; release publishes `right` to readers descending with acquire.
   for (int j = n + 1; j > i + 1; --j) {
-    p->child[j].store(p->child[j - 1].load(std::memory_order_relaxed), std::memory_order_release);
+    in->child[j].word().store(in->child[j - 1].raw(std::memory_order_relaxed),
+                              std::memory_order_release);
   }
-  p->ikey[i].store(sep, std::memory_order_relaxed);
-  p->child[i + 1].store(right, std::memory_order_release);
-  p->nkeys.store(static_cast<uint32_t>(n + 1), std::memory_order_relaxed);
-  SetParent(right, p);
+  in->ikey[i].store(sep, std::memory_order_relaxed);
+  in->child[i + 1].Store(p, right, std::memory_order_release);
+  in->nkeys.store(static_cast<uint32_t>(n + 1), std::memory_order_relaxed);
+  SetParent(p, right, in);
 }
 
-// Step 4, parent full: splits `p` into p and `p2` (new, locked) with (sep, right) inserted after
-// child index `i`. Returns the separator that goes up.
-inline uint64_t SplitInterior(InteriorNode* p, InteriorNode* p2, int i, uint64_t sep,
-                              NodeHeader* right) {
+// The combined children of a full `in` with `right` inserted after child index `i`.
+template <class P>
+void CombinedChildren(const P& p, InteriorNode* in, int i, NodeHeader* right,
+                      NodeHeader** kids) {
+  for (int j = 0, from = 0; j <= kInteriorWidth + 1; ++j) {
+    kids[j] = j == i + 1 ? right : in->child[from++].Load(p, std::memory_order_relaxed);
+  }
+}
+
+// Step 4, parent full: splits `in` into in and `in2` (new, locked) with (sep, right) inserted
+// after child index `i`. Returns the separator that goes up.
+template <class P>
+uint64_t SplitInterior(const P& p, InteriorNode* in, InteriorNode* in2, int i, uint64_t sep,
+                       NodeHeader* right) {
   constexpr int n = kInteriorWidth;
-  constexpr int m = (n + 1) / 2;  // p keeps keys [0, m) and children [0, m]; key m goes up
+  constexpr int m = kInteriorKeep;  // in keeps keys [0, m) and children [0, m]; key m goes up
   uint64_t keys[n + 1];
   NodeHeader* kids[n + 2];
   for (int j = 0, from = 0; j <= n; ++j) {
-    keys[j] = j == i ? sep : p->ikey[from++].load(std::memory_order_relaxed);
+    keys[j] = j == i ? sep : in->ikey[from++].load(std::memory_order_relaxed);
   }
-  for (int j = 0, from = 0; j <= n + 1; ++j) {
-    kids[j] = j == i + 1 ? right : p->child[from++].load(std::memory_order_relaxed);
-  }
-  p->version().MarkSplitting();
-  for (int j = m + 1; j <= n; ++j) p2->ikey[j - m - 1].store(keys[j], std::memory_order_relaxed);
+  CombinedChildren(p, in, i, right, kids);
+  in->version().MarkSplitting();
+  for (int j = m + 1; j <= n; ++j) in2->ikey[j - m - 1].store(keys[j], std::memory_order_relaxed);
   for (int j = m + 1; j <= n + 1; ++j) {
-    p2->child[j - m - 1].store(kids[j], std::memory_order_relaxed);
-    SetParent(kids[j], p2);  // protected by p's lock, which we hold
+    in2->child[j - m - 1].Store(p, kids[j], std::memory_order_relaxed);
+    SetParent(p, kids[j], in2);  // protected by in's lock, which we hold (logged: LogSplit)
   }
-  p2->nkeys.store(n - m, std::memory_order_relaxed);
-  for (int j = 0; j < m; ++j) p->ikey[j].store(keys[j], std::memory_order_relaxed);
+  in2->nkeys.store(n - m, std::memory_order_relaxed);
+  for (int j = 0; j < m; ++j) in->ikey[j].store(keys[j], std::memory_order_relaxed);
   for (int j = 0; j <= n; ++j) {
-    // Slots past the kept children are cleared: a slot never names a node that left p, so a
+    // Slots past the kept children are cleared: a slot never names a node that left `in`, so a
     // racing reader never reaches a node that could be freed before its Guard ends.
-    p->child[j].store(j <= m ? kids[j] : nullptr, std::memory_order_release);
+    in->child[j].Store(p, j <= m ? kids[j] : nullptr, std::memory_order_release);
   }
-  p->nkeys.store(m, std::memory_order_relaxed);
-  if (i + 1 <= m) SetParent(right, p);
+  in->nkeys.store(m, std::memory_order_relaxed);
+  if (i + 1 <= m) SetParent(p, right, in);
   return keys[m];
 }
 
 // Step 4 at the top: `left` was its layer's root; a new root takes both halves.
-inline void GrowRoot(TreeCore& tree, void* mem, NodeHeader* left, uint64_t sep, NodeHeader* right) {
+template <class A, class P>
+void GrowRoot(Writer<A, P>& w, void* mem, NodeHeader* left, uint64_t sep, NodeHeader* right) {
+  const P& p = w.p();
   InteriorNode* root = InteriorNode::Init(mem, /*root=*/true, /*locked=*/true);
+  p.InitInterior(root, w.epoch);
   root->ikey[0].store(sep, std::memory_order_relaxed);
-  root->child[0].store(left, std::memory_order_relaxed);
-  root->child[1].store(right, std::memory_order_relaxed);
+  root->child[0].Store(p, left, std::memory_order_relaxed);
+  root->child[1].Store(p, right, std::memory_order_relaxed);
   root->nkeys.store(1, std::memory_order_relaxed);
   // Release publishes the new root to readers that climb from `left` (ParentOf: acquire).
-  SetParent(left, root);
-  SetParent(right, root);
+  SetParent(p, left, root);
+  SetParent(p, right, root);
   left->version.SetRoot(false);  // left is locked and kSplitting: readers wait, then climb
-  // Layer 0 is entered through tree.root; deeper layers through their leftmost leaf, which
-  // readers climb from. tree.root changes only under the lock of the root it names.
-  if (tree.root.load(std::memory_order_relaxed) == left) {
-    tree.root.store(HeaderOf(root), std::memory_order_release);
-  }
+  // Layer 0 is entered through the tree's root word; deeper layers through their leftmost
+  // leaf, which readers climb from. The root word changes only under the lock of the root it
+  // names.
+  if (w.tree.Root() == left) w.tree.SetRoot(HeaderOf(root));
   right->version.Unlock();
   left->version.Unlock();
   root->version().Unlock();
 }
 
-template <class A>
-void ReleasePlan(A& alloc, SplitPlan& plan) {
-  if (plan.leaf_mem != nullptr) alloc.RetireNode(plan.leaf_mem, sizeof(LeafNode));
+template <class A, class P>
+void ReleasePlan(Writer<A, P>& w, SplitPlan& plan) {
+  if (plan.leaf_mem != nullptr) w.alloc.RetireNode(plan.leaf_mem, sizeof(LeafNode));
   for (int i = 0; i < plan.interiors; ++i) {
-    if (plan.interior_mem[i] != nullptr)
-      alloc.RetireNode(plan.interior_mem[i], sizeof(InteriorNode));
+    if (plan.interior_mem[i] != nullptr) {
+      w.alloc.RetireNode(plan.interior_mem[i], sizeof(InteriorNode));
+    }
   }
   for (int i = plan.locked - 1; i >= 0; --i) plan.ancestors[i]->version().Unlock();
 }
 
-// Steps 1-2. False when out of memory (every lock but leaf's released, nothing changed).
-template <class A>
-bool PlanSplit(A& alloc, LeafNode* leaf, SplitPlan& plan) {
+// Steps 1-2 (locks and allocations). False when out of memory (every lock but leaf's
+// released, nothing changed).
+template <class A, class P>
+bool PlanSplit(Writer<A, P>& w, LeafNode* leaf, SplitPlan& plan) {
   NodeHeader* cur = HeaderOf(leaf);
   for (;;) {
     if (NodeVersion::IsRoot(cur->version.Load())) {
@@ -201,58 +226,114 @@ bool PlanSplit(A& alloc, LeafNode* leaf, SplitPlan& plan) {
       break;
     }
     if (plan.locked == kMaxLevels) std::abort();  // deeper than any real tree can be
-    InteriorNode* parent = LockParent(cur);
+    InteriorNode* parent = LockParent(w.p(), cur);
     plan.ancestors[plan.locked++] = parent;
     if (parent->size() < kInteriorWidth) break;
     cur = HeaderOf(parent);
   }
   const int full = plan.new_root ? plan.locked : plan.locked - 1;
   plan.interiors = full + (plan.new_root ? 1 : 0);
-  plan.leaf_mem = alloc.AllocateNode(sizeof(LeafNode), alignof(LeafNode));
+  plan.leaf_mem = w.alloc.AllocateNode(sizeof(LeafNode), alignof(LeafNode));
   bool ok = plan.leaf_mem != nullptr;
   for (int i = 0; i < plan.interiors; ++i) {
     plan.interior_mem[i] =
-        ok ? alloc.AllocateNode(sizeof(InteriorNode), alignof(InteriorNode)) : nullptr;
+        ok ? w.alloc.AllocateNode(sizeof(InteriorNode), alignof(InteriorNode)) : nullptr;
     ok = ok && plan.interior_mem[i] != nullptr;
   }
-  if (!ok) ReleasePlan(alloc, plan);
+  if (!ok) ReleasePlan(w, plan);
   return ok;
 }
 
-// Inserts (slice, kx, bits) at sorted position `pos` of the locked, full `leaf` by splitting.
-// On success every lock is released (leaf's too) and true returned; false when out of memory,
-// with leaf still locked and nothing changed.
-template <class A>
-bool SplitLeafAndInsert(TreeCore& tree, A& alloc, LeafNode* leaf, int pos, uint64_t slice,
-                        uint8_t kx, uint64_t bits) {
-  SplitPlan plan;
-  if (!PlanSplit(alloc, leaf, plan)) return false;
+// Step 2, durable tree: logs every existing node and link the split will change, before any
+// change: the leaf and its right sibling (`next`, whose prev link changes), every locked
+// ancestor, the parent links of the children that move to a split ancestor's new sibling, the
+// old root's parent link and the tree's root word when the root grows. False when the
+// external log is full (nothing changed).
+template <class A, class P>
+bool LogSplit(Writer<A, P>& w, LeafNode* leaf, LeafNode* next, const SplitPlan& plan) {
+  const P& p = w.p();
+  const uint64_t e = w.epoch;
+  if (!p.LogLeaf(leaf, e) || (next != nullptr && !p.LogLeaf(next, e))) return false;
   NodeHeader* left = HeaderOf(leaf);
-  LeafNode* new_leaf = SplitLeaf(leaf, plan.leaf_mem, pos, slice, kx, bits);
+  for (int level = 0; level < plan.locked; ++level) {
+    InteriorNode* in = plan.ancestors[level];
+    if (!p.LogInterior(in, e)) return false;
+    if (in->size() == kInteriorWidth) {
+      // Old children whose place in the combined array (with the new node after `left`) is
+      // past kInteriorKeep move to the new sibling: their parent links change.
+      const int i = ChildPosition(p, in, left);
+      for (int k = 0; k <= kInteriorWidth; ++k) {
+        const int combined = k <= i ? k : k + 1;
+        if (combined > kInteriorKeep &&
+            !p.LogParent(in->child[k].Load(p, std::memory_order_relaxed), e)) {
+          return false;
+        }
+      }
+    }
+    left = HeaderOf(in);
+  }
+  if (plan.new_root) {
+    if (!p.LogParent(left, e)) return false;
+    if (w.tree.Root() == left && !p.LogRoot(e)) return false;
+  }
+  return true;
+}
+
+// Inserts (slice, kx, bits) at sorted position `pos` of the locked, full `leaf` by splitting.
+// kInserted: every lock is released (leaf's too). kNoMemory / kNoLog: leaf still locked and
+// nothing changed.
+template <class A, class P>
+WriteOutcome SplitLeafAndInsert(Writer<A, P>& w, LeafNode* leaf, int pos, uint64_t slice,
+                                uint8_t kx, uint64_t bits) {
+  const P& p = w.p();
+  LeafNode* next = nullptr;
+  if constexpr (P::kDurable) {
+    // The right sibling's prev link changes: the durable tree locks it (left to right, before
+    // any interior node: the lock order) so that its external-log copy is consistent.
+    next = leaf->next.Load(p, std::memory_order_acquire);
+    if (next != nullptr) {
+      p.Ready(HeaderOf(next));
+      next->version().Lock();
+    }
+  }
+  SplitPlan plan;
+  if (!PlanSplit(w, leaf, plan)) {
+    if (next != nullptr) next->version().Unlock();
+    return WriteOutcome::kNoMemory;
+  }
+  if (!LogSplit(w, leaf, next, plan)) {
+    ReleasePlan(w, plan);
+    if (next != nullptr) next->version().Unlock();
+    return WriteOutcome::kNoLog;
+  }
+  NodeHeader* left = HeaderOf(leaf);
+  LeafNode* new_leaf = SplitLeaf(w, leaf, plan.leaf_mem, pos, slice, kx, bits);
+  if (next != nullptr) next->version().Unlock();
   NodeHeader* right = HeaderOf(new_leaf);
   uint64_t sep = new_leaf->low_bound.load(std::memory_order_relaxed);
   int next_mem = 0;
   for (int level = 0;; ++level) {
     if (level == plan.locked) {  // left is the root (leaf or full interior)
-      GrowRoot(tree, plan.interior_mem[next_mem], left, sep, right);
-      return true;
+      GrowRoot(w, plan.interior_mem[next_mem], left, sep, right);
+      return WriteOutcome::kInserted;
     }
-    InteriorNode* p = plan.ancestors[level];
-    const int i = ChildPosition(p, left);
-    if (p->size() < kInteriorWidth) {
-      InsertChild(p, i, sep, right);
+    InteriorNode* in = plan.ancestors[level];
+    const int i = ChildPosition(p, in, left);
+    if (in->size() < kInteriorWidth) {
+      InsertChild(p, in, i, sep, right);
       right->version.Unlock();
       left->version.Unlock();
-      p->version().Unlock();
-      return true;
+      in->version().Unlock();
+      return WriteOutcome::kInserted;
     }
-    InteriorNode* p2 =
+    InteriorNode* in2 =
         InteriorNode::Init(plan.interior_mem[next_mem++], /*root=*/false, /*locked=*/true);
-    sep = SplitInterior(p, p2, i, sep, right);
+    p.InitInterior(in2, w.epoch);
+    sep = SplitInterior(p, in, in2, i, sep, right);
     right->version.Unlock();
     left->version.Unlock();
-    left = HeaderOf(p);
-    right = HeaderOf(p2);
+    left = HeaderOf(in);
+    right = HeaderOf(in2);
   }
 }
 

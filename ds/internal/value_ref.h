@@ -10,10 +10,11 @@
 //   |  uint32   |   uint32   |  suffix_len      |  value_len      |
 //   +-----------+------------+------------------+-----------------+
 //
-// ValueRef is what the slot stores. Today it is the object's address; the durable tree will
-// store an 8-byte pool offset in the same word (DESIGN.md: no raw pointer on media). InCLL's
-// packed value log (docs/masstree.md) needs the low 4 bits free, so value objects are 16-byte
-// aligned, and the reference fits in 48 bits.
+// ValueRef is what the slot stores: the object's address in the transient tree, its 8-byte pool
+// offset in the durable one (DESIGN.md: no raw pointer on media), encoded and decoded against the
+// tree policy's base like every other link (node_layout.h). InCLL's packed value log
+// (docs/masstree.md) needs the low 4 bits free, so value objects are 16-byte aligned, and a
+// durable reference fits in 48 bits.
 #ifndef PMRT_DS_INTERNAL_VALUE_REF_H_
 #define PMRT_DS_INTERNAL_VALUE_REF_H_
 
@@ -56,14 +57,27 @@ static_assert(sizeof(ValueObject) == 8 && std::is_trivially_copyable_v<ValueObje
 class ValueRef {
  public:
   constexpr ValueRef() = default;
-  static ValueRef FromObject(const ValueObject* v) {
-    return ValueRef(reinterpret_cast<uintptr_t>(v));
+  // P is the tree policy (P::kDurable, p.base()).
+  template <class P>
+  static ValueRef FromObject(const P& p, const ValueObject* v) {
+    if constexpr (P::kDurable) {
+      return ValueRef(v == nullptr ? 0 : reinterpret_cast<uintptr_t>(v) - p.base());
+    } else {
+      return ValueRef(reinterpret_cast<uintptr_t>(v));
+    }
   }
   static constexpr ValueRef FromBits(uint64_t bits) { return ValueRef(bits); }
 
   constexpr uint64_t bits() const { return bits_; }
   constexpr bool is_null() const { return bits_ == 0; }
-  ValueObject* get() const { return reinterpret_cast<ValueObject*>(static_cast<uintptr_t>(bits_)); }
+  template <class P>
+  ValueObject* get(const P& p) const {
+    if constexpr (P::kDurable) {
+      return bits_ == 0 ? nullptr : reinterpret_cast<ValueObject*>(p.base() + bits_);
+    } else {
+      return reinterpret_cast<ValueObject*>(static_cast<uintptr_t>(bits_));
+    }
+  }
 
  private:
   constexpr explicit ValueRef(uint64_t bits) : bits_(bits) {}

@@ -1,7 +1,12 @@
 // Tests for pmrt::ds::Masstree: the permutation word, model-based random sequences against
 // std::map (short, long, binary and prefix-sharing keys; 8-byte integer keys), structure checks
 // after every batch, out-of-memory behaviour, and concurrent workloads with exact oracles.
+// Every tree test runs on both variants of the one source: the transient tree and the durable
+// tree (PoolNodeAllocator, in an in-memory pool, with the epoch advancing every millisecond so
+// that boundaries fall inside the workloads).
 #include "ds/masstree.h"
+
+#include <sys/mman.h>
 
 #include <gtest/gtest.h>
 
@@ -18,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "ds/durable_masstree.h"
 #include "ds/internal/ebr.h"
 #include "ds/internal/permuter.h"
 
@@ -42,7 +48,8 @@ int Scaled(int n) { return kSanitized ? std::max(1, n / 3) : n; }
 using Model = std::map<std::string, std::string>;
 
 // Everything in the tree, by a full scan.
-Model Contents(const Masstree& t) {
+template <class Tree>
+Model Contents(const Tree& t) {
   Model m;
   std::string last;
   bool first = true;
@@ -68,7 +75,8 @@ std::string Printable(std::string_view s) {
   return out;
 }
 
-void ExpectSameAsModel(const Masstree& t, const Model& model) {
+template <class Tree>
+void ExpectSameAsModel(const Tree& t, const Model& model) {
   ASSERT_TRUE(t.CheckInvariants().ok()) << t.CheckInvariants();
   EXPECT_EQ(t.size(), model.size());
   Model got = Contents(t);
@@ -102,6 +110,79 @@ class KeyGen {
  private:
   std::mt19937_64 rng_;
 };
+
+// ---- The two variants -------------------------------------------------------------------------
+
+struct TransientVariant {
+  using Tree = Masstree;
+  Tree& tree() { return tree_; }
+  Masstree tree_;
+};
+
+// A durable tree in a fresh in-memory pool (eadr backend: fences only), the epoch advancing in
+// the background every millisecond.
+class DurableVariant {
+ public:
+  using Tree = DurableMasstree;
+  static constexpr size_t kPoolSize = size_t{512} << 20;
+
+  DurableVariant() {
+    mem_ = mmap(nullptr, kPoolSize, PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (mem_ == MAP_FAILED) std::abort();
+    PoolOptions po;
+    po.backend = BackendKind::kEadr;
+    pool_ = Check(Pool::CreateInMemory(mem_, kPoolSize, "masstree-test", po));
+    epoch::ManagerOptions mo;
+    mo.interval = std::chrono::milliseconds(1);
+    epochs_ = Check(epoch::Manager::Open(*pool_, mo));
+    heap_ = Check(alloc::Heap::Open(*pool_, *epochs_));
+    tree_ = Check(DurableMasstree::Create(*pool_, *epochs_, *heap_));
+  }
+  ~DurableVariant() {
+    tree_.reset();
+    heap_.reset();
+    epochs_.reset();
+    pool_.reset();
+    munmap(mem_, kPoolSize);
+  }
+  Tree& tree() { return *tree_; }
+
+ private:
+  template <class T>
+  static T Check(absl::StatusOr<T> v) {
+    if (!v.ok()) {
+      std::fprintf(stderr, "DurableVariant: %s\n", v.status().ToString().c_str());
+      std::abort();
+    }
+    return std::move(*v);
+  }
+  void* mem_;
+  std::unique_ptr<Pool> pool_;
+  std::unique_ptr<epoch::Manager> epochs_;
+  std::unique_ptr<alloc::Heap> heap_;
+  std::unique_ptr<DurableMasstree> tree_;
+};
+
+template <class V>
+class MasstreeTest : public ::testing::Test {
+ protected:
+  typename V::Tree& tree() { return variant_.tree(); }
+  V variant_;
+};
+template <class V>
+class MasstreeConcurrentTest : public MasstreeTest<V> {};
+
+class VariantNames {
+ public:
+  template <class V>
+  static std::string GetName(int) {
+    return std::is_same_v<V, TransientVariant> ? "Transient" : "Durable";
+  }
+};
+using Variants = ::testing::Types<TransientVariant, DurableVariant>;
+TYPED_TEST_SUITE(MasstreeTest, Variants, VariantNames);
+TYPED_TEST_SUITE(MasstreeConcurrentTest, Variants, VariantNames);
 
 // ---- Permuter ---------------------------------------------------------------------------------
 
@@ -183,7 +264,7 @@ TEST(EbrTest, OtherThreadsGuardDelaysFree) {
   EXPECT_EQ(ebr_freed.load(), 1);
 }
 
-TEST(MasstreeTest, UpdatesRetireAndFreeOldValues) {
+TEST(TransientMasstreeTest, UpdatesRetireAndFreeOldValues) {
   Masstree t;
   const size_t before = ds_internal::Ebr::Global().pending();
   for (int i = 0; i < 20000; ++i) t.put("k", std::to_string(i));
@@ -193,8 +274,8 @@ TEST(MasstreeTest, UpdatesRetireAndFreeOldValues) {
 
 // ---- Single-threaded behaviour ----------------------------------------------------------------
 
-TEST(MasstreeTest, EmptyTree) {
-  Masstree t;
+TYPED_TEST(MasstreeTest, EmptyTree) {
+  auto& t = this->tree();
   EXPECT_EQ(t.get(""), std::nullopt);
   EXPECT_EQ(t.get("x"), std::nullopt);
   EXPECT_FALSE(t.remove("x"));
@@ -203,8 +284,8 @@ TEST(MasstreeTest, EmptyTree) {
   EXPECT_TRUE(t.CheckInvariants().ok());
 }
 
-TEST(MasstreeTest, PutGetUpdateRemove) {
-  Masstree t;
+TYPED_TEST(MasstreeTest, PutGetUpdateRemove) {
+  auto& t = this->tree();
   EXPECT_EQ(t.put("apple", "red"), PutResult::kInserted);
   EXPECT_EQ(t.put("banana", "yellow"), PutResult::kInserted);
   EXPECT_EQ(t.get("apple"), "red");
@@ -223,8 +304,8 @@ TEST(MasstreeTest, PutGetUpdateRemove) {
   EXPECT_TRUE(t.CheckInvariants().ok());
 }
 
-TEST(MasstreeTest, EmptyBinaryAndPrefixKeys) {
-  Masstree t;
+TYPED_TEST(MasstreeTest, EmptyBinaryAndPrefixKeys) {
+  auto& t = this->tree();
   Model model;
   const std::string long_prefix(250, 'p');
   std::vector<std::string> keys = {"",
@@ -265,8 +346,8 @@ TEST(MasstreeTest, EmptyBinaryAndPrefixKeys) {
   }
 }
 
-TEST(MasstreeTest, DeepLayersAreCreatedAndCollected) {
-  Masstree t;
+TYPED_TEST(MasstreeTest, DeepLayersAreCreatedAndCollected) {
+  auto& t = this->tree();
   // 32 keys sharing 200 bytes: 25 layers below the first.
   const std::string shared(200, 's');
   for (int i = 0; i < 32; ++i) t.put(shared + std::to_string(i), std::to_string(i));
@@ -281,9 +362,10 @@ TEST(MasstreeTest, DeepLayersAreCreatedAndCollected) {
   EXPECT_EQ(shape.layers, 1u) << "emptied layers are unlinked";
 }
 
-TEST(MasstreeTest, AscendingAndDescendingLoadsSplit) {
+TYPED_TEST(MasstreeTest, AscendingAndDescendingLoadsSplit) {
   for (bool ascending : {true, false}) {
-    Masstree t;
+    TypeParam variant;
+    auto& t = variant.tree();
     const int n = Scaled(30000);
     for (int i = 0; i < n; ++i) {
       const uint64_t k = ascending ? i : n - 1 - i;
@@ -308,8 +390,10 @@ TEST(MasstreeTest, AscendingAndDescendingLoadsSplit) {
 }
 
 // Applies `ops` random operations to the tree and the model, with checks after each batch.
+template <class V>
 void RunModelTest(uint64_t seed, int batches, int ops, const std::function<std::string()>& key) {
-  Masstree t;
+  V variant;
+  auto& t = variant.tree();
   Model model;
   std::mt19937_64 rng(seed);
   for (int b = 0; b < batches; ++b) {
@@ -379,18 +463,18 @@ void RunModelTest(uint64_t seed, int batches, int ops, const std::function<std::
   EXPECT_EQ(shape.leaves, 1u) << "emptied leaves are unlinked";
 }
 
-TEST(MasstreeTest, RandomVariableKeysMatchStdMap) {
+TYPED_TEST(MasstreeTest, RandomVariableKeysMatchStdMap) {
   KeyGen gen(11);
-  RunModelTest(12, 8, Scaled(6000), [&] { return gen.Next(); });
+  RunModelTest<TypeParam>(12, 8, Scaled(6000), [&] { return gen.Next(); });
 }
 
-TEST(MasstreeTest, RandomIntegerKeysMatchStdMap) {
+TYPED_TEST(MasstreeTest, RandomIntegerKeysMatchStdMap) {
   std::mt19937_64 rng(21);
-  RunModelTest(22, 8, Scaled(8000), [&] { return std::string(U64Key(rng() % 20000).view()); });
+  RunModelTest<TypeParam>(22, 8, Scaled(8000), [&] { return std::string(U64Key(rng() % 20000).view()); });
 }
 
-TEST(MasstreeTest, ScanCallbackCanStop) {
-  Masstree t;
+TYPED_TEST(MasstreeTest, ScanCallbackCanStop) {
+  auto& t = this->tree();
   for (int i = 0; i < 100; ++i) t.put(U64Key(i), "x");
   int seen = 0;
   EXPECT_EQ(t.scan(U64Key(10), 50, [&](std::string_view, std::string_view) { return ++seen < 5; }),
@@ -402,20 +486,20 @@ TEST(MasstreeTest, ScanCallbackCanStop) {
       t.range(U64Key(30), U64Key(20), [](std::string_view, std::string_view) { return true; }), 0u);
 }
 
-TEST(MasstreeTest, TypedValues) {
+TYPED_TEST(MasstreeTest, TypedValues) {
   struct Point {
     int32_t x, y;
   };
-  Masstree t;
+  auto& t = this->tree();
   EXPECT_EQ(t.put_as(U64Key(1), Point{3, 4}), PutResult::kInserted);
-  EXPECT_EQ(t.put_as<uint64_t>("n", 42), PutResult::kInserted);
-  auto p = t.get_as<Point>(U64Key(1));
+  EXPECT_EQ(t.template put_as<uint64_t>("n", 42), PutResult::kInserted);
+  auto p = t.template get_as<Point>(U64Key(1));
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->x, 3);
   EXPECT_EQ(p->y, 4);
-  EXPECT_EQ(t.get_as<uint64_t>("n"), 42u);
-  EXPECT_EQ(t.get_as<uint32_t>("n"), std::nullopt) << "size mismatch";
-  EXPECT_EQ(t.get_as<uint64_t>("missing"), std::nullopt);
+  EXPECT_EQ(t.template get_as<uint64_t>("n"), 42u);
+  EXPECT_EQ(t.template get_as<uint32_t>("n"), std::nullopt) << "size mismatch";
+  EXPECT_EQ(t.template get_as<uint64_t>("missing"), std::nullopt);
 }
 
 // A MallocNodeAllocator that grants only as many allocations as `budget` holds.
@@ -442,7 +526,7 @@ class FlakyAllocator {
   MallocNodeAllocator base_;
 };
 
-TEST(MasstreeTest, OutOfMemoryLeavesTreeUnchanged) {
+TEST(TransientMasstreeTest, OutOfMemoryLeavesTreeUnchanged) {
   std::atomic<int> budget{1 << 30};
   BasicMasstree<FlakyAllocator> t{FlakyAllocator(&budget)};
   Model model;
@@ -471,9 +555,9 @@ TEST(MasstreeTest, OutOfMemoryLeavesTreeUnchanged) {
 // ---- Concurrency ------------------------------------------------------------------------------
 
 // Each thread owns a key prefix; at the end the tree must equal the union of the thread models.
-TEST(MasstreeConcurrentTest, DisjointKeyRangesExact) {
+TYPED_TEST(MasstreeConcurrentTest, DisjointKeyRangesExact) {
   constexpr int kThreads = 4;
-  Masstree t;
+  auto& t = this->tree();
   std::vector<Model> models(kThreads);
   std::vector<std::thread> threads;
   for (int id = 0; id < kThreads; ++id) {
@@ -515,6 +599,7 @@ bool ValueNamesKey(std::string_view value, std::string_view key) {
 // Threads share one key set. Writes happen under a per-key lock that also updates the model,
 // so the final tree must equal the model exactly; unlocked gets must only return values written
 // for that key; unlocked scans must be strictly ascending with matching values.
+template <class V>
 void RunSharedKeysOracle(int threads_count, int ops_per_thread) {
   const int kThreads = threads_count;
   constexpr int kKeys = 600;
@@ -527,7 +612,8 @@ void RunSharedKeysOracle(int threads_count, int ops_per_thread) {
   }
   std::vector<std::mutex> locks(kKeys);
   std::vector<std::optional<std::string>> model(kKeys);
-  Masstree t;
+  V variant;
+  auto& t = variant.tree();
   std::atomic<int64_t> scans_checked{0};
   std::vector<std::thread> threads;
   for (int id = 0; id < kThreads; ++id) {
@@ -577,18 +663,20 @@ void RunSharedKeysOracle(int threads_count, int ops_per_thread) {
   EXPECT_GT(scans_checked.load(), 0);
 }
 
-TEST(MasstreeConcurrentTest, SharedKeysMatchPerKeyLockOracle) {
-  RunSharedKeysOracle(4, Scaled(40000));
+TYPED_TEST(MasstreeConcurrentTest, SharedKeysMatchPerKeyLockOracle) {
+  RunSharedKeysOracle<TypeParam>(4, Scaled(40000));
 }
 
 // More threads than cores: threads are preempted inside critical sections and mid-descent.
-TEST(MasstreeConcurrentTest, SharedKeysOversubscribed) { RunSharedKeysOracle(8, Scaled(15000)); }
+TYPED_TEST(MasstreeConcurrentTest, SharedKeysOversubscribed) {
+  RunSharedKeysOracle<TypeParam>(8, Scaled(15000));
+}
 
 // Readers look up keys that were inserted before they started and are never removed, while
 // writers insert and remove other keys around them (splits, new layers, leaf removal): every
 // lookup must succeed, and every scan must visit every stable key in its range.
-TEST(MasstreeConcurrentTest, ReadersNeverMissStableKeysDuringSplits) {
-  Masstree t;
+TYPED_TEST(MasstreeConcurrentTest, ReadersNeverMissStableKeysDuringSplits) {
+  auto& t = this->tree();
   std::vector<std::string> stable;
   for (int i = 0; i < 2000; ++i) {
     // Even numbers stable; odd numbers churn. Mixed short integer keys and long shared ones.
@@ -653,8 +741,8 @@ TEST(MasstreeConcurrentTest, ReadersNeverMissStableKeysDuringSplits) {
 
 // Sparse stable keys survive while writers repeatedly fill and empty the dense ranges between
 // them, so border nodes are unlinked (and separators redirected) under concurrent readers.
-TEST(MasstreeConcurrentTest, SparseStableKeysSurviveLeafRemoval) {
-  Masstree t;
+TYPED_TEST(MasstreeConcurrentTest, SparseStableKeysSurviveLeafRemoval) {
+  auto& t = this->tree();
   constexpr uint64_t kSpacing = 64;
   constexpr uint64_t kStable = 200;
   std::vector<std::string> stable;
@@ -715,9 +803,9 @@ TEST(MasstreeConcurrentTest, SparseStableKeysSurviveLeafRemoval) {
 
 // Writers fill and empty whole key ranges (leaves unlinked, layers collected) while scanners
 // check order and lookups check values; the final contents equal the writers' models.
-TEST(MasstreeConcurrentTest, RangeChurnWithScans) {
+TYPED_TEST(MasstreeConcurrentTest, RangeChurnWithScans) {
   constexpr int kWriters = 2;
-  Masstree t;
+  auto& t = this->tree();
   std::vector<Model> models(kWriters);
   std::atomic<int> done{0};
   std::vector<std::thread> threads;

@@ -1,0 +1,113 @@
+#include "ds/durable_masstree.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+
+namespace pmrt::ds {
+
+using ds_internal::DurablePolicy;
+using ds_internal::LeafNode;
+using ds_internal::MasstreeDescriptor;
+
+void PoolNodeAllocator::Free(void* p) {
+  if (absl::Status st = heap_->Free(p); !st.ok()) {
+    // A node or value the tree retires is a live block of this heap by construction: anything
+    // else means the tree is corrupt, and freeing on would spread it.
+    std::fprintf(stderr, "pmrt::ds::PoolNodeAllocator: %s\n", st.ToString().c_str());
+    std::abort();
+  }
+}
+
+void PoolNodeAllocator::WaitForLogSpace() {
+  // The log's blocks of the running epoch are released by the advance that completes it.
+  if (absl::Status st = epochs_->Advance(); !st.ok()) {
+    std::fprintf(stderr, "pmrt::ds::PoolNodeAllocator: epoch advance failed: %s\n",
+                 st.ToString().c_str());
+    std::abort();
+  }
+}
+
+namespace {
+
+absl::Status CheckRuntime(Pool& pool, epoch::Manager& epochs, alloc::Heap& heap) {
+  if (&heap.pool() != &pool || &heap.epochs() != &epochs || &epochs.pool() != &pool) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        pool.path(), ": DurableMasstree: the heap and the epoch manager must be those of the pool"));
+  }
+  return absl::OkStatus();
+}
+
+bool AlignedInPool(const Pool& pool, uint64_t off, size_t size) {
+  return off != 0 && off % 64 == 0 && off < pool.size() && pool.size() - off >= size;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DurableMasstree>> DurableMasstree::Create(Pool& pool,
+                                                                         epoch::Manager& epochs,
+                                                                         alloc::Heap& heap) {
+  if (absl::Status st = CheckRuntime(pool, epochs, heap); !st.ok()) return st;
+  epoch::Guard g(epochs);
+  const uint64_t e = g.epoch();
+  auto desc_mem = heap.TryAllocate(sizeof(MasstreeDescriptor), alignof(MasstreeDescriptor));
+  if (!desc_mem.ok()) return desc_mem.status();
+  auto leaf_mem = heap.TryAllocate(sizeof(LeafNode), alignof(LeafNode));
+  if (!leaf_mem.ok()) {
+    (void)heap.FreeUnshared(*desc_mem);
+    return leaf_mem.status();
+  }
+  auto* desc = new (*desc_mem) MasstreeDescriptor{};
+  DurablePolicy policy(pool, epochs, desc);
+  // Both blocks are new in e: the heap registered their lines dirty, so the boundary that
+  // completes e makes them durable; if e fails they are free again (and the caller's link to
+  // the descriptor, written in e, is rolled back with them).
+  LeafNode* root = LeafNode::Init(*leaf_mem, /*root=*/true, /*locked=*/false, /*low=*/0);
+  policy.InitLeaf(root, e);
+  desc->magic = MasstreeDescriptor::kMagic;
+  desc->version = MasstreeDescriptor::kVersion;
+  desc->leaf_size = sizeof(LeafNode);
+  desc->root.store(pool.offset_of(root), std::memory_order_relaxed);
+  desc->logged_epoch.store(e, std::memory_order_relaxed);  // new in e: never copied in e
+  return std::unique_ptr<DurableMasstree>(
+      new DurableMasstree(PoolNodeAllocator(heap), std::move(policy), desc, 0));
+}
+
+absl::StatusOr<std::unique_ptr<DurableMasstree>> DurableMasstree::Open(Pool& pool,
+                                                                       epoch::Manager& epochs,
+                                                                       alloc::Heap& heap,
+                                                                       uint64_t descriptor) {
+  if (absl::Status st = CheckRuntime(pool, epochs, heap); !st.ok()) return st;
+  if (!AlignedInPool(pool, descriptor, sizeof(MasstreeDescriptor))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        pool.path(), ": DurableMasstree::Open: descriptor offset ", descriptor,
+        " is not a 64-byte aligned offset inside the pool"));
+  }
+  auto* desc = static_cast<MasstreeDescriptor*>(pool.at(descriptor));
+  if (desc->magic != MasstreeDescriptor::kMagic) {
+    return absl::DataLossError(absl::StrCat(pool.path(), ": no Masstree descriptor at offset ",
+                                            descriptor, " (bad magic)"));
+  }
+  if (desc->version != MasstreeDescriptor::kVersion || desc->leaf_size != sizeof(LeafNode)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        pool.path(), ": Masstree at offset ", descriptor, " has layout version ", desc->version,
+        " and ", desc->leaf_size, "-byte leaves; this build reads version ",
+        MasstreeDescriptor::kVersion, " with ", sizeof(LeafNode), "-byte leaves"));
+  }
+  const uint64_t root = desc->root.load(std::memory_order_acquire);
+  if (!AlignedInPool(pool, root, sizeof(LeafNode))) {
+    return absl::DataLossError(absl::StrCat(pool.path(), ": Masstree at offset ", descriptor,
+                                            " names root offset ", root,
+                                            ", not a node inside the pool"));
+  }
+  DurablePolicy policy(pool, epochs, desc);
+  return std::unique_ptr<DurableMasstree>(new DurableMasstree(
+      PoolNodeAllocator(heap), std::move(policy), desc, kUnknownCount));
+}
+
+uint64_t DurableMasstree::descriptor() const {
+  return reinterpret_cast<uintptr_t>(policy().descriptor()) - policy().base();
+}
+
+}  // namespace pmrt::ds

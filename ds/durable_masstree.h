@@ -1,0 +1,106 @@
+// The durable Masstree: the same tree as ds/masstree.h, with its nodes and values in a pool and
+// every change undo-logged on the epoch scope (DESIGN.md contract 1): after a crash in epoch e
+// the tree reopens exactly as it was when e began.
+//
+//   auto pool = pmrt::Pool::Open(path, "app");                   // or Create
+//   auto epochs = pmrt::epoch::Manager::Open(**pool);           // replays the external log
+//   auto heap = pmrt::alloc::Heap::Open(**pool, **epochs);      // rolls the heap back
+//   auto tree = pmrt::ds::DurableMasstree::Create(**pool, **epochs, **heap);
+//   uint64_t where = (*tree)->descriptor();   // keep it in the pool (e.g. the root object)
+//   (*tree)->put("k", "v");                   // durable once the next epoch has begun
+//   (*epochs)->Sync();                        // ... or now
+//   // after a restart (open order: pool, Manager, Heap, then the tree):
+//   auto again = pmrt::ds::DurableMasstree::Open(**pool, **epochs, **heap, where);
+//
+// Open does no work proportional to the tree: the external log was replayed by Manager::Open,
+// and every node repairs its in-line logs at its first access in the new execution. The
+// contract, the layout and the logging cases are in docs/masstree.md, "Durability".
+//
+// Thread safety: as BasicMasstree. The Manager and the Heap must outlive the tree; the tree
+// must be destroyed (it only detaches) before they are.
+#ifndef PMRT_DS_DURABLE_MASSTREE_H_
+#define PMRT_DS_DURABLE_MASSTREE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "alloc/allocator.h"
+#include "ds/internal/durable_policy.h"
+#include "ds/masstree.h"
+#include "epoch/epoch.h"
+#include "epoch/pool.h"
+
+namespace pmrt::ds {
+
+// The NodeAllocator of the durable tree: nodes and value objects come from the pool's
+// persistent heap, the read-side critical section is an epoch::Guard, and retired memory goes
+// back through Heap::Free, which defers reuse until the retiring epoch has closed (no guard can
+// hold the block) and is durable. The free is recorded in the same epoch as the unlink that
+// retires the block, so a crash either keeps both or rolls both back: no leak, no double free.
+// (Deferring the Free itself with Manager::Retire would record it in a later epoch, and a crash
+// there would leak the block.)
+class PoolNodeAllocator {
+ public:
+  using Policy = ds_internal::DurablePolicy;
+
+  class Guard {
+   public:
+    explicit Guard(PoolNodeAllocator& a) : g_(*a.epochs_) {}
+    uint64_t epoch() const { return g_.epoch(); }
+
+   private:
+    epoch::Guard g_;
+  };
+
+  explicit PoolNodeAllocator(alloc::Heap& heap) : heap_(&heap), epochs_(&heap.epochs()) {}
+
+  void* AllocateNode(size_t size, size_t align) { return heap_->Allocate(size, align); }
+  void RetireNode(void* p, size_t) { Free(p); }
+  void* AllocateValue(size_t size) { return heap_->Allocate(size, 16); }
+  void RetireValue(void* p, size_t) { Free(p); }
+  // The external undo log is full until the running epoch completes. REQUIRES: no guard held.
+  void WaitForLogSpace();
+
+  alloc::Heap& heap() const { return *heap_; }
+  epoch::Manager& epochs() const { return *epochs_; }
+
+ private:
+  void Free(void* p);
+
+  alloc::Heap* heap_;
+  epoch::Manager* epochs_;
+};
+static_assert(IsNodeAllocator<PoolNodeAllocator>);
+
+class DurableMasstree : public BasicMasstree<PoolNodeAllocator> {
+ public:
+  // A new, empty tree in the pool (a descriptor and a root leaf, allocated in the current
+  // epoch: durable once it completes). Errors: kInvalidArgument (heap of another pool or
+  // manager), kResourceExhausted (heap full).
+  static absl::StatusOr<std::unique_ptr<DurableMasstree>> Create(Pool& pool,
+                                                                epoch::Manager& epochs,
+                                                                alloc::Heap& heap);
+  // Reopens the tree whose descriptor() was `descriptor`. REQUIRES: Manager::Open and
+  // Heap::Open of this execution are done. Errors: kInvalidArgument (offset outside the pool or
+  // misaligned, heap of another pool), kDataLoss (no tree descriptor there, or a root outside
+  // the pool), kFailedPrecondition (a newer or different node layout).
+  static absl::StatusOr<std::unique_ptr<DurableMasstree>> Open(Pool& pool,
+                                                              epoch::Manager& epochs,
+                                                              alloc::Heap& heap,
+                                                              uint64_t descriptor);
+
+  // The pool offset that reopens this tree.
+  uint64_t descriptor() const;
+  ds_internal::DurableStats durable_stats() const { return policy().stats(); }
+
+ private:
+  DurableMasstree(PoolNodeAllocator alloc, ds_internal::DurablePolicy policy,
+                  ds_internal::MasstreeDescriptor* desc, int64_t count)
+      : BasicMasstree(std::move(alloc), std::move(policy), &desc->root, count) {}
+};
+
+}  // namespace pmrt::ds
+
+#endif  // PMRT_DS_DURABLE_MASSTREE_H_
