@@ -1,0 +1,167 @@
+// Process-kill loop over the persistent heap on a real pool file: a child allocates and frees
+// (small blocks and extents) with explicit epoch advances until SIGKILL; the parent reopens the
+// file through Pool::Open, Manager::Open and Heap::Open and checks that the heap walk is exactly
+// the model after the last completed epoch: zero leaked blocks (allocated but not in the model)
+// and zero resurrected blocks (freed in a completed epoch but live again). Every operation the
+// child performs is written to a shared log page before it returns, so the parent knows the
+// exact block of each allocation.
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include "alloc/allocator.h"
+#include "epoch/epoch.h"
+#include "epoch/kill_harness.h"
+#include "epoch/pool.h"
+#include "gtest/gtest.h"
+#include "tests/util/test_util.h"
+
+namespace pmrt::alloc {
+namespace {
+
+constexpr size_t kPoolSize = 16 << 20;
+constexpr size_t kMaxOps = 1 << 20;
+constexpr int kOpsPerEpoch = 50;
+
+struct OpRecord {
+  uint64_t offset;  // block the operation allocated or freed
+  uint64_t alloc;   // 1 allocation, 0 free
+};
+
+// Shared with the child: its operations, how many are in a completed epoch, and whether an
+// advance was in flight (then the ops before it may or may not be durable).
+struct OpLog {
+  std::atomic<uint64_t> ops{0};
+  std::atomic<uint64_t> durable_ops{0};
+  std::atomic<uint64_t> advancing_from{0};  // ops count when the in-flight advance began, +1
+  OpRecord records[kMaxOps];
+};
+
+struct Runtime {
+  std::unique_ptr<Pool> pool;
+  std::unique_ptr<epoch::Manager> epochs;
+  std::unique_ptr<Heap> heap;
+};
+
+absl::StatusOr<Runtime> OpenRuntime(const std::string& path) {
+  Runtime r;
+  PoolOptions po;
+  po.backend = BackendKind::kMsync;
+  auto pool = Pool::Open(path, "alloc-kill", po);
+  if (!pool.ok()) return pool.status();
+  r.pool = std::move(*pool);
+  epoch::ManagerOptions eo;
+  eo.interval = std::chrono::milliseconds(0);
+  auto m = epoch::Manager::Open(*r.pool, eo);
+  if (!m.ok()) return m.status();
+  r.epochs = std::move(*m);
+  auto h = Heap::Open(*r.pool, *r.epochs);
+  if (!h.ok()) return h.status();
+  r.heap = std::move(*h);
+  return r;
+}
+
+std::set<uint64_t> Walk(const Heap& h) {
+  std::set<uint64_t> live;
+  (void)h.Walk([&](const BlockInfo& b) { live.insert(b.offset); });
+  return live;
+}
+
+std::set<uint64_t> Apply(std::set<uint64_t> live, const OpLog& log, uint64_t n) {
+  for (uint64_t i = 0; i < n; ++i) {
+    if (log.records[i].alloc) {
+      live.insert(log.records[i].offset);
+    } else {
+      live.erase(log.records[i].offset);
+    }
+  }
+  return live;
+}
+
+TEST(AllocKillTest, NoLeakNoResurrectionAcrossSigkill) {
+  testing::TempDir dir;
+  const std::string path = dir.File("heap.pool");
+  {
+    auto pool = Pool::Create(path, kPoolSize, "alloc-kill");
+    ASSERT_OK(pool);
+  }
+  auto* log = static_cast<OpLog*>(mmap(nullptr, sizeof(OpLog), PROT_READ | PROT_WRITE,
+                                       MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(log, MAP_FAILED);
+  const char* env = std::getenv("PMRT_KILLS");
+  KillLoopOptions o;
+  o.kills = env ? std::atoi(env) : 500;
+  o.max_delay_us = 4000;
+  std::set<uint64_t> model;  // live blocks before the current child started
+  uint64_t total_ops = 0, leaked = 0, resurrected = 0;
+  auto st = RunKillLoop(
+      o,
+      [&](int iteration, KillProgress& progress) {
+        auto r = OpenRuntime(path);
+        if (!r.ok()) _exit(4);
+        std::vector<uint64_t> live(model.begin(), model.end());
+        uint64_t rng = 0x9E3779B97F4A7C15ull * (iteration + 1);
+        progress.ready.store(1);
+        for (uint64_t n = 0; n < kMaxOps; ++n) {
+          rng ^= rng << 13;
+          rng ^= rng >> 7;
+          rng ^= rng << 17;
+          OpRecord rec;
+          if (live.size() < 50 || rng % 5 < 3) {
+            const size_t size = rng % 29 == 0 ? 70000 + rng % 100000 : 16 + (rng >> 8) % 2000;
+            void* p = r->heap->Allocate(size);
+            if (p == nullptr) continue;  // full: frees will make room
+            rec = {r->pool->offset_of(p), 1};
+            live.push_back(rec.offset);
+          } else {
+            const size_t k = (rng >> 12) % live.size();
+            rec = {live[k], 0};
+            if (!r->heap->Free(r->pool->at(live[k])).ok()) _exit(5);
+            live[k] = live.back();
+            live.pop_back();
+          }
+          log->records[log->ops.load()] = rec;
+          log->ops.fetch_add(1);
+          if (log->ops.load() % kOpsPerEpoch == 0) {
+            log->advancing_from.store(log->ops.load() + 1);
+            if (!r->epochs->Advance().ok()) _exit(6);
+            log->durable_ops.store(log->ops.load());
+            log->advancing_from.store(0);
+          }
+        }
+        _exit(7);  // ran out of log space before the kill
+      },
+      [&](int, const KillProgress&) -> absl::Status {
+        auto r = OpenRuntime(path);
+        if (!r.ok()) return r.status();
+        if (auto c = r->heap->Check(); !c.ok()) return c;
+        const std::set<uint64_t> got = Walk(*r->heap);
+        const std::set<uint64_t> durable = Apply(model, *log, log->durable_ops.load());
+        const uint64_t adv = log->advancing_from.load();
+        const bool ok = got == durable || (adv != 0 && got == Apply(model, *log, adv - 1));
+        if (!ok) {
+          for (uint64_t b : got) leaked += durable.count(b) == 0;
+          for (uint64_t b : durable) resurrected += got.count(b) == 0;
+          return absl::DataLossError(absl::StrCat("heap walk differs from the last completed ",
+                                                  "epoch: ", leaked, " blocks live that should ",
+                                                  "not be, ", resurrected, " missing"));
+        }
+        total_ops += log->ops.load();
+        model = got;
+        log->ops.store(0);
+        log->durable_ops.store(0);
+        log->advancing_from.store(0);
+        return absl::OkStatus();
+      });
+  EXPECT_OK(st);
+  EXPECT_EQ(leaked, 0u);
+  EXPECT_EQ(resurrected, 0u);
+  std::printf("%d kills, %lu heap operations, %zu blocks live at the end\n", o.kills, total_ops,
+              model.size());
+  munmap(log, sizeof(OpLog));
+}
+
+}  // namespace
+}  // namespace pmrt::alloc
