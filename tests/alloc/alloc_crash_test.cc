@@ -16,6 +16,7 @@
 #include "epoch/pool.h"
 #include "epoch/sim.h"
 #include "gtest/gtest.h"
+#include "tests/util/crash_suite.h"
 #include "tests/util/lockstep.h"
 #include "tests/util/test_util.h"
 
@@ -178,12 +179,8 @@ struct Config {
   }
 };
 
-struct Outcome {
-  Sim::Stats stats;
-  std::vector<Sim::Failure> failures;
-  std::map<uint32_t, std::string> sites;
-  double seconds = 0;
-};
+using Outcome = testing::CrashOutcome;
+using testing::EnvOr;
 
 Outcome RunCrash(const Config& cfg) {
   Outcome out;
@@ -240,11 +237,6 @@ Outcome RunCrash(const Config& cfg) {
   return out;
 }
 
-uint64_t EnvOr(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? fallback : std::strtoull(v, nullptr, 10);
-}
-
 TEST(AllocCrashTest, OneThread) {
   Config cfg;
   cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 100000) / 2;
@@ -272,26 +264,14 @@ TEST(AllocCrashTest, MutationGateKillsEverySite) {
   base.target_images = 3000;
   Outcome baseline = RunCrash(base);
   ASSERT_TRUE(baseline.failures.empty()) << baseline.failures[0].ToString();
-  std::map<uint32_t, std::string> sites;
-  for (const auto& [id, name] : baseline.sites)
-    if (name.rfind("alloc.", 0) == 0) sites[id] = name;
-  sites[alloc_internal::kLineOrderSite.id] = alloc_internal::kLineOrderSite.name;
-  int killed = 0;
-  std::vector<std::string> survivors;
-  for (const auto& [id, name] : sites) {
-    mutation::Disable(id);
-    Config cfg;
-    cfg.target_images = 60000;
-    Outcome r = RunCrash(cfg);
-    mutation::EnableAll();
-    if (r.failures.empty()) {
-      survivors.push_back(name);
-    } else {
-      ++killed;
-      std::printf("mutant %-28s killed after %6lu images\n", name.c_str(), r.stats.images);
-    }
-  }
-  std::printf("alloc mutation gate: %d/%zu killed\n", killed, sites.size());
+  const auto survivors = testing::RunMutationGate(
+      testing::SitesWithPrefix(baseline.sites, "alloc.", {alloc_internal::kLineOrderSite}),
+      [] {
+        Config cfg;
+        cfg.target_images = 60000;
+        return RunCrash(cfg);
+      },
+      "alloc");
   EXPECT_TRUE(survivors.empty()) << ::testing::PrintToString(survivors);
 }
 

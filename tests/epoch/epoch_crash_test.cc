@@ -14,6 +14,7 @@
 #include "epoch/pool.h"
 #include "epoch/sim.h"
 #include "gtest/gtest.h"
+#include "tests/util/crash_suite.h"
 #include "tests/util/lockstep.h"
 #include "tests/util/test_util.h"
 
@@ -218,12 +219,8 @@ struct CrashConfig {
   int nested_every = 20;
 };
 
-struct CrashOutcome {
-  Sim::Stats stats;
-  std::vector<Sim::Failure> failures;
-  std::map<uint32_t, std::string> sites;
-  double seconds = 0;
-};
+using testing::CrashOutcome;
+using testing::EnvOr;
 
 // Drives `threads` workers one operation at a time (a seeded schedule), with an epoch advance
 // every few operations, until the simulator has built `target_images` images.
@@ -287,11 +284,6 @@ CrashConfig WithImages(uint64_t images) {
   return cfg;
 }
 
-uint64_t EnvOr(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? fallback : std::strtoull(v, nullptr, 10);
-}
-
 TEST(EpochCrashTest, OneThreadRecoversTheFailedEpochsStart) {
   CrashConfig cfg;
   cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 100000) / 2;
@@ -318,26 +310,15 @@ TEST(EpochCrashTest, TwoThreadsRecoverTheFailedEpochsStart) {
 TEST(EpochCrashTest, MutationGateKillsEverySite) {
   CrashOutcome baseline = RunCrash(WithImages(3000));
   ASSERT_TRUE(baseline.failures.empty());
-  int killed = 0;
-  std::vector<std::string> survivors;
-  int total = 0;
-  for (const auto& [id, name] : baseline.sites) {
-    if (name.rfind("epoch.", 0) != 0) continue;  // the pool's sites have their own gate
-    ++total;
-    mutation::Disable(id);
-    CrashConfig cfg = WithImages(60000);
-    cfg.threads = 2;
-    CrashOutcome r = RunCrash(cfg);
-    mutation::EnableAll();
-    if (r.failures.empty()) {
-      survivors.push_back(name);
-      std::printf("mutant %-28s SURVIVED %lu images\n", name.c_str(), r.stats.images);
-    } else {
-      ++killed;
-      std::printf("mutant %-28s killed after %6lu images\n", name.c_str(), r.stats.images);
-    }
-  }
-  std::printf("epoch mutation gate: %d/%d killed\n", killed, total);
+  // Two threads: each thread's log blocks and dirty lists are then exercised too.
+  const auto survivors = testing::RunMutationGate(
+      testing::SitesWithPrefix(baseline.sites, "epoch."),  // the pool's sites have their own
+      [] {
+        CrashConfig cfg = WithImages(60000);
+        cfg.threads = 2;
+        return RunCrash(cfg);
+      },
+      "epoch");
   EXPECT_TRUE(survivors.empty()) << ::testing::PrintToString(survivors);
 }
 

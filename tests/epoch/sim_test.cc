@@ -11,6 +11,7 @@
 #include "epoch/pool.h"
 #include "gtest/gtest.h"
 #include "tests/epoch/toy_redo_log.h"
+#include "tests/util/crash_suite.h"
 #include "tests/util/test_util.h"
 
 namespace pmrt {
@@ -252,10 +253,7 @@ ToyOutcome RunToy(const ToyConfig& cfg) {
   return out;
 }
 
-uint64_t EnvOr(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? fallback : std::strtoull(v, nullptr, 10);
-}
+using testing::EnvOr;
 
 TEST(ToyCrashTest, CorrectProtocolPassesEveryImage) {
   ToyConfig cfg;
@@ -326,20 +324,13 @@ TEST(ToyCrashTest, MutationGateKillsEverySite) {
       EXPECT_TRUE(sites.count(id)) << name << " not in Sites()";
     }
   }
-  int killed = 0;
-  std::vector<std::string> survivors;
-  for (const auto& [id, name] : sites) {
-    mutation::Disable(id);
-    ToyOutcome r = RunToy(WithImages(200000));
-    mutation::EnableAll();
-    if (r.failures.empty()) {
-      survivors.push_back(name);
-    } else {
-      ++killed;
-      std::printf("mutant %-28s killed after %6lu images\n", name.c_str(), r.stats.images);
-    }
-  }
-  std::printf("toy mutation gate: %d/%zu killed\n", killed, sites.size());
+  const auto survivors = testing::RunMutationGate(
+      sites,
+      [] {
+        ToyOutcome r = RunToy(WithImages(200000));
+        return testing::CrashOutcome{r.stats, r.failures, r.sites, r.seconds};
+      },
+      "toy");
   EXPECT_TRUE(survivors.empty()) << "surviving mutants: " << ::testing::PrintToString(survivors);
 }
 
@@ -517,22 +508,16 @@ TEST(PoolCrashTest, LifecycleKeepsEveryPromise) {
 TEST(PoolCrashTest, MutationGateKillsEveryPoolSite) {
   LifecycleOutcome baseline = RunPoolLifecycle();
   ASSERT_TRUE(baseline.failures.empty());
-  int killed = 0, total = 0;
-  std::vector<std::string> survivors;
-  for (const auto& [id, name] : baseline.sites) {
-    if (name.rfind("pool.", 0) != 0) continue;
-    ++total;
-    mutation::Disable(id);
-    LifecycleOutcome r = RunPoolLifecycle();
-    mutation::EnableAll();
-    if (r.failures.empty()) {
-      survivors.push_back(name);
-    } else {
-      ++killed;
-      std::printf("mutant %-30s killed\n", name.c_str());
-    }
-  }
-  std::printf("pool mutation gate: %d/%d killed\n", killed, total);
+  const auto survivors = testing::RunMutationGate(
+      testing::SitesWithPrefix(baseline.sites, "pool."),
+      [] {
+        LifecycleOutcome r = RunPoolLifecycle();
+        testing::CrashOutcome out;
+        out.failures = r.failures;
+        out.stats.images = r.images;
+        return out;
+      },
+      "pool");
   EXPECT_TRUE(survivors.empty()) << "surviving mutants: " << ::testing::PrintToString(survivors);
 }
 
