@@ -118,6 +118,11 @@ class Heap {
   // Replays a committed transaction's allocation or free after a crash: idempotent, logged in
   // the current epoch like any other change. REQUIRES: a Guard.
   absl::Status MarkAllocated(uint64_t offset);
+  // The same for a small block of `usable_size` bytes (its class size, UsableSize at
+  // allocation) whose chunk the rollback may have freed whole (the chunk was first used in the
+  // failed epoch): such a chunk is formatted again for that class, with only this block
+  // allocated, logged in the caller's epoch. REQUIRES: a Guard; before any allocation.
+  absl::Status MarkAllocated(uint64_t offset, size_t usable_size);
   absl::Status MarkFreed(uint64_t offset);
   // Undoes an allocation whose transaction aborted: the block was never published, so it is
   // reusable at once (no grace period). REQUIRES: a Guard.
@@ -144,6 +149,7 @@ class Heap {
   absl::Status FreeImpl(void* p, FreeMode mode);
   void ReleaseBatch(alloc_detail::FreeBatch* batch);
   bool TakeRun(uint64_t n, uint64_t* start);
+  bool TakeChunk(uint64_t chunk);  // REQUIRES: chunk_mu_; removes one chunk from the free runs
   void ReturnRun(uint64_t start, uint64_t n);
   void SetChunkState(uint64_t chunk, uint64_t state, uint64_t e);
   void CollectDirty(uint64_t e, std::vector<Range>& out);
@@ -183,12 +189,29 @@ class Heap {
   PerThread<alloc_detail::ThreadCache> caches_;
 };
 
+// Transaction scope (installed by txn/): while the calling thread has a transaction open, pnew
+// and pdelete go through it, so the allocation or free follows the transaction's outcome
+// (DESIGN.md contract 3). Null outside transactions.
+class TxScope {
+ public:
+  // A block of the default heap owned by the transaction; null on failure (the transaction is
+  // doomed with the reason).
+  virtual void* TxAllocate(size_t size, size_t align) = 0;
+  // Frees a live block when the transaction commits.
+  virtual absl::Status TxFree(void* p) = 0;
+
+ protected:
+  ~TxScope() = default;
+};
+inline thread_local TxScope* tls_tx_scope = nullptr;
+
 // Constructs a T in the default heap. Null (and the thread's LastError) on failure.
 template <class T, class... Args>
 T* pnew(Args&&... args) {
   Heap* h = Heap::Default();
   if (h == nullptr) return nullptr;
-  void* p = h->Allocate(sizeof(T), alignof(T));
+  TxScope* tx = tls_tx_scope;
+  void* p = tx != nullptr ? tx->TxAllocate(sizeof(T), alignof(T)) : h->Allocate(sizeof(T), alignof(T));
   return p == nullptr ? nullptr : new (p) T(std::forward<Args>(args)...);
 }
 
@@ -202,6 +225,7 @@ absl::Status pdelete(T* p) {
   if (h == nullptr) return absl::FailedPreconditionError("pdelete: no heap is open");
   if (h->UsableSize(p) == 0) return h->Free(p);  // the error says why
   p->~T();
+  if (TxScope* tx = tls_tx_scope) return tx->TxFree(p);
   return h->Free(p);
 }
 

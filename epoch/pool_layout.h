@@ -74,7 +74,9 @@ struct PoolState {
   PoolStateLine open_count;
   // sizeof(T) of the root object type bound by the first root<T>() call; 0 = never bound.
   PoolStateLine root_type_size;
-  PoolStateLine reserved[kPoolStateSize / 64 - 3];
+  // Pool offset of the transaction layer's directory (txn/, docs/txn.md); 0 = none yet.
+  PoolStateLine txn_directory;
+  PoolStateLine reserved[kPoolStateSize / 64 - 4];
 };
 static_assert(sizeof(PoolState) == kPoolStateSize);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);

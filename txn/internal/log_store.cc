@@ -1,0 +1,333 @@
+#include "txn/internal/log_store.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "epoch/crc32c.h"
+#include "epoch/status_macros.h"
+
+namespace pmrt::txn_internal {
+namespace {
+
+uint32_t HeaderCrc(const DirectoryHeader& h) { return Crc32c(&h, offsetof(DirectoryHeader, crc)); }
+uint32_t BlockCrc(const BlockHeader& h) { return Crc32c(&h, offsetof(BlockHeader, crc)); }
+uint32_t LinkCrc(const BlockLink& l) { return Crc32c(&l, offsetof(BlockLink, crc)); }
+
+bool ValidBlockSize(size_t s) {
+  return s >= kMinBlockSize && s <= kMaxBlockSize && (s & (s - 1)) == 0;
+}
+
+}  // namespace
+
+uint32_t RecordCrc(const RecordHeader* h) {
+  static constexpr uint8_t kZero[4] = {};
+  const auto* b = reinterpret_cast<const uint8_t*>(h);
+  uint32_t c = Crc32c(b, 4);
+  c = Crc32c(kZero, 4, c);
+  return Crc32c(b + 8, size_t{h->words} * 8 - 8, c);
+}
+
+const RecordHeader* ValidRecord(const uint8_t* block, size_t block_size, uint64_t gen,
+                                size_t pos) {
+  if (pos % 8 != 0 || pos + sizeof(RecordHeader) > block_size) return nullptr;
+  const auto* h = reinterpret_cast<const RecordHeader*>(block + pos);
+  const size_t bytes = size_t{h->words} * 8;
+  if (bytes < sizeof(RecordHeader) || pos + bytes > block_size || h->gen != gen) return nullptr;
+  if (h->kind < static_cast<uint16_t>(RecordKind::kCommit) ||
+      h->kind > static_cast<uint16_t>(RecordKind::kCompact)) {
+    return nullptr;
+  }
+  if (RecordCrc(h) != h->crc) return nullptr;
+  // The entries must tile the record exactly (a valid checksum makes this a formality, but the
+  // readers rely on it).
+  const auto* p = reinterpret_cast<const uint64_t*>(h + 1);
+  const auto* end = reinterpret_cast<const uint64_t*>(h) + h->words;
+  while (p < end) {
+    const uint64_t head = *p++;
+    const EntryType t = EntryTypeOf(head);
+    if (t == EntryType::kData) {
+      const uint64_t n = EntryWords(head);
+      if (n == 0 || n > static_cast<uint64_t>(end - p)) return nullptr;
+      p += n;
+    } else if (t != EntryType::kAlloc && t != EntryType::kFree) {
+      return nullptr;
+    }
+  }
+  return h;
+}
+
+LogStore::LogStore(Pool& pool, epoch::Manager& epochs, alloc::Heap& heap)
+    : pool_(pool), epochs_(epochs), heap_(heap), blocks_(new BlockState[kTableCapacity]) {
+  for (auto& c : chains_) c = std::make_unique<Chain>();
+  compact_ = std::make_unique<Chain>();
+}
+
+absl::Status LogStore::Create(size_t block_size) {
+  // Epoch-scoped, like any allocation outside a transaction: the block, its zeroed content,
+  // the header and the state word are registered dirty, so the boundary that completes this
+  // epoch writes them back. A crash before that rolls the allocation back, and Open finds the
+  // state word pointing at a block that is not allocated (or at nothing): it creates again.
+  epoch::Guard g(epochs_);
+  void* p = heap_.Allocate(kDirectorySize, 64);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        pool_.path(), ": no room for the transaction directory (", kDirectorySize, " bytes): ",
+        alloc::AllocErrorName(alloc::Heap::LastError())));
+  }
+  std::memset(p, 0, kDirectorySize);
+  auto* h = static_cast<DirectoryHeader*>(p);
+  h->magic = kDirectoryMagic;
+  h->version = kDirectoryVersion;
+  h->block_size = static_cast<uint32_t>(block_size);
+  h->crc = HeaderCrc(*h);
+  epochs_.RecordDirty(p, kDirectorySize);
+  auto& line = pool_.state().txn_directory.value;
+  line.store(pool_.offset_of(p), std::memory_order_release);
+  epochs_.RecordDirty(&line, sizeof(line));
+  return absl::OkStatus();
+}
+
+absl::Status LogStore::Open(size_t block_size, bool* created) {
+  if (!ValidBlockSize(block_size)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "txn: block size ", block_size, " is not a power of two in [", kMinBlockSize, ", ",
+        kMaxBlockSize, "]"));
+  }
+  const uint64_t off = pool_.state().txn_directory.value.load(std::memory_order_acquire);
+  void* p = off == 0 ? nullptr : pool_.at(off);
+  // A directory whose allocation was rolled back (its creating epoch failed) is no directory.
+  const bool usable =
+      p != nullptr && pool_.contains(p, kDirectorySize) && heap_.UsableSize(p) >= kDirectorySize;
+  *created = !usable;
+  if (!usable) {
+    RETURN_IF_ERROR(Create(block_size));
+    p = pool_.at(pool_.state().txn_directory.value.load(std::memory_order_acquire));
+  }
+  dir_ = static_cast<DirectoryLayout*>(p);
+  const DirectoryHeader& h = dir_->header;
+  const std::string where =
+      absl::StrCat(pool_.path(), ": transaction directory at offset ", pool_.offset_of(p));
+  if (h.magic != kDirectoryMagic || h.crc != HeaderCrc(h)) {
+    return absl::DataLossError(absl::StrCat(where, " has a bad magic or checksum"));
+  }
+  if (h.version > kDirectoryVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, ": version ", h.version, " is newer than supported"));
+  }
+  if (!ValidBlockSize(h.block_size)) {
+    return absl::DataLossError(absl::StrCat(where, ": bad block size ", h.block_size));
+  }
+  block_size_ = h.block_size;
+  table_ = reinterpret_cast<uint64_t*>(reinterpret_cast<uint8_t*>(dir_) + kTableOffset);
+  // The table: every nonzero entry is a block of the layer. Entries are appended in order; a
+  // zero below a nonzero one is an entry whose epoch failed before it was durable (its block's
+  // allocation was rolled back with it), left as a hole.
+  uint32_t count = 0;
+  const RegionDesc heap = pool_.region(PoolRegion::kHeap);
+  for (uint32_t i = 0; i < kTableCapacity; ++i) {
+    const uint64_t b = table_[i];
+    if (b == 0) continue;
+    if (b < heap.offset || b + block_size_ > heap.offset + heap.size || b % block_size_ != 0 ||
+        by_offset_.count(b) != 0) {
+      return absl::DataLossError(
+          absl::StrCat(where, ": table entry ", i, " (offset ", b, ") is not a log block"));
+    }
+    blocks_[i] = {b, 0};
+    by_offset_[b] = i;
+    count = i + 1;
+  }
+  count_.store(count, std::memory_order_release);
+  next_gen_.store(0);
+  return absl::OkStatus();
+}
+
+uint32_t LogStore::IndexOf(uint64_t off) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = by_offset_.find(off);
+  return it == by_offset_.end() ? kNoBlock : it->second;
+}
+
+uint64_t LogStore::blocks_owned() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return by_offset_.size();
+}
+
+bool LogStore::HeaderValid(uint32_t b, uint32_t slot) const {
+  BlockHeader h;
+  std::memcpy(&h, BlockAt(b), sizeof(h));
+  return h.magic == kBlockMagic && h.crc == BlockCrc(h) && h.slot == slot && h.gen != 0;
+}
+
+void LogStore::WalkChain(uint64_t head, uint32_t slot, Chain& into,
+                         const std::function<void(const RecordRef&)>& fn) {
+  uint32_t b = head == 0 ? kNoBlock : IndexOf(head);
+  uint64_t expected_gen = 0;  // the head block's gen is whatever its valid header says
+  uint64_t last = kNothingPublished;
+  std::vector<bool> seen(BlockCount(), false);
+  while (b != kNoBlock && !seen[b] && HeaderValid(b, slot)) {
+    seen[b] = true;
+    const uint8_t* base = BlockAt(b);
+    const uint64_t gen = reinterpret_cast<const BlockHeader*>(base)->gen;
+    if (expected_gen != 0 && gen != expected_gen) break;  // reused since it was linked
+    blocks_[b].gen = gen;
+    into.blocks.push_back(b);
+    size_t pos = kBlockPayload;
+    while (const RecordHeader* h = ValidRecord(base, block_size_, gen, pos)) {
+      fn({h, b, static_cast<uint32_t>(pos)});
+      pos += size_t{h->words} * 8;
+    }
+    last = uint64_t{b} << 32 | pos;
+    BlockLink l;
+    std::memcpy(&l, base + sizeof(BlockHeader), sizeof(l));
+    if (l.gen != gen || l.crc != LinkCrc(l)) break;  // never linked in this incarnation
+    b = IndexOf(l.next);
+    expected_gen = l.next_gen;
+  }
+  into.published.store(last, std::memory_order_release);
+}
+
+absl::Status LogStore::MarkTableAllocated() {
+  for (uint32_t i = 0, n = BlockCount(); i < n; ++i) {
+    if (blocks_[i].offset == 0) continue;
+    RETURN_IF_ERROR(heap_.MarkAllocated(blocks_[i].offset, block_size_));
+  }
+  return absl::OkStatus();
+}
+
+void LogStore::BuildFreePool() {
+  std::vector<bool> used(BlockCount(), false);
+  auto mark = [&](Chain& c) {
+    std::lock_guard<std::mutex> l(c.mu);
+    for (uint32_t b : c.blocks) used[b] = true;
+  };
+  for (auto& c : chains_) mark(*c);
+  mark(*compact_);
+  std::lock_guard<std::mutex> l(mu_);
+  free_.clear();
+  uint64_t in_use = 0;
+  for (uint32_t i = 0; i < used.size(); ++i) {
+    if (blocks_[i].offset == 0) continue;
+    if (used[i]) {
+      ++in_use;
+    } else {
+      free_.push_back(i);
+    }
+  }
+  in_use_.store(in_use);
+}
+
+absl::StatusOr<uint32_t> LogStore::Grow() {
+  // REQUIRES: mu_, and the caller's Guard. The new block's table entry is flushed here and made
+  // durable by the caller's next fence, which comes before its Guard ends (a record or a
+  // snapshot is fenced in the same Guard that acquired the block): the allocation's epoch
+  // cannot complete before the entry is durable, so a crash never leaks the block. A crash
+  // before that fence fails the epoch: the allocation is rolled back; a durable entry then
+  // names an unallocated block, which MarkTableAllocated re-marks at the next open.
+  const uint32_t b = count_.load(std::memory_order_relaxed);
+  if (by_offset_.size() >= limit_blocks_ || b >= kTableCapacity) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        pool_.path(), ": transaction log limit reached (", by_offset_.size(), " blocks of ",
+        block_size_, " bytes)"));
+  }
+  void* p = heap_.Allocate(block_size_, 64);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(pool_.path(), ": no heap room for a transaction log block: ",
+                     alloc::AllocErrorName(alloc::Heap::LastError())));
+  }
+  const uint64_t off = pool_.offset_of(p);
+  table_[b] = off;
+  pool_.persister().Flush(kTableFlush, &table_[b], sizeof(uint64_t));
+  blocks_[b] = {off, 0};
+  by_offset_[off] = b;
+  count_.store(b + 1, std::memory_order_release);
+  return b;
+}
+
+absl::StatusOr<uint32_t> LogStore::Acquire(uint32_t slot) {
+  uint32_t b = kNoBlock;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!free_.empty()) {
+      b = free_.back();
+      free_.pop_back();
+    } else {
+      ASSIGN_OR_RETURN(b, Grow());
+    }
+  }
+  in_use_.fetch_add(1, std::memory_order_relaxed);
+  InitHeader(b, slot);
+  return b;
+}
+
+void LogStore::InitHeader(uint32_t b, uint32_t slot) {
+  // A new incarnation: a gen never used before by any block of this pool (the open count,
+  // durable before this run wrote anything, and a per-run counter). Records left from earlier
+  // incarnations carry other gens and fail validation; so does the block's old link.
+  // Flushed, not fenced: the caller's record fence covers it. Until then the old header (whose
+  // records are never reached: no durable link or head names this block before that fence, and
+  // the block was unreachable when it was freed) or a torn one (bad crc: the walk stops) is
+  // harmless.
+  BlockHeader h{};
+  h.magic = kBlockMagic;
+  h.gen = pool_.open_count() << 32 | (next_gen_.fetch_add(1, std::memory_order_relaxed) + 1);
+  h.slot = slot;
+  h.crc = BlockCrc(h);
+  std::memcpy(BlockAt(b), &h, sizeof(h));
+  pool_.persister().Flush(kBlockFlush, BlockAt(b), sizeof(h));
+  blocks_[b].gen = h.gen;
+}
+
+void LogStore::Link(uint32_t from, uint32_t to) {
+  // The link is written once per incarnation of `from`, after from's last record. Flushed with
+  // the first record of `to` and fenced with it: before that fence the link may or may not be
+  // on media, and `to` holds nothing committed yet.
+  BlockLink l{};
+  l.next = blocks_[to].offset;
+  l.next_gen = blocks_[to].gen;
+  l.gen = blocks_[from].gen;
+  l.crc = LinkCrc(l);
+  uint8_t* at = BlockAt(from) + sizeof(BlockHeader);
+  std::memcpy(at, &l, sizeof(l));
+  pool_.persister().Flush(kLinkFlush, at, sizeof(l));
+}
+
+absl::StatusOr<uint8_t*> LogStore::Reserve(Chain& c, uint32_t slot, size_t bytes) {
+  if (bytes > max_record_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "txn: a record of ", bytes, " bytes does not fit in a log block (at most ",
+        max_record_bytes(), "); split the transaction"));
+  }
+  if (c.tail != kNoBlock && c.pos + bytes <= block_size_) return BlockAt(c.tail) + c.pos;
+  ASSIGN_OR_RETURN(const uint32_t b, Acquire(slot));
+  {
+    std::lock_guard<std::mutex> l(c.mu);
+    if (!c.blocks.empty()) {
+      Link(c.blocks.back(), b);
+    } else if (slot != kCompactSlot) {
+      // The log's first block (the compacted log's head is in the descriptor instead). An
+      // aligned 8-byte store: media holds the old head (the log had no valid block) or this.
+      dir_->heads[slot].store(blocks_[b].offset, std::memory_order_release);
+      pool_.persister().Flush(kHeadFlush, &dir_->heads[slot], sizeof(uint64_t));
+    }
+    c.blocks.push_back(b);
+  }
+  c.tail = b;
+  c.pos = kBlockPayload;
+  return BlockAt(b) + c.pos;
+}
+
+void LogStore::Publish(Chain& c, size_t bytes) {
+  c.pos += static_cast<uint32_t>(bytes);
+  // Release: the record's bytes happen-before the reclaimer's acquire load of `published`.
+  c.published.store(uint64_t{c.tail} << 32 | c.pos, std::memory_order_release);
+}
+
+void LogStore::Release(const std::vector<uint32_t>& blocks) {
+  if (blocks.empty()) return;
+  std::lock_guard<std::mutex> l(mu_);
+  free_.insert(free_.end(), blocks.begin(), blocks.end());
+  in_use_.fetch_sub(blocks.size(), std::memory_order_relaxed);
+}
+
+}  // namespace pmrt::txn_internal

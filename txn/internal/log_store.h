@@ -1,0 +1,180 @@
+// LogStore: the transaction layer's persistent log space — the directory, the table of log
+// blocks, per-log chains of blocks, appending records, and reading them back. The format is in
+// txn/internal/log_layout.h; the protocols in docs/txn.md.
+//
+//   LogStore store(pool, epochs, heap);
+//   RETURN_IF_ERROR(store.Open(block_size));            // finds or creates the directory
+//   Chain& c = store.chain(slot);
+//   ASSIGN_OR_RETURN(uint8_t* rec, store.Reserve(c, slot, bytes));  // inside a Guard
+//   ... write the record, flush it, fence ...
+//   store.Publish(c, bytes);
+//
+// Thread safety: a Chain's append state belongs to its owner (the thread holding the slot, or the
+// reclaimer for the compacted log). `Chain::blocks` is guarded by `Chain::mu`: the owner appends
+// at the back, the reclaimer trims the front (never the last block). The free pool and the table
+// are guarded by the store's mutex.
+#ifndef PMRT_TXN_INTERNAL_LOG_STORE_H_
+#define PMRT_TXN_INTERNAL_LOG_STORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "alloc/allocator.h"
+#include "epoch/epoch.h"
+#include "epoch/pool.h"
+#include "txn/internal/log_layout.h"
+
+namespace pmrt::txn_internal {
+
+inline constexpr uint32_t kNoBlock = UINT32_MAX;
+inline constexpr uint64_t kNothingPublished = ~uint64_t{0};
+
+// Persistence sites of the log (docs/txn.md lists what each one orders).
+inline constexpr Site kTableFlush{"txn.table.flush"};
+inline constexpr Site kBlockFlush{"txn.log.block.flush"};
+inline constexpr Site kLinkFlush{"txn.log.link.flush"};
+inline constexpr Site kHeadFlush{"txn.log.head.flush"};
+
+// One log: a thread slot's chain of blocks, or the compacted log's.
+struct Chain {
+  std::mutex mu;
+  std::deque<uint32_t> blocks;  // table indices, head first; guarded by mu
+  // Append state (owner only). tail == kNoBlock: the next record starts a new block (at open
+  // every log starts a new block, so a torn tail from the previous run is never appended to).
+  uint32_t tail = kNoBlock;
+  uint32_t pos = 0;
+  // (block << 32) | end of the last complete record: what the reclaimer may read. Release store
+  // by the owner after the record is written; acquire load by the reclaimer.
+  std::atomic<uint64_t> published{kNothingPublished};
+};
+
+// A record found valid by ValidRecord.
+struct RecordRef {
+  const RecordHeader* h;
+  uint32_t block;  // table index
+  uint32_t pos;    // offset in the block
+};
+
+// Returns the record at `pos` of a block whose header has generation `gen`, or null when it is
+// not a valid record (size out of the block, wrong gen or kind, bad checksum, malformed entries).
+const RecordHeader* ValidRecord(const uint8_t* block, size_t block_size, uint64_t gen,
+                                size_t pos);
+
+// Calls fn(head, values) for each entry of a valid record (values is null for kAlloc/kFree).
+template <class F>
+void ForEachEntry(const RecordHeader* h, F&& fn) {
+  const auto* p = reinterpret_cast<const uint64_t*>(h + 1);
+  const auto* end = reinterpret_cast<const uint64_t*>(h) + h->words;
+  while (p < end) {
+    const uint64_t head = *p++;
+    if (EntryTypeOf(head) == EntryType::kData) {
+      fn(head, p);
+      p += EntryWords(head);
+    } else {
+      fn(head, static_cast<const uint64_t*>(nullptr));
+    }
+  }
+}
+
+uint32_t RecordCrc(const RecordHeader* h);  // over the record with the crc field taken as zero
+
+class LogStore {
+ public:
+  LogStore(Pool& pool, epoch::Manager& epochs, alloc::Heap& heap);
+
+  // Finds the directory through PoolState::txn_directory, or creates one (epoch-scoped, made
+  // durable by the Sync the caller runs before any transaction). `block_size` applies only to
+  // a new directory. Loads the table. REQUIRES: no Guard held.
+  absl::Status Open(size_t block_size, bool* created);
+
+  DirectoryLayout* dir() const { return dir_; }
+  size_t block_size() const { return block_size_; }
+  uint8_t* BlockAt(uint32_t b) const { return pool_.base() + blocks_[b].offset; }
+  uint64_t BlockOffset(uint32_t b) const { return blocks_[b].offset; }
+  uint64_t BlockGen(uint32_t b) const { return blocks_[b].gen; }
+  uint32_t BlockCount() const { return count_.load(std::memory_order_acquire); }
+  // Table index of the block at pool offset `off`, or kNoBlock.
+  uint32_t IndexOf(uint64_t off) const;
+  Chain& chain(uint32_t slot) { return slot == kCompactSlot ? *compact_ : *chains_[slot]; }
+  std::unique_ptr<Chain> TakeCompact() { return std::exchange(compact_, std::make_unique<Chain>()); }
+  void SetCompact(std::unique_ptr<Chain> c) { compact_ = std::move(c); }
+
+  // Walks the chain that starts at pool offset `head` for `slot`, at open: fills chain(slot) or
+  // `into` with its blocks and calls fn(record) for each valid record, in log order. Records
+  // after the first invalid one of a block are skipped; the walk continues through a valid link.
+  void WalkChain(uint64_t head, uint32_t slot, Chain& into,
+                 const std::function<void(const RecordRef&)>& fn);
+
+  // Re-marks every table block allocated in the heap (Heap::MarkAllocated: a block whose
+  // allocation was rolled back with a failed epoch). REQUIRES: a Guard, before any allocation.
+  absl::Status MarkTableAllocated();
+  // After the walks at open: every table block that is in no chain is free.
+  void BuildFreePool();
+
+  // Appends: returns room for `bytes` of record in chain c of `slot`, switching to a new block
+  // when the tail is full (header, link or head, and table entry flushed; the caller's next
+  // fence covers them). REQUIRES: a Guard, until the caller's fence. kResourceExhausted when no
+  // block can be had, kInvalidArgument when the record can never fit in a block.
+  absl::StatusOr<uint8_t*> Reserve(Chain& c, uint32_t slot, size_t bytes);
+  // The record of `bytes` just reserved is complete (its fence has returned): publish it.
+  void Publish(Chain& c, size_t bytes);
+  // Makes the next record of c start a new block.
+  void Seal(Chain& c) { c.tail = kNoBlock; }
+
+  // Returns blocks to the free pool. REQUIRES: no durable structure reaches them any more.
+  void Release(const std::vector<uint32_t>& blocks);
+
+  size_t max_record_bytes() const { return block_size_ - kBlockPayload; }
+  uint64_t blocks_in_use() const { return in_use_.load(std::memory_order_relaxed); }
+  uint64_t blocks_owned() const;
+  void set_limit_blocks(uint64_t n) { limit_blocks_ = n; }
+
+  Pool& pool() const { return pool_; }
+  epoch::Manager& epochs() const { return epochs_; }
+  alloc::Heap& heap() const { return heap_; }
+
+ private:
+  struct BlockState {
+    uint64_t offset = 0;
+    uint64_t gen = 0;  // the incarnation of the block's valid header (0: none known)
+  };
+  absl::Status Create(size_t block_size);
+  absl::StatusOr<uint32_t> Acquire(uint32_t slot);
+  absl::StatusOr<uint32_t> Grow();
+  void InitHeader(uint32_t b, uint32_t slot);
+  void Link(uint32_t from, uint32_t to);
+  bool HeaderValid(uint32_t b, uint32_t slot) const;
+
+  Pool& pool_;
+  epoch::Manager& epochs_;
+  alloc::Heap& heap_;
+  DirectoryLayout* dir_ = nullptr;
+  size_t block_size_ = 0;
+  uint64_t* table_ = nullptr;
+
+  mutable std::mutex mu_;  // table growth, by_offset_, free_
+  // By table index. blocks_[b] is written before b is published: by Grow (under mu_, before
+  // count_'s release store) and by InitHeader (before the block joins a chain under Chain::mu).
+  std::unique_ptr<BlockState[]> blocks_;
+  std::atomic<uint32_t> count_{0};
+  std::unordered_map<uint64_t, uint32_t> by_offset_;
+  std::vector<uint32_t> free_;
+  std::atomic<uint64_t> in_use_{0};
+  uint64_t limit_blocks_ = kTableCapacity;
+  std::atomic<uint64_t> next_gen_{0};
+
+  std::unique_ptr<Chain> chains_[kMaxSlots];
+  std::unique_ptr<Chain> compact_;
+};
+
+}  // namespace pmrt::txn_internal
+
+#endif  // PMRT_TXN_INTERNAL_LOG_STORE_H_

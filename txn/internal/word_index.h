@@ -1,0 +1,67 @@
+// WordIndex: the volatile hot/cold index of the transaction layer, one 64-bit value per 8-byte
+// word of the pool, in an anonymous MAP_NORESERVE mapping as large as the pool (only the pages
+// of words that transactions touch become resident; a fresh page reads as "cold").
+//
+//   value = key:32 (high) | epoch:32 (low)
+//   key    0: cold — the word has no live record; its first write in a transaction snapshots it.
+//          otherwise the newest live record of the word: KeyOf(stamp) for a commit or snapshot
+//          record, CompactKey(seq) for the compacted log of reclamation cycle `seq`.
+//   epoch  low 32 bits of the last epoch in which a transaction touched the word (it was
+//          registered dirty then). Reconstructed against the current epoch by FullEpoch().
+//
+// Concurrency (docs/txn.md, "The index"): a word is written by the transaction that holds it
+// (the caller's isolation) and by the reclaimer, which only ever CASes a value it has read: hot
+// -> cold (when the touch epoch is durable) or key -> compact key. A transaction that finds a
+// value with an old epoch CASes the epoch forward, so the reclaimer's CAS of the old value fails.
+#ifndef PMRT_TXN_INTERNAL_WORD_INDEX_H_
+#define PMRT_TXN_INTERNAL_WORD_INDEX_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+
+namespace pmrt::txn_internal {
+
+class WordIndex {
+ public:
+  static absl::StatusOr<std::unique_ptr<WordIndex>> Create(size_t pool_size);
+  ~WordIndex();
+  WordIndex(const WordIndex&) = delete;
+  WordIndex& operator=(const WordIndex&) = delete;
+
+  std::atomic<uint64_t>& at(uint64_t word) { return values_[word]; }
+  uint64_t words() const { return words_; }
+
+  static constexpr uint32_t KeyOf(uint64_t stamp) {
+    return static_cast<uint32_t>(1 + stamp % 0x7FFFFFFFu);  // 1 .. 2^31-1, never 0
+  }
+  static constexpr uint32_t CompactKey(uint64_t seq) {
+    return 0x80000000u | static_cast<uint32_t>(seq & 0x7FFFFFFFu);
+  }
+  static constexpr uint64_t Pack(uint32_t key, uint64_t epoch) {
+    return uint64_t{key} << 32 | static_cast<uint32_t>(epoch);
+  }
+  static constexpr uint32_t Key(uint64_t v) { return static_cast<uint32_t>(v >> 32); }
+  static constexpr uint32_t Epoch32(uint64_t v) { return static_cast<uint32_t>(v); }
+  // The full epoch whose low 32 bits are those of v, at most `current`.
+  static constexpr uint64_t FullEpoch(uint64_t v, uint64_t current) {
+    return current - static_cast<uint32_t>(static_cast<uint32_t>(current) - Epoch32(v));
+  }
+
+  // Zeroes the whole index (drops the pages).
+  void Clear();
+
+ private:
+  WordIndex(std::atomic<uint64_t>* values, uint64_t words, size_t bytes)
+      : values_(values), words_(words), bytes_(bytes) {}
+  std::atomic<uint64_t>* values_;
+  uint64_t words_;
+  size_t bytes_;
+};
+
+}  // namespace pmrt::txn_internal
+
+#endif  // PMRT_TXN_INTERNAL_WORD_INDEX_H_

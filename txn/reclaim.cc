@@ -1,0 +1,353 @@
+// The reclaimer: folds every record of epochs up to the newest completed one into a new
+// compacted log K' (keeping, per word, only the newest record, and dropping it too when the
+// word went cold), switches the descriptor, then frees the folded blocks. One cycle at a time;
+// run by the background thread (log over budget) or by Engine::Reclaim. docs/txn.md,
+// "Reclamation", has the argument, including SpecPMT's multi-thread rule.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "epoch/crc32c.h"
+#include "epoch/status_macros.h"
+#include "txn/internal/engine_impl.h"
+
+namespace pmrt::txn {
+
+using txn_internal::Chain;
+using txn_internal::Descriptor;
+using txn_internal::EntryType;
+using txn_internal::EntryTypeOf;
+using txn_internal::EntryWord;
+using txn_internal::EntryWords;
+using txn_internal::ForEachEntry;
+using txn_internal::kBlockPayload;
+using txn_internal::kCompactSlot;
+using txn_internal::kMaxEntryWords;
+using txn_internal::kMaxSlots;
+using txn_internal::kNoBlock;
+using txn_internal::kNothingPublished;
+using txn_internal::MakeEntryHead;
+using txn_internal::RecordHeader;
+using txn_internal::RecordKind;
+using txn_internal::WordIndex;
+
+namespace {
+
+// Writes the compacted log: one kCompact record per block, filled entry by entry.
+class CompactWriter {
+ public:
+  CompactWriter(txn_internal::LogStore& store, Chain& chain, uint64_t seq, uint64_t horizon)
+      : store_(store), chain_(chain), seq_(seq), horizon_(horizon) {}
+
+  absl::Status Add(uint64_t word, uint64_t value) {
+    if (run_head_ != nullptr && word == run_word_ + run_len_ && run_len_ < kMaxEntryWords &&
+        used_ + 8 <= room_) {
+      ++run_len_;
+      *run_head_ = MakeEntryHead(EntryType::kData, run_len_, run_word_);
+    } else {
+      if (rec_ == nullptr || used_ + 16 > room_) RETURN_IF_ERROR(Next());
+      run_head_ = reinterpret_cast<uint64_t*>(rec_ + used_);
+      run_word_ = word;
+      run_len_ = 1;
+      *run_head_ = MakeEntryHead(EntryType::kData, 1, word);
+      used_ += 8;
+    }
+    std::memcpy(rec_ + used_, &value, 8);
+    used_ += 8;
+    return absl::OkStatus();
+  }
+
+  // Closes the last record (flushed; the caller fences).
+  void Finish() {
+    if (rec_ == nullptr) return;
+    auto* h = reinterpret_cast<RecordHeader*>(rec_);
+    h->words = static_cast<uint16_t>(used_ / 8);
+    h->kind = static_cast<uint16_t>(RecordKind::kCompact);
+    h->crc = 0;
+    h->stamp = seq_;
+    h->epoch = horizon_;
+    h->gen = store_.BlockGen(chain_.tail);
+    h->crc = txn_internal::RecordCrc(h);
+    store_.pool().persister().Flush(txn_detail::kCompactFlush, rec_, used_);
+    store_.Publish(chain_, used_);
+    bytes_ += used_;
+    rec_ = nullptr;
+    run_head_ = nullptr;
+  }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  absl::Status Next() {
+    Finish();
+    // A whole block's payload: one record per block.
+    ASSIGN_OR_RETURN(rec_, store_.Reserve(chain_, kCompactSlot, store_.max_record_bytes()));
+    room_ = store_.max_record_bytes();
+    used_ = sizeof(RecordHeader);
+    return absl::OkStatus();
+  }
+
+  txn_internal::LogStore& store_;
+  Chain& chain_;
+  const uint64_t seq_, horizon_;
+  uint8_t* rec_ = nullptr;
+  size_t used_ = 0, room_ = 0;
+  uint64_t* run_head_ = nullptr;
+  uint64_t run_word_ = 0, run_len_ = 0;
+  uint64_t bytes_ = 0;
+};
+
+// A thread log to trim once the cycle's descriptor is durable: its first `keep` blocks hold only
+// folded records.
+struct Trim {
+  uint32_t slot;
+  size_t keep;
+};
+
+}  // namespace
+
+absl::Status Engine::Impl::Reclaim(bool advance) {
+  std::lock_guard<std::mutex> cycle_lock(reclaim_mu);
+  // 0. The horizon: the newest completed epoch. Every record of an epoch <= it is complete (its
+  //    guard ended) and its data is durable (the boundary wrote back every word it touched).
+  if (advance && epochs.completed() <= horizon) RETURN_IF_ERROR(epochs.Advance());
+  const uint64_t h_new = epochs.completed();
+  if (h_new <= horizon) return absl::OkStatus();
+  const uint64_t now_epoch = epochs.current();
+  const bool pressure = store.blocks_in_use() * store.block_size() > options.log_budget;
+  const uint64_t age = pressure ? 0 : options.cold_after_epochs;
+  const uint64_t cold_limit = h_new > age ? h_new - age : 0;
+  const uint64_t new_seq = seq + 1;
+  const uint32_t new_key = WordIndex::CompactKey(new_seq);
+  const size_t bs = store.block_size();
+
+  auto k_new = std::make_unique<Chain>();
+  std::vector<std::pair<uint64_t, uint32_t>> kept;  // (word, key it had) for the re-key
+  std::vector<Trim> trims;
+  uint64_t dropped = 0, cold = 0, k_bytes = 0;
+  absl::Status failed = absl::OkStatus();
+  {
+    // The guard: K' blocks the heap allocates in this epoch have their table entries fenced
+    // (step 2) before the epoch can complete, as for a transaction.
+    epoch::Guard g(epochs);
+    CompactWriter out(store, *k_new, new_seq, h_new);
+    // A word's entry survives iff it is the word's newest record (index key) and the word is
+    // not going cold. SpecPMT's multi-thread rule: every older record of the word is in this
+    // cycle's set too (all records of epochs <= h_new, of every log), so the newest one is
+    // never dropped while an older one could still be replayed after it.
+    auto consider = [&](const RecordHeader* h, uint32_t key) -> absl::Status {
+      absl::Status st = absl::OkStatus();
+      ForEachEntry(h, [&](uint64_t head, const uint64_t* values) {
+        if (!st.ok()) return;
+        if (EntryTypeOf(head) != EntryType::kData) return;  // allocations, tombstones: done
+        for (uint64_t i = 0, w = EntryWord(head); i < EntryWords(head); ++i, ++w) {
+          std::atomic<uint64_t>& slot = index->at(w);
+          uint64_t v = slot.load(std::memory_order_acquire);
+          if (WordIndex::Key(v) != key) {
+            ++dropped;  // superseded by a newer record (or a tombstone)
+            continue;
+          }
+          // Cold: the last transaction that touched the word ran in an epoch <= cold_limit, so
+          // it has ended and the boundary made its value (committed or restored) durable. The
+          // CAS fails if a transaction touches the word meanwhile (it moves the epoch first):
+          // then the entry stays, as that transaction may still fail.
+          if (WordIndex::FullEpoch(v, now_epoch) <= cold_limit &&
+              slot.compare_exchange_strong(v, 0, std::memory_order_acq_rel)) {
+            ++cold;
+            continue;
+          }
+          st = out.Add(w, values[i]);
+          if (!st.ok()) return;
+          kept.emplace_back(w, key);
+        }
+      });
+      return st;
+    };
+    // 1a. The current compacted log (entries indexed under its seq's key).
+    std::vector<uint32_t> old_k;
+    {
+      Chain& k = store.chain(kCompactSlot);
+      std::lock_guard<std::mutex> l(k.mu);
+      old_k.assign(k.blocks.begin(), k.blocks.end());
+    }
+    const uint32_t old_key = WordIndex::CompactKey(seq);
+    for (uint32_t b : old_k) {
+      const uint8_t* base = store.BlockAt(b);
+      size_t pos = kBlockPayload;
+      while (failed.ok()) {
+        const RecordHeader* h = txn_internal::ValidRecord(base, bs, store.BlockGen(b), pos);
+        if (h == nullptr) break;
+        failed = consider(h, old_key);
+        pos += size_t{h->words} * 8;
+      }
+    }
+    // 1b. Every thread log: its records of epochs in (horizon, h_new], up to what its owner
+    //     has published (the published record and everything before it are complete).
+    for (uint32_t s = 0; s < kMaxSlots && failed.ok(); ++s) {
+      Chain& c = store.chain(s);
+      const uint64_t pub = c.published.load(std::memory_order_acquire);
+      if (pub == kNothingPublished) continue;
+      std::vector<uint32_t> blocks;
+      {
+        std::lock_guard<std::mutex> l(c.mu);
+        blocks.assign(c.blocks.begin(), c.blocks.end());
+      }
+      const auto pub_block = static_cast<uint32_t>(pub >> 32);
+      const auto pub_pos = static_cast<size_t>(pub & 0xFFFFFFFFu);
+      size_t keep = blocks.empty() ? 0 : blocks.size() - 1;  // never the last block
+      for (size_t i = 0; i < blocks.size() && failed.ok(); ++i) {
+        const uint32_t b = blocks[i];
+        const uint8_t* base = store.BlockAt(b);
+        const size_t end = b == pub_block ? pub_pos : bs;
+        bool newer = false;
+        for (size_t pos = kBlockPayload; pos < end && failed.ok();) {
+          const RecordHeader* h = txn_internal::ValidRecord(base, bs, store.BlockGen(b), pos);
+          if (h == nullptr) break;
+          if (h->epoch > h_new) {
+            newer = true;
+            break;
+          }
+          if (h->epoch > horizon) failed = consider(h, WordIndex::KeyOf(h->stamp));
+          pos += size_t{h->words} * 8;
+        }
+        if (newer || b == pub_block) {
+          keep = std::min(keep, i);
+          break;
+        }
+      }
+      if (keep > 0) trims.push_back({s, keep});
+    }
+    out.Finish();
+    k_bytes = out.bytes();
+    // 2. K' (records, block headers, links, table entries) durable before the descriptor that
+    //    makes it the compacted log.
+    pool.persister().Fence(txn_detail::kCompactFence);
+  }
+  if (!failed.ok()) {
+    // Nothing durable refers to K'. Words made cold stay cold (their records are still in the
+    // logs, and a transaction snapshots a cold word again): safe either way.
+    std::vector<uint32_t> unused(k_new->blocks.begin(), k_new->blocks.end());
+    store.Release(unused);
+    return failed;
+  }
+  // 3. The descriptor, into the line not holding the current one. Its fence is the cycle's
+  //    commit point: before it a crash recovers from the old descriptor (every folded record is
+  //    still in its log), after it from the new one (K' replaces them). A torn write fails its
+  //    crc and the old one stays current.
+  Descriptor d{};
+  d.seq = new_seq;
+  d.horizon = h_new;
+  d.k_head = k_new->blocks.empty() ? 0 : store.BlockOffset(k_new->blocks.front());
+  d.max_stamp = next_stamp.load(std::memory_order_relaxed);
+  d.crc = Crc32c(&d, offsetof(Descriptor, crc));
+  const int line = 1 - desc_line;
+  std::memcpy(&store.dir()->desc[line], &d, sizeof(d));
+  pool.persister().Flush(txn_detail::kDescFlush, &store.dir()->desc[line], sizeof(d));
+  pool.persister().Fence(txn_detail::kDescFence);
+  desc_line = line;
+  // 4. Move the heads of the thread logs past the folded blocks (aligned 8-byte stores: old or
+  //    new head on media, both fine now), durably before any of those blocks is reused.
+  std::vector<uint32_t> freed;
+  for (const Trim& t : trims) {
+    Chain& c = store.chain(t.slot);
+    std::lock_guard<std::mutex> l(c.mu);
+    for (size_t i = 0; i < t.keep; ++i) {
+      freed.push_back(c.blocks.front());
+      c.blocks.pop_front();
+    }
+    store.dir()->heads[t.slot].store(store.BlockOffset(c.blocks.front()), std::memory_order_release);
+    pool.persister().Flush(txn_detail::kHeadMoveFlush, &store.dir()->heads[t.slot], 8);
+  }
+  if (!trims.empty()) pool.persister().Fence(txn_detail::kHeadMoveFence);
+  // 5. Free the folded blocks and the old compacted log (unreachable from durable state).
+  {
+    Chain& k = store.chain(kCompactSlot);
+    std::lock_guard<std::mutex> l(k.mu);
+    freed.insert(freed.end(), k.blocks.begin(), k.blocks.end());
+  }
+  const uint64_t k_blocks = k_new->blocks.size();
+  store.Seal(*k_new);
+  store.SetCompact(std::move(k_new));
+  store.Release(freed);
+  // 6. Re-key the kept words to K' (unless a newer record took them meanwhile).
+  for (const auto& [w, key] : kept) {
+    std::atomic<uint64_t>& slot = index->at(w);
+    uint64_t v = slot.load(std::memory_order_acquire);
+    while (WordIndex::Key(v) == key &&
+           !slot.compare_exchange_weak(v, WordIndex::Pack(new_key, WordIndex::Epoch32(v)),
+                                       std::memory_order_acq_rel, std::memory_order_acquire)) {
+    }
+  }
+  seq = new_seq;
+  horizon = h_new;
+  compact_bytes = k_blocks * bs;
+  (void)k_bytes;
+  cycles.fetch_add(1, std::memory_order_relaxed);
+  words_kept.fetch_add(kept.size(), std::memory_order_relaxed);
+  words_dropped.fetch_add(dropped, std::memory_order_relaxed);
+  words_cold.fetch_add(cold, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+// ---- the background thread ------------------------------------------------------------------
+
+void Engine::Impl::StartBackground() {
+  if (options.background) bg_ = std::thread([this] { BackgroundLoop(); });
+}
+
+void Engine::Impl::StopBackground() {
+  {
+    std::lock_guard<std::mutex> l(bg_mu_);
+    bg_stop_ = true;
+  }
+  bg_cv_.notify_all();
+  if (bg_.joinable()) bg_.join();
+}
+
+void Engine::Impl::BackgroundLoop() {
+  const uint64_t trigger = static_cast<uint64_t>(options.log_budget * options.reclaim_trigger);
+  uint64_t floor = 0;  // log bytes right after the last cycle: the compacted log and the tails
+  std::unique_lock<std::mutex> l(bg_mu_);
+  while (!bg_stop_) {
+    bg_cv_.wait_for(l, std::chrono::milliseconds(5), [&] { return bg_stop_ || bg_kick_.load(); });
+    if (bg_stop_) break;
+    bg_kick_.store(false);
+    l.unlock();
+    Watchdog();
+    const uint64_t used = store.blocks_in_use() * store.block_size();
+    // Hysteresis: a cycle rewrites the compacted log, so run one only when the log has grown by
+    // an eighth of the budget since the last cycle left it.
+    if (used >= trigger && used >= floor + options.log_budget / 8) {
+      if (absl::Status st = Reclaim(/*advance=*/true); !st.ok()) {
+        std::fprintf(stderr, "pmrt txn: reclamation failed: %s\n", st.ToString().c_str());
+      }
+      floor = store.blocks_in_use() * store.block_size();
+    } else if (used < floor) {
+      floor = used;
+    }
+    l.lock();
+  }
+}
+
+void Engine::Impl::Watchdog() {
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  const int64_t limit = std::chrono::duration_cast<std::chrono::nanoseconds>(options.max_open).count();
+  threads_.ForEach([&](txn_detail::ThreadTx& t) {
+    const int64_t since = t.open_since_ns.load(std::memory_order_relaxed);
+    if (since == 0 || now - since <= limit || t.reported_since == since) return;
+    {
+      t.reported_since = since;
+      t.expired.store(true, std::memory_order_relaxed);
+      std::fprintf(stderr,
+                   "pmrt txn: a transaction (log slot %u) has been open for %lld ms, longer than "
+                   "max_open (%lld ms); it holds back the epoch boundary and will fail with "
+                   "kDeadlineExceeded at its next call\n",
+                   t.slot, static_cast<long long>((now - since) / 1000000),
+                   static_cast<long long>(options.max_open.count()));
+    }
+  });
+}
+
+}  // namespace pmrt::txn

@@ -1,0 +1,579 @@
+// Transactions: begin, add/write, commit, abort, and allocation inside transactions.
+// docs/txn.md, "Commit" and "Cold words", has the store orders argued here.
+#include "txn/txn.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "epoch/status_macros.h"
+#include "txn/internal/engine_impl.h"
+
+namespace pmrt::txn {
+
+using txn_detail::BlockRec;
+using txn_detail::ThreadTx;
+using txn_detail::WriteRec;
+using txn_internal::EntryType;
+using txn_internal::kMaxEntryWords;
+using txn_internal::MakeEntryHead;
+using txn_internal::RecordHeader;
+using txn_internal::RecordKind;
+using txn_internal::WordIndex;
+
+namespace {
+
+std::atomic<Engine*> g_default{nullptr};
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+absl::Status NoTransaction(const char* what) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "txn::", what, ": no transaction is open on this thread (a transaction belongs to the "
+      "thread that began it)"));
+}
+
+// Record builder over reserved log space.
+class RecordWriter {
+ public:
+  explicit RecordWriter(uint8_t* at) : base_(at), p_(reinterpret_cast<uint64_t*>(at) + 4) {}
+  void Data(uint64_t word, uint64_t n, const uint8_t* pool_base) {
+    *p_++ = MakeEntryHead(EntryType::kData, n, word);
+    std::memcpy(p_, pool_base + word * 8, n * 8);
+    p_ += n;
+  }
+  void Values(uint64_t word, uint64_t n, const uint64_t* values) {
+    *p_++ = MakeEntryHead(EntryType::kData, n, word);
+    std::memcpy(p_, values, n * 8);
+    p_ += n;
+  }
+  void Mark(EntryType t, uint64_t word, uint64_t n) { *p_++ = MakeEntryHead(t, n, word); }
+  // Writes the header last-but-checksum; returns the record's size in bytes.
+  size_t Finish(RecordKind kind, uint64_t stamp, uint64_t epoch, uint64_t gen) {
+    auto* h = reinterpret_cast<RecordHeader*>(base_);
+    const size_t words = static_cast<size_t>(p_ - reinterpret_cast<uint64_t*>(base_));
+    h->words = static_cast<uint16_t>(words);
+    h->kind = static_cast<uint16_t>(kind);
+    h->crc = 0;
+    h->stamp = stamp;
+    h->epoch = epoch;
+    h->gen = gen;
+    h->crc = txn_internal::RecordCrc(h);
+    return words * 8;
+  }
+
+ private:
+  uint8_t* base_;
+  uint64_t* p_;
+};
+
+// Runs of consecutive words, each at most kMaxEntryWords long.
+template <class F>
+void ForEachRun(const std::vector<uint64_t>& sorted, F&& fn) {
+  size_t i = 0;
+  while (i < sorted.size()) {
+    size_t j = i + 1;
+    while (j < sorted.size() && sorted[j] == sorted[j - 1] + 1 && j - i < kMaxEntryWords) ++j;
+    fn(i, j);
+    i = j;
+  }
+}
+
+}  // namespace
+
+// ---- Engine ---------------------------------------------------------------------------------
+
+Engine::Engine(Pool& pool, epoch::Manager& epochs, alloc::Heap& heap, Options options)
+    : pool_(pool), epochs_(epochs), heap_(heap), options_(options) {}
+
+Engine::~Engine() {
+  impl_->StopBackground();
+  Engine* self = this;
+  g_default.compare_exchange_strong(self, nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(Pool& pool, epoch::Manager& epochs,
+                                                     alloc::Heap& heap, Options options) {
+  if (options.log_budget == 0 || options.reclaim_trigger <= 0 || options.reclaim_trigger > 1) {
+    return absl::InvalidArgumentError("txn: log_budget must be > 0 and reclaim_trigger in (0, 1]");
+  }
+  std::unique_ptr<Engine> e(new Engine(pool, epochs, heap, options));
+  e->impl_ = std::make_unique<Impl>(*e);
+  ASSIGN_OR_RETURN(e->impl_->index, txn_internal::WordIndex::Create(pool.size()));
+  RETURN_IF_ERROR(e->impl_->Recover());
+  e->impl_->StartBackground();
+  Engine* none = nullptr;
+  g_default.compare_exchange_strong(none, e.get());
+  return e;
+}
+
+Engine* Engine::Default() { return g_default.load(std::memory_order_acquire); }
+
+absl::Status Engine::Begin() { return impl_->Begin(impl_->Local()); }
+absl::Status Engine::Commit() { return impl_->Commit(impl_->Local()); }
+absl::Status Engine::Abort() { return impl_->Abort(impl_->Local()); }
+absl::Status Engine::Add(const void* p, size_t n) { return impl_->Add(impl_->Local(), p, n); }
+bool Engine::InTransaction() { return impl_->Local().depth > 0; }
+absl::Status Engine::Reclaim(bool advance) {
+  if (InTransaction()) {
+    return absl::FailedPreconditionError("txn: Reclaim inside a transaction would wait for it");
+  }
+  return impl_->Reclaim(advance);
+}
+
+Stats Engine::stats() const {
+  Impl& i = *impl_;
+  Stats s;
+  s.commits = i.commits.load();
+  s.aborts = i.aborts.load();
+  s.snapshots = i.snapshots.load();
+  s.snapshot_words = i.snapshot_words.load();
+  s.record_bytes = i.record_bytes.load();
+  s.log_bytes = i.store.blocks_in_use() * i.store.block_size();
+  s.log_bytes_peak = std::max(i.log_peak.load(), s.log_bytes);
+  s.log_bytes_owned = i.store.blocks_owned() * i.store.block_size();
+  s.cycles = i.cycles.load();
+  s.words_kept = i.words_kept.load();
+  s.words_dropped = i.words_dropped.load();
+  s.words_cold = i.words_cold.load();
+  {
+    std::lock_guard<std::mutex> l(i.reclaim_mu);
+    s.horizon = i.horizon;
+    s.compact_bytes = i.compact_bytes;
+  }
+  s.recovered_records = i.recovered_records;
+  s.recovered_words = i.recovered_words;
+  s.recovery_time = i.recovery_time;
+  return s;
+}
+
+// ---- the calling thread's transaction on the default engine ---------------------------------
+
+namespace {
+absl::Status NoEngine() {
+  return absl::FailedPreconditionError("txn: no transaction engine is open (txn::Engine::Open)");
+}
+}  // namespace
+
+absl::Status begin() {
+  Engine* e = Engine::Default();
+  return e == nullptr ? NoEngine() : e->Begin();
+}
+absl::Status commit() {
+  Engine* e = Engine::Default();
+  return e == nullptr ? NoEngine() : e->Commit();
+}
+absl::Status abort() {
+  Engine* e = Engine::Default();
+  return e == nullptr ? NoEngine() : e->Abort();
+}
+absl::Status add(const void* p, size_t n) {
+  Engine* e = Engine::Default();
+  return e == nullptr ? NoEngine() : e->Add(p, n);
+}
+bool in_transaction() {
+  Engine* e = Engine::Default();
+  return e != nullptr && e->InTransaction();
+}
+
+Scope::Scope() : begin_(begin()), owner_(std::this_thread::get_id()), open_(begin_.ok()) {}
+
+Scope::~Scope() {
+  if (open_ && std::this_thread::get_id() == owner_) (void)abort();
+}
+
+absl::Status Scope::CheckThread() const {
+  if (std::this_thread::get_id() != owner_) {
+    return absl::FailedPreconditionError(
+        "txn::Scope used from a thread other than the one that began it");
+  }
+  if (!open_) return absl::FailedPreconditionError("txn::Scope: the transaction is not open");
+  return absl::OkStatus();
+}
+
+absl::Status Scope::Commit() {
+  RETURN_IF_ERROR(CheckThread());
+  open_ = false;
+  return commit();
+}
+
+absl::Status Scope::Abort() {
+  RETURN_IF_ERROR(CheckThread());
+  open_ = false;
+  return abort();
+}
+
+// ---- Impl: transactions ---------------------------------------------------------------------
+
+Engine::Impl::Impl(Engine& e)
+    : engine(e), pool(e.pool_), epochs(e.epochs_), heap(e.heap_), options(e.options_),
+      store(e.pool_, e.epochs_, e.heap_) {
+  const size_t limit = options.log_limit != 0 ? options.log_limit : 2 * options.log_budget;
+  store.set_limit_blocks(std::max<uint64_t>(4, limit / options.block_size));
+}
+
+Engine::Impl::~Impl() = default;
+
+ThreadTx& Engine::Impl::Local() {
+  ThreadTx& t = threads_.Local();
+  if (t.impl == nullptr) t.impl = this;
+  return t;
+}
+
+void* ThreadTx::TxAllocate(size_t size, size_t align) { return impl->TxAllocate(*this, size, align); }
+absl::Status ThreadTx::TxFree(void* p) { return impl->TxFree(*this, p); }
+
+absl::Status Engine::Impl::AssignSlot(ThreadTx& t) {
+  std::lock_guard<std::mutex> l(slot_mu_);
+  for (uint32_t s = 0; s < txn_internal::kMaxSlots; ++s) {
+    if (!slot_used_[s]) {
+      slot_used_[s] = true;
+      t.slot = s;
+      return absl::OkStatus();
+    }
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "txn: more than ", txn_internal::kMaxSlots, " threads have run transactions"));
+}
+
+absl::Status Engine::Impl::Doom(ThreadTx& t, absl::Status st) {
+  if (t.doom.ok()) t.doom = st;
+  return t.doom;
+}
+
+absl::Status Engine::Impl::Begin(ThreadTx& t) {
+  if (t.depth > 0) {
+    if (t.owner != std::this_thread::get_id()) {
+      return absl::FailedPreconditionError(
+          "txn::begin: this thread adopted a transaction left open by a thread that exited");
+    }
+    ++t.depth;  // flat nesting
+    return absl::OkStatus();
+  }
+  if (t.slot == txn_internal::kCompactSlot) RETURN_IF_ERROR(AssignSlot(t));
+  t.owner = std::this_thread::get_id();
+  t.depth = 1;
+  t.aborted = false;
+  t.doom = absl::OkStatus();
+  t.expired.store(false, std::memory_order_relaxed);
+  // The guard keeps the epoch from closing until commit: the transaction's in-place writes and
+  // its record belong to one epoch (docs/txn.md, "Epochs").
+  t.guard.emplace(epochs);
+  t.epoch = t.guard->epoch();
+  t.open_since_ns.store(NowNs(), std::memory_order_relaxed);
+  alloc::tls_tx_scope = &t;
+  return absl::OkStatus();
+}
+
+bool Engine::Impl::InFresh(const ThreadTx& t, uint64_t word) const {
+  for (const BlockRec& a : t.allocs) {
+    if (word >= a.offset / 8 && word < (a.offset + a.bytes) / 8) return true;
+  }
+  return false;
+}
+
+absl::Status Engine::Impl::Add(ThreadTx& t, const void* p, size_t n) {
+  if (t.depth == 0) return NoTransaction("add");
+  if (t.aborted) return absl::AbortedError("txn::add: the transaction was aborted");
+  if (!t.doom.ok()) return t.doom;
+  if (t.expired.load(std::memory_order_relaxed)) {
+    return Doom(t, absl::DeadlineExceededError(absl::StrCat(
+                       "txn: the transaction has been open longer than ",
+                       options.max_open.count(), " ms (it holds back the epoch boundary)")));
+  }
+  if (n == 0) return absl::OkStatus();
+  if (!pool.contains(p, n)) {
+    return Doom(t, absl::InvalidArgumentError("txn::add: the range is not inside the pool"));
+  }
+  const uint64_t off = pool.offset_of(p);
+  const uint64_t first = off / 8, last = (off + n - 1) / 8;
+  const uint8_t* base = pool.base();
+  t.cold.clear();
+  for (uint64_t w = first; w <= last; ++w) {
+    if (!t.declared.Insert(w)) continue;  // declared earlier in this transaction
+    if (!t.allocs.empty() && InFresh(t, w)) continue;  // recorded whole at commit
+    std::atomic<uint64_t>& slot = index->at(w);
+    uint64_t v = slot.load(std::memory_order_acquire);
+    for (;;) {
+      if (WordIndex::Key(v) == 0) break;  // cold
+      if (WordIndex::Epoch32(v) == static_cast<uint32_t>(t.epoch)) break;  // dirty in this epoch
+      // Move the touch epoch forward. The reclaimer's CAS of the old value (to cold) now fails,
+      // so the word's newest record stays while this transaction can still fail. Pairs with
+      // the reclaimer's CAS in Compactor::Keep.
+      if (slot.compare_exchange_weak(v, WordIndex::Pack(WordIndex::Key(v), t.epoch),
+                                     std::memory_order_acq_rel, std::memory_order_acquire)) {
+        epochs.RecordDirty(base + w * 8, 8);  // first touch in this epoch: written back at the
+        break;                                // boundary
+      }
+    }
+    if (WordIndex::Key(v) == 0) {
+      t.cold.push_back(w);
+      continue;
+    }
+    uint64_t old;
+    std::memcpy(&old, base + w * 8, 8);
+    t.writes.push_back({w, old});
+  }
+  if (t.cold.empty()) return absl::OkStatus();
+  if (absl::Status st = Snapshot(t); !st.ok()) return Doom(t, st);
+  return absl::OkStatus();
+}
+
+absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
+  // Cold words have no live record, so nothing could restore them if an uncommitted value
+  // reached media. Their current (committed) values go to the log first: records of kind
+  // kSnapshot, flushed, then one fence; only then may the caller store to them.
+  std::vector<uint64_t>& cold = t.cold;
+  std::sort(cold.begin(), cold.end());
+  const uint8_t* base = pool.base();
+  txn_internal::Chain& log = store.chain(t.slot);
+  const size_t max_bytes = store.max_record_bytes();
+  std::vector<std::pair<uint64_t, uint64_t>> stamped;  // (first index in cold, stamp)
+  size_t i = 0;
+  while (i < cold.size()) {
+    // As many words as fit in one record (runs of consecutive words share an entry head).
+    size_t bytes = sizeof(RecordHeader), j = i;
+    uint64_t run = 0;
+    while (j < cold.size()) {
+      const bool extends = j > i && cold[j] == cold[j - 1] + 1 && run < kMaxEntryWords;
+      const size_t more = extends ? 8 : 16;
+      if (bytes + more > max_bytes) break;
+      bytes += more;
+      run = extends ? run + 1 : 1;
+      ++j;
+    }
+    const uint64_t stamp = next_stamp.fetch_add(1, std::memory_order_relaxed);
+    absl::StatusOr<uint8_t*> reserved = store.Reserve(log, t.slot, bytes);
+    if (!reserved.ok()) {
+      // Whatever an earlier record of this call put in flight (a new block's table entry)
+      // is fenced before the guard can end, as on the normal path.
+      pool.persister().Fence(txn_detail::kSnapshotFence);
+      return reserved.status();
+    }
+    uint8_t* at = *reserved;
+    RecordWriter w(at);
+    std::vector<uint64_t> part(cold.begin() + static_cast<ptrdiff_t>(i),
+                               cold.begin() + static_cast<ptrdiff_t>(j));
+    ForEachRun(part, [&](size_t a, size_t b) { w.Data(part[a], b - a, base); });
+    const size_t written = w.Finish(RecordKind::kSnapshot, stamp, t.epoch, store.BlockGen(log.tail));
+    pool.persister().Flush(txn_detail::kSnapshotFlush, at, written);
+    store.Publish(log, written);
+    stamped.emplace_back(i, stamp);
+    i = j;
+  }
+  // One fence for every snapshot record of this call. After it the old values are durable and
+  // the in-place stores may reach media in any order.
+  pool.persister().Fence(txn_detail::kSnapshotFence);
+  snapshots.fetch_add(stamped.size(), std::memory_order_relaxed);
+  snapshot_words.fetch_add(cold.size(), std::memory_order_relaxed);
+  for (size_t r = 0; r < stamped.size(); ++r) {
+    const size_t end = r + 1 < stamped.size() ? stamped[r + 1].first : cold.size();
+    const uint32_t key = WordIndex::KeyOf(stamped[r].second);
+    for (size_t c = stamped[r].first; c < end; ++c) {
+      const uint64_t w = cold[c];
+      // A cold word is written only by its holder: the reclaimer CASes only hot values.
+      index->at(w).store(WordIndex::Pack(key, t.epoch), std::memory_order_release);
+      epochs.RecordDirty(base + w * 8, 8);
+      uint64_t old;
+      std::memcpy(&old, base + w * 8, 8);
+      t.writes.push_back({w, old});
+    }
+  }
+  NoteLogSize();
+  return absl::OkStatus();
+}
+
+absl::Status Engine::Impl::Commit(ThreadTx& t) {
+  if (t.depth == 0) return NoTransaction("commit");
+  if (t.depth > 1) {  // flat nesting: an inner commit does nothing
+    --t.depth;
+    return t.aborted ? absl::AbortedError("txn::commit: the transaction was aborted") : t.doom;
+  }
+  absl::Status st = absl::OkStatus();
+  if (t.aborted) {
+    st = absl::AbortedError("txn::commit: the transaction was aborted at an inner level");
+  } else if (t.expired.load(std::memory_order_relaxed)) {
+    st = absl::DeadlineExceededError(absl::StrCat(
+        "txn::commit: the transaction was open longer than ", options.max_open.count(),
+        " ms and was aborted"));
+  } else if (!t.doom.ok()) {
+    st = t.doom;
+  } else if (!t.writes.empty() || !t.allocs.empty() || !t.frees.empty()) {
+    st = WriteCommit(t);
+  }
+  if (!st.ok() && !t.aborted) {
+    RollBack(t);
+    aborts.fetch_add(1, std::memory_order_relaxed);
+  }
+  End(t);
+  return st;
+}
+
+absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
+  // 1. The record's entries: each declared word once (its value now, the transaction's last),
+  //    whole new blocks, allocations and frees. Declared words inside blocks freed here are
+  //    dropped: the free's tombstone covers them.
+  std::vector<uint64_t> words;
+  words.reserve(t.writes.size());
+  for (const WriteRec& w : t.writes) words.push_back(w.word);
+  if (!t.frees.empty()) {
+    std::erase_if(words, [&](uint64_t w) {
+      for (const BlockRec& f : t.frees)
+        if (w >= f.offset / 8 && w < (f.offset + f.bytes) / 8) return true;
+      return false;
+    });
+  }
+  for (const BlockRec& a : t.allocs)
+    for (uint64_t w = a.offset / 8; w < (a.offset + a.bytes) / 8; ++w) words.push_back(w);
+  std::sort(words.begin(), words.end());
+  size_t bytes = sizeof(RecordHeader) + 8 * (t.allocs.size() + t.frees.size());
+  ForEachRun(words, [&](size_t a, size_t b) { bytes += 8 + 8 * (b - a); });
+  if (bytes > store.max_record_bytes()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "txn::commit: the transaction's record (", bytes, " bytes) does not fit in a log block (",
+        store.max_record_bytes(), "); use smaller transactions or a larger block_size"));
+  }
+  // 2. The commit-order stamp. Taken while the caller still holds its locks: a conflicting
+  //    transaction that commits later (after our unlock) takes a larger one.
+  const uint64_t stamp = next_stamp.fetch_add(1, std::memory_order_relaxed);
+  txn_internal::Chain& log = store.chain(t.slot);
+  ASSIGN_OR_RETURN(uint8_t* at, store.Reserve(log, t.slot, bytes));
+  // 3. Write the record; its checksum (computed last, over everything) is the commit mark.
+  const uint8_t* base = pool.base();
+  RecordWriter w(at);
+  ForEachRun(words, [&](size_t a, size_t b) { w.Data(words[a], b - a, base); });
+  for (const BlockRec& a : t.allocs) w.Mark(EntryType::kAlloc, a.offset / 8, a.usable / 8);
+  for (const BlockRec& f : t.frees) w.Mark(EntryType::kFree, f.offset / 8, f.bytes / 8);
+  const size_t written = w.Finish(RecordKind::kCommit, stamp, t.epoch, store.BlockGen(log.tail));
+  // 4. Flush the record's lines (Reserve flushed a new block's header, link, head and table
+  //    entry), then the one fence of the commit. Before it completes the record may be on
+  //    media whole (the transaction counts as committed: allowed, commit has not returned),
+  //    torn (bad checksum: recovery stops this log there) or absent. The data lines are not
+  //    flushed: the record redoes them, and the epoch boundary writes them back.
+  pool.persister().Flush(txn_detail::kCommitFlush, at, written);
+  pool.persister().Fence(txn_detail::kCommitFence);
+  store.Publish(log, written);
+  // 5. The index: the record is now the newest of each of its words. A freed block's words go
+  //    cold (nothing may be replayed into the block's next life).
+  const uint32_t key = WordIndex::KeyOf(stamp);
+  for (uint64_t wd : words) {
+    index->at(wd).store(WordIndex::Pack(key, t.epoch), std::memory_order_release);
+  }
+  for (const BlockRec& f : t.frees) {
+    for (uint64_t wd = f.offset / 8; wd < (f.offset + f.bytes) / 8; ++wd) {
+      if (index->at(wd).load(std::memory_order_relaxed) != 0)
+        index->at(wd).store(0, std::memory_order_release);
+    }
+  }
+  // 6. The frees, epoch-scoped in this epoch like the record: if the epoch fails, the heap
+  //    rolls them back and recovery replays them from the record.
+  for (const BlockRec& f : t.frees) {
+    if (absl::Status st = heap.Free(pool.at(f.offset)); !st.ok()) {
+      std::fprintf(stderr, "pmrt txn: free at commit failed: %s\n", st.ToString().c_str());
+    }
+  }
+  commits.fetch_add(1, std::memory_order_relaxed);
+  record_bytes.fetch_add(written, std::memory_order_relaxed);
+  NoteLogSize();
+  return absl::OkStatus();
+}
+
+absl::Status Engine::Impl::Abort(ThreadTx& t) {
+  if (t.depth == 0) return NoTransaction("abort");
+  if (!t.aborted) {
+    RollBack(t);
+    aborts.fetch_add(1, std::memory_order_relaxed);
+    t.aborted = true;
+  }
+  if (--t.depth == 0) End(t);
+  return absl::OkStatus();
+}
+
+void Engine::Impl::RollBack(ThreadTx& t) {
+  // From the volatile copies: every declared word gets its value from before the transaction.
+  // The words stay registered dirty, so the boundary writes the restored values back; their
+  // records (or snapshots) stay the newest, and say the same.
+  uint8_t* base = pool.base();
+  for (const WriteRec& w : t.writes) std::memcpy(base + w.word * 8, &w.old, 8);
+  for (const BlockRec& a : t.allocs) {
+    if (absl::Status st = heap.FreeUnpublished(pool.at(a.offset)); !st.ok()) {
+      std::fprintf(stderr, "pmrt txn: undoing an allocation failed: %s\n", st.ToString().c_str());
+    }
+  }
+  t.writes.clear();
+  t.allocs.clear();
+  t.frees.clear();
+}
+
+void Engine::Impl::End(ThreadTx& t) {
+  t.writes.clear();
+  t.allocs.clear();
+  t.frees.clear();
+  t.declared.Clear();
+  t.depth = 0;
+  t.open_since_ns.store(0, std::memory_order_relaxed);
+  alloc::tls_tx_scope = nullptr;
+  t.guard.reset();
+}
+
+void* Engine::Impl::TxAllocate(ThreadTx& t, size_t size, size_t align) {
+  if (t.aborted || !t.doom.ok()) return nullptr;
+  const size_t bytes = (size + 7) / 8 * 8;
+  // The block is recorded whole in the commit record, with the header and its entry heads.
+  if (bytes + sizeof(RecordHeader) + 16 > store.max_record_bytes()) {
+    (void)Doom(t, absl::InvalidArgumentError(absl::StrCat(
+                      "txn: an allocation of ", size, " bytes inside a transaction exceeds what "
+                      "one log record holds (", store.max_record_bytes(), " bytes)")));
+    return nullptr;
+  }
+  void* p = heap.Allocate(size, align);
+  if (p == nullptr) {
+    (void)Doom(t, absl::ResourceExhaustedError(absl::StrCat(
+                      "txn: allocation of ", size, " bytes failed: ",
+                      alloc::AllocErrorName(alloc::Heap::LastError()))));
+    return nullptr;
+  }
+  t.allocs.push_back({pool.offset_of(p), bytes, heap.UsableSize(p)});
+  return p;
+}
+
+absl::Status Engine::Impl::TxFree(ThreadTx& t, void* p) {
+  if (t.aborted) return absl::AbortedError("txn: pdelete in an aborted transaction");
+  if (!t.doom.ok()) return t.doom;
+  const uint64_t off = pool.offset_of(p);
+  for (auto it = t.allocs.begin(); it != t.allocs.end(); ++it) {
+    if (it->offset == off) {  // allocated in this transaction: never published
+      t.allocs.erase(it);
+      return heap.FreeUnpublished(p);
+    }
+  }
+  for (const BlockRec& f : t.frees) {
+    if (f.offset == off) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("txn: double pdelete of the block at offset ", off, " in one transaction"));
+    }
+  }
+  const size_t usable = heap.UsableSize(p);
+  if (usable == 0) return heap.Free(p);  // the heap says why it is not a live block
+  t.frees.push_back({off, usable / 8 * 8, usable});
+  return absl::OkStatus();
+}
+
+void Engine::Impl::NoteLogSize() {
+  const uint64_t now = store.blocks_in_use() * store.block_size();
+  uint64_t peak = log_peak.load(std::memory_order_relaxed);
+  while (now > peak && !log_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+  if (options.background && now >= options.log_budget * options.reclaim_trigger &&
+      !bg_kick_.load(std::memory_order_relaxed) && !bg_kick_.exchange(true)) {
+    std::lock_guard<std::mutex> l(bg_mu_);  // the waiter tests bg_kick_ under this mutex
+    bg_cv_.notify_one();
+  }
+}
+
+}  // namespace pmrt::txn

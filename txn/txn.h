@@ -1,0 +1,222 @@
+// Speculative-logging transactions (SpecPMT): failure-atomic, durable updates with one fence
+// per commit. docs/txn.md has the log format, the commit, reclamation and recovery protocols.
+//
+//   auto engine = pmrt::txn::Engine::Open(*pool, *epochs, *heap);   // recovers, then runs
+//   ...
+//   {
+//     std::lock_guard<std::mutex> l(account_mu);     // isolation is the caller's (see below)
+//     auto st = pmrt::txn::Run([&]() -> absl::Status {
+//       RETURN_IF_ERROR(pmrt::txn::write(&a->balance, a->balance - 10));
+//       RETURN_IF_ERROR(pmrt::txn::add(&b->balance, sizeof(b->balance)));  // before in-place
+//       b->balance += 10;
+//       Entry* e = pmrt::alloc::pnew<Entry>(10);       // part of the transaction
+//       if (e == nullptr) return absl::ResourceExhaustedError("no room");
+//       return pmrt::txn::write(&b->last, pmrt::pptr<Entry>(*pool, e));
+//     });                                               // committed (durable) or aborted
+//   }
+//
+// Semantics
+//   * Atomicity and durability: when commit() returns OK the transaction is durable; after a
+//     crash every transaction whose commit returned is there, the one whose commit was running
+//     may or may not be, and no other one is (not a single word of it).
+//   * Declaring writes: `add(p, n)` before modifying [p, p+n) in place, or `write(&field, v)`.
+//     Both are cheap for a word declared again in the same transaction, and cheap (no flush, no
+//     fence) for a word that has a live log record ("hot"). The first write of a "cold" word
+//     (never logged, or its record reclaimed) costs a flush and a fence: its old value is
+//     appended to the log first. Granularity is the aligned 8-byte word: add(p, n) covers every
+//     word that [p, p+n) touches, and the log records whole words.
+//   * Allocation: alloc::pnew / pdelete called inside a transaction belong to it. A block
+//     allocated in it is recorded whole at commit (its constructor's and later stores need no
+//     add()); it is freed again if the transaction aborts. pdelete runs the destructor at once
+//     and frees the block at commit (a no-op on abort). A block allocated in a transaction is
+//     limited by the log block size (about half of Options::block_size).
+//   * Abort (abort(), or an error status returned by Run's function) restores every declared
+//     word to its value at the transaction's start from a volatile copy, frees its allocations
+//     and drops its frees. Nothing durable needs undoing.
+//   * Flat nesting: begin() inside a transaction only counts a level; an inner commit does
+//     nothing; an inner abort aborts the whole transaction at once (memory restored), after
+//     which every add/write and commit at any level returns kAborted until the outermost level
+//     ends with commit() or abort().
+//   * Ownership: a transaction belongs to the thread that began it; every call acts on the
+//     calling thread's transaction (Scope checks its thread). commit/abort without begin, and
+//     add/write outside a transaction, return kFailedPrecondition. A transaction holds an
+//     epoch::Guard from begin to commit (it never spans an epoch boundary), so it must be short:
+//     one open longer than Options::max_open is reported on stderr and fails with
+//     kDeadlineExceeded at its next call (it aborts at commit). Do not call epoch Advance/Sync
+//     or Engine::Reclaim inside a transaction (they wait for it).
+//   * Isolation is the caller's, as in PMDK: hold locks around the whole transaction for the
+//     data it touches. Two threads must not write different bytes of the same 8-byte word in
+//     concurrent transactions (the word is the unit of logging, as in word-based STMs).
+//   * Scope of data: a word written by transactions must be written only by transactions (or
+//     be dead), and a block written or allocated in transactions must be freed in one (its
+//     free is what stops older records of its words from being replayed into its next life).
+//
+// Errors in a transaction doom it: the failing call returns the error, later add/write calls
+// return it too, and commit() aborts and returns it.
+//
+// Thread safety: Engine is thread-safe; transactions are per thread.
+#ifndef PMRT_TXN_TXN_H_
+#define PMRT_TXN_TXN_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "alloc/allocator.h"
+#include "epoch/epoch.h"
+#include "epoch/per_thread.h"
+#include "epoch/pool.h"
+
+namespace pmrt::txn {
+
+namespace txn_detail {
+struct ThreadTx;
+}  // namespace txn_detail
+
+struct Options {
+  // Log bytes the reclaimer aims to stay under; a cycle runs once the log holds more than
+  // `reclaim_trigger` of it.
+  size_t log_budget = 32 << 20;
+  double reclaim_trigger = 0.5;
+  // Hard limit on log bytes (blocks owned); 0: 2 x log_budget. At most 3584 blocks.
+  size_t log_limit = 0;
+  // Bytes per log block (a power of two in [4 KiB, 32 KiB]); used only when the pool has no
+  // transaction directory yet. A record (one transaction) must fit in a block.
+  size_t block_size = 32 * 1024;
+  // Run the background reclaimer (and the watchdog). Without it, call Reclaim().
+  bool background = true;
+  // A word not touched by a transaction in the last `cold_after_epochs` completed epochs may go
+  // cold at reclamation (its record is dropped). 0 when the log is over budget.
+  uint64_t cold_after_epochs = 2;
+  // A transaction open longer than this is reported and fails at its next call.
+  std::chrono::milliseconds max_open{1000};
+};
+
+struct Stats {
+  uint64_t commits = 0;          // committed transactions that wrote a record
+  uint64_t aborts = 0;
+  uint64_t snapshots = 0;        // snapshot records (cold words), each one fence
+  uint64_t snapshot_words = 0;
+  uint64_t record_bytes = 0;     // bytes of commit records written
+  uint64_t log_bytes = 0;        // blocks in logs x block size, now
+  uint64_t log_bytes_peak = 0;
+  uint64_t log_bytes_owned = 0;  // blocks owned (in logs or free) x block size
+  uint64_t compact_bytes = 0;    // the compacted log after the last cycle
+  uint64_t cycles = 0;           // reclamation cycles completed
+  uint64_t words_kept = 0;       // live entries copied to the compacted log, all cycles
+  uint64_t words_dropped = 0;    // superseded entries dropped
+  uint64_t words_cold = 0;       // newest entries dropped (the word went cold)
+  uint64_t horizon = 0;          // epoch horizon of the last cycle
+  uint64_t recovered_records = 0;  // records replayed at open
+  uint64_t recovered_words = 0;
+  std::chrono::nanoseconds recovery_time{0};
+};
+
+class Engine {
+ public:
+  // Attaches to the pool's transaction directory (creating it in a new pool) and recovers:
+  // committed transactions are replayed in commit order after the epoch layer's rollback (so
+  // call it right after Heap::Open, before anything allocates), uncommitted ones are undone.
+  // REQUIRES: the calling thread holds no Guard. One Engine per pool.
+  static absl::StatusOr<std::unique_ptr<Engine>> Open(Pool& pool, epoch::Manager& epochs,
+                                                      alloc::Heap& heap, Options options = {});
+  ~Engine();  // REQUIRES: no transaction open
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // The first engine opened that is still open (used by txn::begin and friends).
+  static Engine* Default();
+
+  absl::Status Begin();
+  absl::Status Commit();
+  absl::Status Abort();
+  absl::Status Add(const void* p, size_t n);
+  bool InTransaction();
+
+  // Runs one reclamation cycle now (advancing the epoch first when `advance` and nothing new
+  // is durable). REQUIRES: the calling thread has no transaction open and holds no Guard (with
+  // advance=false, other threads may have transactions open).
+  absl::Status Reclaim(bool advance = true);
+
+  Stats stats() const;
+  Pool& pool() const { return pool_; }
+  epoch::Manager& epochs() const { return epochs_; }
+  alloc::Heap& heap() const { return heap_; }
+  const Options& options() const { return options_; }
+
+  class Impl;  // txn/internal/engine_impl.h
+
+ private:
+  Engine(Pool& pool, epoch::Manager& epochs, alloc::Heap& heap, Options options);
+
+  Pool& pool_;
+  epoch::Manager& epochs_;
+  alloc::Heap& heap_;
+  Options options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The calling thread's transaction on the default engine.
+absl::Status begin();
+absl::Status commit();
+absl::Status abort();
+// Declares [p, p+n) about to be modified in place (see above).
+absl::Status add(const void* p, size_t n);
+// *field = value, declared: add(field, sizeof(T)) then the store (not done if add fails).
+template <class T>
+absl::Status write(T* field, const T& value) {
+  static_assert(std::is_trivially_copyable_v<T>, "txn::write stores trivially copyable values");
+  absl::Status st = add(field, sizeof(T));
+  if (st.ok()) std::memcpy(static_cast<void*>(field), &value, sizeof(T));
+  return st;
+}
+bool in_transaction();
+
+// Runs fn() in a transaction: commits when it returns OK (returning the commit's status),
+// aborts and returns its error otherwise. fn returns absl::Status, or void (always commits).
+template <class Fn>
+absl::Status Run(Fn&& fn) {
+  if (absl::Status st = begin(); !st.ok()) return st;
+  if constexpr (std::is_void_v<std::invoke_result_t<Fn>>) {
+    fn();
+  } else {
+    absl::Status st = fn();
+    if (!st.ok()) {
+      (void)abort();
+      return st;
+    }
+  }
+  return commit();
+}
+
+// RAII form: begins in the constructor; Commit() commits; the destructor aborts a transaction
+// that was neither committed nor aborted. Must be used on the thread that created it.
+class Scope {
+ public:
+  Scope();
+  ~Scope();
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+  const absl::Status& begin_status() const { return begin_; }
+  absl::Status Commit();
+  absl::Status Abort();
+
+ private:
+  absl::Status CheckThread() const;
+  absl::Status begin_;
+  std::thread::id owner_;
+  bool open_ = false;
+};
+
+}  // namespace pmrt::txn
+
+#endif  // PMRT_TXN_TXN_H_
