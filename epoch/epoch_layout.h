@@ -26,7 +26,7 @@ namespace pmrt::epoch {
 inline constexpr uint64_t kEpochAreaMagic = 0x48434F5045544D50ull;  // "PMTEPOCH"
 inline constexpr uint64_t kLogBlockMagic = 0x4B4C42474F4C4D50ull;   // "PMLOGBLK"
 inline constexpr uint32_t kEpochAreaVersion = 1;
-inline constexpr size_t kMaxFailedRanges = 1000;
+inline constexpr size_t kMaxFailedRanges = 4000;  // fills a 64 KiB epoch area
 inline constexpr size_t kLogBlockSize = 64 * 1024;
 
 struct alignas(64) EpochAreaHeader {
@@ -49,6 +49,7 @@ static_assert(offsetof(EpochAreaLayout, completed) == 64);
 static_assert(offsetof(EpochAreaLayout, failed_count) == 128);
 static_assert(offsetof(EpochAreaLayout, failed) == 192);
 inline constexpr size_t kEpochAreaMinSize = sizeof(EpochAreaLayout);
+static_assert(kEpochAreaMinSize <= 64 * 1024, "fits the default epoch area (PoolOptions)");
 
 struct alignas(64) LogBlockHeader {
   std::atomic<uint64_t> epoch;  // 0: free
