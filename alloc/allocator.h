@@ -172,6 +172,7 @@ class Heap {
   // Volatile mirror of every chunk's (recovered) state word, and the volatile state of each
   // small chunk in use this run (null until the chunk is first used: its bitmap is read then).
   std::unique_ptr<std::atomic<uint64_t>[]> state_;
+  std::unique_ptr<std::atomic<uint8_t>[]> small_class_;  // class + 1 of a small chunk, else 0
   std::unique_ptr<std::atomic<alloc_detail::ChunkVolatile*>[]> vol_;
 
   mutable std::mutex chunk_mu_;                  // guards the three below and chunk loading
