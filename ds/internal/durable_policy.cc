@@ -37,6 +37,8 @@ DurableStats DurablePolicy::stats() const {
   s.parent_log_copies = counters_->parent_log_copies.load(std::memory_order_relaxed);
   s.leaves_recovered = counters_->leaves_recovered.load(std::memory_order_relaxed);
   s.interiors_recovered = counters_->interiors_recovered.load(std::memory_order_relaxed);
+  s.perms_rolled_back = counters_->perms_rolled_back.load(std::memory_order_relaxed);
+  s.values_rolled_back = counters_->values_rolled_back.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -312,6 +314,7 @@ void DurablePolicy::RepairLeaf(LeafNode* leaf) const {
     const int slot = static_cast<int>(log.index());
     const bool in_line = slot >= line * 7 && slot < line * 7 + 7;
     const bool rollback = in_line && log.NeedsRollback(*m_, n);
+    if (rollback) counters_->values_rolled_back.fetch_add(1, std::memory_order_relaxed);
     if (mutation::Swapped(kValueRecoverOrder)) {  // the mutant: log dropped before the rollback
       log_word.store(PackedValLog::Invalid(x_).bits(), std::memory_order_release);
       p_.StoreHint(&log_word, 8);
@@ -341,6 +344,7 @@ void DurablePolicy::RepairLeaf(LeafNode* leaf) const {
   // R1. Roll the permutation back if n failed. node_epoch still names n: a crash here restores
   //     perm_log again.
   if (failed) {
+    counters_->perms_rolled_back.fetch_add(1, std::memory_order_relaxed);
     leaf->permutation.store(leaf->perm_log.load(std::memory_order_relaxed),
                             std::memory_order_relaxed);
     p_.StoreHint(leaf, kCacheLine);
@@ -366,6 +370,16 @@ void DurablePolicy::RepairLeaf(LeafNode* leaf) const {
     //     recovered permutation; a completed one keeps the permutation.
     leaf->node_epoch.store(word, std::memory_order_release);
     p_.StoreHint(leaf, kCacheLine);
+  }
+  // A change later in this same epoch writes value logs tagged with it, and until this epoch
+  // completes, line 0 may still hold its pre-repair epoch n on media. Those logs are resolved
+  // against n then: right when n completed and lies within 2^16 epochs (WidenUp reaches the
+  // current epoch), wrong when n failed (Widen looks below n) or is farther. In those cases the
+  // repaired line 0 is made durable now, before any such change.
+  const uint64_t now = m_->LocalSlot().epoch.load(std::memory_order_relaxed);
+  if (failed || PackedValLog::NeedsExternalFallback(now, n)) {
+    p_.Flush(kRecoverNodeFlush, leaf, kCacheLine);
+    p_.Fence(kRecoverNodeFence);
   }
   counters_->leaves_recovered.fetch_add(1, std::memory_order_relaxed);
 }

@@ -89,6 +89,8 @@ inline constexpr Site kLeafRecoverOrder{"ds.masstree.leaf.recover_order"};    //
 inline constexpr Site kValueRecoverOrder{"ds.masstree.value.recover_order"};  // V1, V2
 inline constexpr Site kRecoverValueFlush{"ds.masstree.recover.value.flush"};
 inline constexpr Site kRecoverValueFence{"ds.masstree.recover.value.fence"};
+inline constexpr Site kRecoverNodeFlush{"ds.masstree.recover.node.flush"};
+inline constexpr Site kRecoverNodeFence{"ds.masstree.recover.node.fence"};
 
 // Counters of what the durable hooks did (for benchmarks and tests; per policy, relaxed).
 struct DurableStats {
@@ -96,6 +98,8 @@ struct DurableStats {
   uint64_t interior_log_copies = 0;
   uint64_t parent_log_copies = 0;
   uint64_t leaves_recovered = 0;    // lazy repairs
+  uint64_t perms_rolled_back = 0;   // ... that restored perm_log
+  uint64_t values_rolled_back = 0;  // ... slots restored from a value log
   uint64_t interiors_recovered = 0;
 };
 
@@ -151,6 +155,7 @@ class DurablePolicy {
   struct Counters {
     std::atomic<uint64_t> leaf_log_copies{0}, interior_log_copies{0}, parent_log_copies{0};
     std::atomic<uint64_t> leaves_recovered{0}, interiors_recovered{0};
+    std::atomic<uint64_t> perms_rolled_back{0}, values_rolled_back{0};
   };
   void RecoverLeaf(LeafNode* leaf) const;
   void RecoverInterior(InteriorNode* in) const;

@@ -1,0 +1,564 @@
+// The durable Masstree under the crash simulator: random puts (inserts and updates), removes and
+// gets by one or two threads (in lock step), over integer keys, short keys and keys that share
+// slices (new layers), on a tree big enough to split leaves and interior nodes, with epoch
+// advances in between. Every fence is a crash point; at each, crash images (subsets of the dirty
+// lines, each in any state the store hints recorded) are recovered through the real open path
+// (Pool, epoch::Manager with its log replay, alloc::Heap, DurableMasstree::Open with lazy
+// repair), and:
+//   * the tree's contents equal the model at the start of the failed epoch (or, for a crash
+//     inside an advance, at the start of the next one),
+//   * CheckInvariants() passes (structure, leaf chain, in-line log fields),
+//   * the heap's live blocks are exactly the tree's nodes, values and descriptor (no leak, no
+//     block reachable but free),
+//   * lookups agree with the recovered contents.
+// Every twentieth image instead runs the next execution under a nested simulator: recovery, an
+// advance, operations (which repair nodes lazily, in a later epoch than the execution's first),
+// more advances; every fence there is a crash point too (a crash during lazy recovery, during
+// the operations after it, or during the runtime's teardown), checked the same way.
+//
+// The mutation gate disables each persistence site of the durable tree, and swaps each of its
+// in-line store orders, in turn; each must make this suite fail.
+#include <sys/mman.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "alloc/allocator.h"
+#include "ds/durable_masstree.h"
+#include "ds/internal/durable_policy.h"
+#include "ds/internal/node_layout.h"
+#include "epoch/epoch.h"
+#include "epoch/pool.h"
+#include "epoch/sim.h"
+#include "gtest/gtest.h"
+#include "tests/util/lockstep.h"
+#include "tests/util/test_util.h"
+
+namespace pmrt::ds {
+namespace {
+
+using ds_internal::DurablePolicy;
+using ds_internal::InteriorNode;
+using ds_internal::LeafNode;
+using ds_internal::NodeHeader;
+
+constexpr size_t kPoolSize = 8 << 20;
+constexpr char kLayout[] = "masstree-crash";
+using Contents = std::map<std::string, std::string>;
+
+struct Root {
+  uint64_t tree;  // the tree's descriptor offset
+};
+
+uint64_t Next(uint64_t& s) {
+  s ^= s << 13;
+  s ^= s >> 7;
+  s ^= s << 17;
+  return s;
+}
+
+std::string Printable(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += absl::StrCat("\\x", absl::Hex(c, absl::kZeroPad2));
+    }
+  }
+  return out;
+}
+
+struct Model {
+  Contents live, at_start;
+  bool advancing = false;
+
+  absl::Status Check(const Contents& got) const {
+    if (got == at_start || (advancing && got == live)) return absl::OkStatus();
+    return absl::DataLossError(
+        absl::StrCat("recovered contents differ from the failed epoch's start: ", Diff(got)));
+  }
+  std::string Diff(const Contents& got) const {
+    for (const auto& [k, v] : got) {
+      auto it = at_start.find(k);
+      if (it == at_start.end()) return absl::StrCat("key ", Printable(k), " should be absent");
+      if (it->second != v) {
+        return absl::StrCat("key ", Printable(k), " = ", Printable(v), ", expected ",
+                            Printable(it->second));
+      }
+    }
+    for (const auto& [k, v] : at_start) {
+      if (!got.count(k)) return absl::StrCat("key ", Printable(k), " is missing");
+    }
+    return "(sizes)";
+  }
+};
+
+// The keys: 8-byte integers (most), short keys, and keys sharing 8- and 16-byte prefixes (new
+// layers, and layers emptied and collected).
+std::string KeyOf(uint64_t r) {
+  const uint64_t i = r % 700;
+  switch ((r >> 16) % 8) {
+    case 0:
+      return "shared/prefix/" + std::to_string(i % 40);
+    case 1:
+      return "shared/prefix/longer/" + std::to_string(i % 25);
+    case 2:
+      return std::string(ds::U64Key(i).view()).substr(0, 1 + i % 7);
+    default:
+      return std::string(ds::U64Key(i * 2654435761u % 100003).view());
+  }
+}
+
+std::string ValueOf(uint64_t r) { return absl::StrCat("v", r % 100000, std::string(r % 5, '.')); }
+
+struct Runtime {
+  std::unique_ptr<Pool> pool;
+  std::unique_ptr<epoch::Manager> epochs;
+  std::unique_ptr<alloc::Heap> heap;
+  std::unique_ptr<DurableMasstree> tree;  // destroyed first
+};
+
+absl::StatusOr<Runtime> OpenRuntime(void* base, const PoolOptions& po) {
+  Runtime r;
+  auto pool = Pool::OpenInMemory(base, kPoolSize, kLayout, po, "crash-image");
+  if (!pool.ok()) return pool.status();
+  r.pool = std::move(*pool);
+  epoch::ManagerOptions eo;
+  eo.interval = std::chrono::milliseconds(0);
+  auto m = epoch::Manager::Open(*r.pool, eo);
+  if (!m.ok()) return m.status();
+  r.epochs = std::move(*m);
+  auto h = alloc::Heap::Open(*r.pool, *r.epochs);
+  if (!h.ok()) return h.status();
+  r.heap = std::move(*h);
+  auto root = r.pool->root<Root>();
+  if (!root.ok()) return root.status();
+  auto t = DurableMasstree::Open(*r.pool, *r.epochs, *r.heap, (*root)->tree);
+  if (!t.ok()) return t.status();
+  r.tree = std::move(*t);
+  return r;
+}
+
+Contents Scan(const DurableMasstree& t) {
+  Contents c;
+  t.scan("", SIZE_MAX, [&](std::string_view k, std::string_view v) {
+    c.emplace(std::string(k), std::string(v));
+    return true;
+  });
+  return c;
+}
+
+// One operation, checked against the model (which it updates).
+absl::Status Operate(DurableMasstree& t, Model& model, uint64_t& rng) {
+  const uint64_t r = Next(rng);
+  const std::string key = KeyOf(r >> 8);
+  const int op = static_cast<int>(r % 10);
+  if (op < 5) {
+    const std::string value = ValueOf(r >> 20);
+    const PutResult want = model.live.count(key) ? PutResult::kUpdated : PutResult::kInserted;
+    const PutResult got = t.put(key, value);
+    model.live[key] = value;
+    if (got != want) return absl::InternalError(absl::StrCat("put ", Printable(key), " wrong"));
+  } else if (op < 8) {
+    const bool want = model.live.erase(key) > 0;
+    if (t.remove(key) != want) {
+      return absl::InternalError(absl::StrCat("remove ", Printable(key), " wrong"));
+    }
+  } else {
+    auto it = model.live.find(key);
+    const std::optional<std::string> want =
+        it == model.live.end() ? std::nullopt : std::optional(it->second);
+    if (t.get(key) != want) return absl::InternalError(absl::StrCat("get ", Printable(key)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AdvanceTracked(epoch::Manager& m, Model& model) {
+  model.advancing = true;
+  absl::Status st = m.Advance();
+  model.advancing = false;
+  model.at_start = model.live;
+  return st;
+}
+
+// Every block the tree reaches: nodes (all layers), values, the descriptor.
+void Reach(const DurablePolicy& p, NodeHeader* n, std::set<uint64_t>& out) {
+  p.Ready(n);
+  out.insert(ds_internal::EncodeLink(p, n));
+  if (!ds_internal::NodeVersion::IsLeaf(n->version.Load())) {
+    InteriorNode* in = ds_internal::AsInterior(n);
+    for (int i = 0; i <= in->size(); ++i) {
+      Reach(p, in->child[i].Load(p, std::memory_order_relaxed), out);
+    }
+    return;
+  }
+  LeafNode* leaf = ds_internal::AsLeaf(n);
+  const ds_internal::LeafPermuter perm = leaf->perm();
+  for (int i = 0; i < perm.size(); ++i) {
+    const uint64_t bits = leaf->lv[perm[i]].load(std::memory_order_relaxed);
+    if (leaf->keylenx[perm[i]].load(std::memory_order_relaxed) != ds_internal::kKeyLenLayer) {
+      out.insert(bits);
+      continue;
+    }
+    NodeHeader* sub = ds_internal::DecodeLink<NodeHeader>(p, bits);
+    p.Ready(sub);
+    while (!ds_internal::NodeVersion::IsRoot(sub->version.Load())) {
+      sub = ds_internal::HeaderOf(ds_internal::ParentOf(p, sub));
+      p.Ready(sub);
+    }
+    Reach(p, sub, out);
+  }
+}
+
+// The heap's live blocks are exactly what the tree reaches.
+absl::Status CheckHeap(Runtime& r) {
+  const DurablePolicy& p = r.tree->policy();
+  std::set<uint64_t> reached;
+  {
+    epoch::Guard g(*r.epochs);
+    reached.insert(r.tree->descriptor());
+    Reach(p, ds_internal::DecodeLink<NodeHeader>(p, p.descriptor()->root.load()), reached);
+  }
+  std::set<uint64_t> live;
+  if (auto st = r.heap->Walk([&](const alloc::BlockInfo& b) { live.insert(b.offset); }); !st.ok()) {
+    return st;
+  }
+  for (uint64_t off : live) {
+    if (!reached.count(off)) {
+      return absl::DataLossError(absl::StrCat("leak: heap block at ", off, " is unreachable"));
+    }
+  }
+  for (uint64_t off : reached) {
+    if (!live.count(off)) {
+      return absl::DataLossError(absl::StrCat("the tree reaches offset ", off,
+                                              ", which is not a live heap block"));
+    }
+  }
+  return r.heap->Check();
+}
+
+// Recovery checks: contents == model, invariants, heap == reachable, lookups agree.
+absl::Status CheckRecovered(Runtime& r, const Model& model, Contents* recovered = nullptr) {
+  const Contents got = Scan(*r.tree);
+  if (auto st = model.Check(got); !st.ok()) return st;
+  if (auto st = r.tree->CheckInvariants(); !st.ok()) return st;
+  if (auto st = CheckHeap(r); !st.ok()) return st;
+  int n = 0;
+  for (const auto& [k, v] : got) {
+    if (n++ % 7 != 0) continue;
+    if (r.tree->get(k) != v) return absl::DataLossError(absl::StrCat("get ", Printable(k)));
+  }
+  if (recovered != nullptr) *recovered = got;
+  return absl::OkStatus();
+}
+
+struct NestedTally {
+  uint64_t runs = 0, lazy = 0, leaves = 0, values = 0, perms = 0;
+};
+NestedTally g_nested;
+
+// Keys whose value the epoch that failed had changed (added, removed or replaced).
+std::vector<std::string> ChangedKeys(const Model& m) {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : m.live) {
+    auto it = m.at_start.find(k);
+    if (it == m.at_start.end() || it->second != v) out.push_back(k);
+  }
+  for (const auto& [k, v] : m.at_start) {
+    if (!m.live.count(k)) out.push_back(k);
+  }
+  return out;
+}
+
+absl::Status CheckNested(CrashImage& img, const Model& outer) {
+  Model after;
+  bool recovered = false;
+  absl::Status first = absl::OkStatus();
+  Sim::Options o;
+  o.random_images = 1;
+  o.exhaustive_max_lines = 4;
+  o.max_single_line_images = 4;
+  // Repair nodes lazily in a later epoch than the execution's first (docs/masstree.md): when
+  // the image's state is known without reading it (no advance in flight), advance before the
+  // first access, and check the contents only at the end.
+  const bool lazy_first = !outer.advancing && img.id().image % 2 == 1;
+  o.crash_points = Sim::CrashPoints::kRandom;
+  o.probability = lazy_first ? 0.3 : 0.15;
+  auto handler = [&](CrashImage& inner) -> absl::Status {
+    PoolOptions po;
+    po.backend = BackendKind::kEadr;
+    auto r = OpenRuntime(inner.base(), po);
+    if (!r.ok()) return r.status();
+    return CheckRecovered(*r, recovered ? after : outer);
+  };
+  auto st = img.RunNested(
+      o,
+      [&](Sim& nested) {
+        PoolOptions po;
+        po.backend = BackendKind::kSim;
+        po.sim = &nested;
+        auto r = OpenRuntime(img.base(), po);
+        if (!r.ok()) {
+          first = r.status();
+          return;
+        }
+        if (lazy_first) {
+          after.live = after.at_start = outer.at_start;
+          recovered = true;
+          first = AdvanceTracked(*r->epochs, after);
+          // The keys the failed epoch changed sit in the leaves whose repair rolls something
+          // back: read each (repairing its leaf in this later epoch, with its fences), then
+          // update it in the same epoch (value logs tagged with an epoch the pre-repair node
+          // epoch on media must not hide).
+          uint64_t n = 0;
+          for (const std::string& k : ChangedKeys(outer)) {
+            if (!first.ok() || ++n > 12) break;
+            auto it = after.live.find(k);
+            if (r->tree->get(k) != (it == after.live.end() ? std::nullopt
+                                                           : std::optional(it->second))) {
+              first = absl::DataLossError(absl::StrCat("nested run: get ", Printable(k)));
+            } else if (n % 2 == 1) {
+              r->tree->put(k, absl::StrCat("nested", n));
+              after.live[k] = absl::StrCat("nested", n);
+            }
+          }
+        } else {
+          Contents got = Scan(*r->tree);
+          first = outer.Check(got);
+          after.live = after.at_start = got;
+          recovered = true;
+        }
+        if (!first.ok()) return;
+        uint64_t rng = img.id().fence * 977 + img.id().image + 3;
+        for (int round = 0; round < 3 && first.ok(); ++round) {
+          for (int i = 0; i < 8 && first.ok(); ++i) first = Operate(*r->tree, after, rng);
+          if (first.ok()) first = AdvanceTracked(*r->epochs, after);
+        }
+        if (first.ok()) first = Operate(*r->tree, after, rng);
+        if (first.ok() && Scan(*r->tree) != after.live) {
+          first = absl::DataLossError("nested run: contents differ from its model");
+        }
+        const auto d = r->tree->durable_stats();
+        g_nested.runs++;
+        g_nested.lazy += lazy_first;
+        g_nested.leaves += d.leaves_recovered;
+        g_nested.values += d.values_rolled_back;
+        g_nested.perms += d.perms_rolled_back;
+        after.advancing = true;  // the runtime's destructors advance
+      },
+      handler);
+  if (!first.ok()) return first;
+  return st;
+}
+
+struct Config {
+  Sim::Options options;
+  uint64_t target_images = 30000;
+  int threads = 1;
+  int nested_every = 60;
+  int preload = 300;
+  int advance_every = 12;  // one scheduling pick in this many is an advance
+  Config() {
+    // A fifth of the fences are crash points: each has ~100 images (every recorded version of
+    // every dirty line, twice), so this buys many more operations per image.
+    options.crash_points = Sim::CrashPoints::kRandom;
+    options.probability = 0.2;
+    options.max_single_line_images = 8;
+    options.random_images = 6;
+  }
+};
+
+struct Outcome {
+  Sim::Stats stats;
+  std::vector<Sim::Failure> failures;
+  std::map<uint32_t, std::string> sites;
+  std::string live_error;  // a wrong answer in the running workload
+  ds_internal::DurableStats durable;
+  uint64_t ops = 0, advances = 0, top_images = 0;
+  double seconds = 0;
+};
+
+Outcome RunCrash(const Config& cfg) {
+  Outcome out;
+  Sim::Options so = cfg.options;
+  so.max_images = cfg.target_images;
+  auto sim_or = Sim::Create(kPoolSize, so);
+  EXPECT_OK(sim_or);
+  if (!sim_or.ok()) return out;
+  Sim& sim = **sim_or;
+  const auto mode = sim.options().crash_points;
+  sim.SetCrashPoints(Sim::CrashPoints::kNone);
+  PoolOptions po;
+  po.backend = BackendKind::kSim;
+  po.sim = &sim;
+  Model model;
+  {
+    // Setup (no crash points): the pool, the tree, a preload, all durable.
+    auto pool = Pool::CreateInMemory(sim.working(), kPoolSize, kLayout, po, "sim-pool");
+    EXPECT_OK(pool);
+    if (!pool.ok()) return out;
+    auto m = epoch::Manager::Open(**pool, {.interval = std::chrono::milliseconds(0)});
+    EXPECT_OK(m);
+    auto h = alloc::Heap::Open(**pool, **m);
+    EXPECT_OK(h);
+    auto t = DurableMasstree::Create(**pool, **m, **h);
+    EXPECT_OK(t);
+    {
+      epoch::Guard g(**m);
+      Root* root = *(*pool)->root<Root>();
+      root->tree = (*t)->descriptor();
+      (*m)->RecordDirty(root, sizeof(Root));
+    }
+    uint64_t rng = sim.options().seed * 31 + 7;
+    for (int i = 0; i < cfg.preload; ++i) {
+      const uint64_t r = Next(rng);
+      const std::string key = KeyOf(r >> 8);
+      (*t)->put(key, ValueOf(r >> 20));
+      model.live[key] = ValueOf(r >> 20);
+    }
+    model.at_start = model.live;
+    (*t).reset();
+    (*h).reset();
+    (*m).reset();  // advances twice: everything durable
+  }
+  auto rt = OpenRuntime(sim.working(), po);
+  EXPECT_OK(rt);
+  if (!rt.ok()) return out;
+  sim.SetHandler([&](CrashImage& img) -> absl::Status {
+    ++out.top_images;
+    // One image in nested_every, spread over the kinds of image a crash point makes.
+    if (cfg.nested_every > 0 &&
+        (img.id().image + img.id().fence * 7) % static_cast<uint64_t>(cfg.nested_every) == 1) {
+      return CheckNested(img, model);
+    }
+    PoolOptions eadr;
+    eadr.backend = BackendKind::kEadr;
+    auto r = OpenRuntime(img.base(), eadr);
+    if (!r.ok()) return r.status();
+    return CheckRecovered(*r, model);
+  });
+  sim.SetCrashPoints(mode);
+  const auto start = std::chrono::steady_clock::now();
+  {
+    std::vector<uint64_t> rngs(cfg.threads);
+    for (int t = 0; t < cfg.threads; ++t) rngs[t] = sim.options().seed * 7919 + t + 1;
+    testing::Lockstep workers(cfg.threads, [&](int t) {
+      if (!out.live_error.empty()) return;
+      if (absl::Status st = Operate(*rt->tree, model, rngs[t]); !st.ok()) {
+        out.live_error = st.ToString();
+      }
+      ++out.ops;
+    });
+    uint64_t sched = sim.options().seed + 5;
+    while (!sim.failed() && out.live_error.empty() && sim.stats().images < cfg.target_images) {
+      const uint64_t pick = Next(sched) % static_cast<uint64_t>(cfg.advance_every);
+      if (pick == 0) {
+        if (absl::Status st = AdvanceTracked(*rt->epochs, model); !st.ok()) {
+          out.live_error = st.ToString();
+        }
+        ++out.advances;
+      } else {
+        workers.Step(static_cast<int>(pick % cfg.threads));
+      }
+    }
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  sim.SetCrashPoints(Sim::CrashPoints::kNone);
+  out.durable = rt->tree->durable_stats();
+  out.stats = sim.stats();
+  out.failures = sim.failures();
+  out.sites = sim.sites_seen();
+  return out;
+}
+
+uint64_t EnvOr(const char* name, uint64_t fallback) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? fallback : std::strtoull(v, nullptr, 10);
+}
+
+void Report(const char* what, const Outcome& r) {
+  std::printf(
+      "%s: %lu ops, %lu advances, %lu crash points (max %lu dirty lines), %lu images (%lu "
+      "top-level) in %.2f s; "
+      "leaf copies %lu, interior copies %lu, parent-link copies %lu; %lu hints %lu flushes\n",
+      what, r.ops, r.advances, r.stats.crash_points, r.stats.max_dirty_lines, r.stats.images,
+      r.top_images, r.seconds,
+      r.durable.leaf_log_copies, r.durable.interior_log_copies, r.durable.parent_log_copies,
+      r.stats.store_hints, r.stats.flushes);
+  std::printf("  nested runs %lu (%lu lazy-first): %lu leaves repaired, %lu values and %lu "
+              "permutations rolled back\n",
+              g_nested.runs, g_nested.lazy, g_nested.leaves, g_nested.values, g_nested.perms);
+  g_nested = {};
+}
+
+TEST(DurableMasstreeCrashTest, OneThread) {
+  Config cfg;
+  cfg.options.seed = EnvOr("PMRT_SIM_SEED", 1);
+  cfg.nested_every = static_cast<int>(EnvOr("PMRT_NESTED_EVERY", 60));
+  cfg.advance_every = static_cast<int>(EnvOr("PMRT_ADVANCE_EVERY", 12));
+  cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 60000) / 2;
+  Outcome r = RunCrash(cfg);
+  EXPECT_EQ(r.live_error, "");
+  ASSERT_TRUE(r.failures.empty()) << r.failures[0].ToString();
+  EXPECT_GE(r.stats.images, cfg.target_images);
+  Report("durable masstree, 1 thread", r);
+}
+
+TEST(DurableMasstreeCrashTest, TwoThreads) {
+  Config cfg;
+  cfg.threads = 2;
+  cfg.options.seed = EnvOr("PMRT_SIM_SEED", 3);
+  cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 60000) / 2;
+  Outcome r = RunCrash(cfg);
+  EXPECT_EQ(r.live_error, "");
+  ASSERT_TRUE(r.failures.empty()) << r.failures[0].ToString();
+  EXPECT_GE(r.stats.images, cfg.target_images);
+  Report("durable masstree, 2 threads", r);
+}
+
+// Each persistence site of the durable tree disabled, and each in-line store order swapped, in
+// turn: the suite must catch every one.
+TEST(DurableMasstreeCrashTest, MutationGateKillsEverySite) {
+  std::map<uint32_t, std::string> sites;
+  for (const Site& s :
+       {ds_internal::kLeafStoreOrder, ds_internal::kPermStoreOrder, ds_internal::kValueStoreOrder,
+        ds_internal::kLeafRecoverOrder, ds_internal::kValueRecoverOrder,
+        ds_internal::kRecoverValueFlush, ds_internal::kRecoverValueFence,
+        ds_internal::kRecoverNodeFlush, ds_internal::kRecoverNodeFence}) {
+    sites[s.id] = s.name;
+  }
+  Config base;
+  base.target_images = 3000;
+  Outcome baseline = RunCrash(base);
+  ASSERT_TRUE(baseline.failures.empty()) << baseline.failures[0].ToString();
+  for (const auto& [id, name] : baseline.sites) {
+    if (name.rfind("ds.", 0) == 0) sites[id] = name;  // any site added later
+  }
+  int killed = 0;
+  std::vector<std::string> survivors;
+  for (const auto& [id, name] : sites) {
+    mutation::Disable(id);
+    Config cfg;
+    cfg.target_images = EnvOr("PMRT_GATE_IMAGES", 40000);
+    cfg.nested_every = 4;
+    cfg.options.seed = 17;
+    Outcome r = RunCrash(cfg);
+    mutation::EnableAll();
+    if (r.failures.empty() && r.live_error.empty()) {
+      survivors.push_back(name);
+    } else {
+      ++killed;
+      std::printf("mutant %-34s killed after %6lu images\n", name.c_str(), r.stats.images);
+    }
+  }
+  std::printf("durable masstree mutation gate: %d/%zu killed\n", killed, sites.size());
+  EXPECT_TRUE(survivors.empty()) << ::testing::PrintToString(survivors);
+}
+
+}  // namespace
+}  // namespace pmrt::ds
