@@ -249,8 +249,13 @@ Guard::Guard(Manager& m) : m_(m), slot_(&m.LocalSlot()) {
       slot_->epoch.store(0, std::memory_order_seq_cst);  // never block the advancer
     }
     // An advance is in progress: no work may start in the next epoch before this one is
-    // durably complete (see Manager::Advance).
-    if (spins > 64) std::this_thread::yield();
+    // durably complete (see Manager::Advance). Meanwhile, write back our own lines of the
+    // closing epoch (they are in this core's cache, and our list is complete: we hold no
+    // guard), then sleep until the epoch opens.
+    if ((g & Manager::kClosing) != 0) {
+      m.HelpFlush(*slot_, (g & ~Manager::kClosing) - 1);
+      if (spins > 16) m.global_.wait(g, std::memory_order_acquire);
+    }
   }
 }
 
@@ -335,8 +340,15 @@ absl::Status Manager::Advance() {
       }
     }
     // 3. Write back everything dirtied in e. No guard is open, so no list is being appended.
+    //    A thread that tried to enter a guard meanwhile may have claimed its own list and be
+    //    writing it back (HelpFlush); every other list is claimed and written back here.
     std::vector<Range> ranges;
+    std::vector<ThreadSlot*> helped;
     for (ThreadSlot* s : slots) {
+      if (!ClaimFlush(*s, e)) {
+        helped.push_back(s);
+        continue;
+      }
       auto& d = s->dirty[e & 1];
       ranges.insert(ranges.end(), d.begin(), d.end());
       d.clear();
@@ -344,6 +356,13 @@ absl::Status Manager::Advance() {
     for (auto& [id, source] : flush_sources_) source(e, ranges);
     const auto flush_start = std::chrono::steady_clock::now();
     FlushRanges(ranges);
+    // The helpers' lines are durable once each has fenced its own flushes (a fence orders
+    // only the calling thread's flushes); flush_done's release pairs with this acquire.
+    for (ThreadSlot* s : helped) {
+      for (int spins = 0; s->flush_done.load(std::memory_order_acquire) != e; ++spins) {
+        if (spins > 64) std::this_thread::yield();
+      }
+    }
     const auto flush_end = std::chrono::steady_clock::now();
     // 4. e is complete, durably. Before this fence a crash rolls back e; after it, e is kept.
     PersistCompleted(e);
@@ -357,6 +376,7 @@ absl::Status Manager::Advance() {
       r.clear();
     }
     global_.store(e + 1, std::memory_order_seq_cst);
+    global_.notify_all();  // guards sleeping in Guard() (pairs with their wait)
     // 6. Run the reclaimers, still under advance_mu_: when an Advance returns, no reclaimer of
     //    an earlier advance is still running (an owner may then safely go away).
     for (auto& [obj, deleter] : reclaim) deleter(obj);
@@ -374,6 +394,20 @@ absl::Status Manager::Advance() {
     stats_.reclaimed += reclaim.size();
   }
   return absl::OkStatus();
+}
+
+bool Manager::ClaimFlush(ThreadSlot& s, uint64_t e) {
+  uint64_t claimed = s.flush_claim.load(std::memory_order_relaxed);
+  return claimed < e && s.flush_claim.compare_exchange_strong(claimed, e);
+}
+
+void Manager::HelpFlush(ThreadSlot& s, uint64_t e) {
+  // REQUIRES: the caller owns `s` and holds no guard; e is closing, so s.dirty[e & 1] is final.
+  if (!ClaimFlush(s, e)) return;
+  auto& d = s.dirty[e & 1];
+  if (!d.empty()) persister().FlushBatch(kBoundaryBatch, d);  // flushes, then this thread's fence
+  d.clear();
+  s.flush_done.store(e, std::memory_order_release);  // pairs with Advance step 3's acquire
 }
 
 absl::Status Manager::Sync() {

@@ -15,7 +15,9 @@
 // The advance from e to e+1 (background thread every `interval`, or Advance()):
 //   1. close e: global := (e+1 | closing); a new guard waits until step 5.
 //   2. wait until no thread is still inside a guard of e (a guard's epoch never changes).
-//   3. flush every range registered dirty in e (per-thread lists), then one fence.
+//   3. flush every range registered dirty in e (per-thread lists), then one fence. A thread
+//      that tries to enter a guard while e is closed writes back its own list meanwhile
+//      (its lines are in its own cache) and fences it; the advancer waits for that.
 //   4. completed := e, flushed and fenced: from here a crash recovers to the start of e+1.
 //   5. open e+1 (global := e+1); blocks of e's external log are reused; objects retired in e
 //      are deleted (no guard can still hold them).
@@ -84,6 +86,11 @@ struct alignas(64) ThreadSlot {
   // advancer of e -> e+1 frees retired[e % 3] while no guard is open.
   std::vector<std::pair<void*, std::function<void(void*)>>> retired[3];
   ExternalLogCursor log_cursor;  // this thread's append position in the external log
+  // Who writes back dirty[e & 1] at the boundary of e: the advancer, or the owner itself when
+  // it waits at the closed epoch (Manager::HelpFlush). The last epoch whose list was claimed,
+  // and the last one whose write-back (flushes + the claimer's fence) is done.
+  std::atomic<uint64_t> flush_claim{0};
+  std::atomic<uint64_t> flush_done{0};
 };
 
 class Manager : public EpochView {
@@ -141,6 +148,8 @@ class Manager : public EpochView {
  private:
   friend class Guard;
   absl::Status InitArea();
+  bool ClaimFlush(ThreadSlot& s, uint64_t e);
+  void HelpFlush(ThreadSlot& s, uint64_t e);
   absl::Status LoadArea();
   absl::Status RecordFailed(uint64_t lo, uint64_t hi);
   void PersistCompleted(uint64_t e);
