@@ -259,11 +259,13 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
     pool.persister().Flush(txn_detail::kHeadMoveFlush, &store.dir()->heads[t.slot], 8);
   }
   if (!trims.empty()) pool.persister().Fence(txn_detail::kHeadMoveFence);
-  // 5. Free the folded blocks and the old compacted log (unreachable from durable state).
+  // 5. Free the folded blocks and the old compacted log (unreachable from durable state). The
+  //    folded thread blocks go last: the free pool hands out its most recent blocks first, so
+  //    they are reused soonest (what the crash test's gate needs to see step 4's fence).
   {
     Chain& k = store.chain(kCompactSlot);
     std::lock_guard<std::mutex> l(k.mu);
-    freed.insert(freed.end(), k.blocks.begin(), k.blocks.end());
+    freed.insert(freed.begin(), k.blocks.begin(), k.blocks.end());
   }
   const uint64_t k_blocks = k_new->blocks.size();
   store.Seal(*k_new);

@@ -126,6 +126,13 @@ absl::Status Engine::Reclaim(bool advance) {
   return impl_->Reclaim(advance);
 }
 
+std::vector<uint64_t> Engine::OwnedBlocks() const { return impl_->store.OwnedOffsets(); }
+
+void Engine::SealLogsForTesting() {
+  // REQUIRES: no transaction is writing a record (the workers are parked between steps).
+  for (uint32_t s = 0; s < txn_internal::kMaxSlots; ++s) impl_->store.Seal(impl_->store.chain(s));
+}
+
 Stats Engine::stats() const {
   Impl& i = *impl_;
   Stats s;
@@ -266,6 +273,7 @@ absl::Status Engine::Impl::Begin(ThreadTx& t) {
   t.guard.emplace(epochs);
   t.epoch = t.guard->epoch();
   t.open_since_ns.store(NowNs(), std::memory_order_relaxed);
+  t.outer_scope = alloc::tls_tx_scope;  // another engine's transaction on this thread, if any
   alloc::tls_tx_scope = &t;
   return absl::OkStatus();
 }
@@ -517,7 +525,8 @@ void Engine::Impl::End(ThreadTx& t) {
   t.declared.Clear();
   t.depth = 0;
   t.open_since_ns.store(0, std::memory_order_relaxed);
-  alloc::tls_tx_scope = nullptr;
+  alloc::tls_tx_scope = t.outer_scope;
+  t.outer_scope = nullptr;
   t.guard.reset();
 }
 

@@ -148,6 +148,11 @@ class Engine {
   absl::Status Reclaim(bool advance = true);
 
   Stats stats() const;
+  // Pool offsets of every heap block the engine owns: its directory and its log blocks (in
+  // logs or free). For heap accounting in tools and tests.
+  std::vector<uint64_t> OwnedBlocks() const;
+  // Tests: every log's next record starts a new block (the most recently freed one).
+  void SealLogsForTesting();
   Pool& pool() const { return pool_; }
   epoch::Manager& epochs() const { return epochs_; }
   alloc::Heap& heap() const { return heap_; }

@@ -90,6 +90,7 @@ struct ThreadTx final : alloc::TxScope {
   bool aborted = false;            // aborted at an inner level; memory already restored
   absl::Status doom;               // the first error of the transaction
   std::optional<epoch::Guard> guard;
+  alloc::TxScope* outer_scope = nullptr;  // restored at the end (a transaction of another pool)
   uint64_t epoch = 0;
   std::thread::id owner;
   std::vector<WriteRec> writes;

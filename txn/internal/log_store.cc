@@ -147,6 +147,13 @@ uint32_t LogStore::IndexOf(uint64_t off) const {
   return it == by_offset_.end() ? kNoBlock : it->second;
 }
 
+std::vector<uint64_t> LogStore::OwnedOffsets() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<uint64_t> out{pool_.offset_of(dir_)};
+  for (const auto& [off, b] : by_offset_) out.push_back(off);
+  return out;
+}
+
 uint64_t LogStore::blocks_owned() const {
   std::lock_guard<std::mutex> l(mu_);
   return by_offset_.size();

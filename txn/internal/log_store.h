@@ -135,6 +135,7 @@ class LogStore {
   size_t max_record_bytes() const { return block_size_ - kBlockPayload; }
   uint64_t blocks_in_use() const { return in_use_.load(std::memory_order_relaxed); }
   uint64_t blocks_owned() const;
+  std::vector<uint64_t> OwnedOffsets() const;  // the directory and every table block
   void set_limit_blocks(uint64_t n) { limit_blocks_ = n; }
 
   Pool& pool() const { return pool_; }

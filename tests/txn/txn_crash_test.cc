@@ -1,0 +1,460 @@
+// Transactions under the crash simulator. One or two workers (real threads in lock step) run
+// transactions over a small persistent root: 48 words and 6 object slots. A transaction spans
+// several steps — it writes words, allocates an object into an empty slot (pnew inside the
+// transaction), changes an object in place (add), or frees one (pdelete) — and ends with commit
+// or abort; between its steps the other worker's transactions, reclamation cycles (while
+// transactions are open) and epoch advances (while none is) interleave. Small log blocks
+// (4 KiB), and words going cold at every cycle, exercise block chaining, reuse, snapshots and
+// the compacted log.
+//
+// Oracle, at every crash image, after recovery: the words and objects equal the state after the
+// last transaction whose commit returned, or that plus the transaction whose commit was running
+// (only then); never anything else. The heap holds exactly the live objects of that state plus
+// the engine's own blocks (no leak, nothing lost). Every twentieth image also crashes during
+// recovery and during a continuation (transactions, a reclamation, an advance) after it.
+// The mutation gate disables each persistence site of txn/ in turn; each must make this fail.
+#include <array>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "alloc/allocator.h"
+#include "epoch/epoch.h"
+#include "epoch/pool.h"
+#include "epoch/sim.h"
+#include "gtest/gtest.h"
+#include "tests/txn/txn_runtime.h"
+#include "tests/util/lockstep.h"
+#include "tests/util/test_util.h"
+#include "txn/txn.h"
+
+namespace pmrt::txn {
+namespace {
+
+constexpr size_t kPoolSize = 8 << 20;
+constexpr int kW = 48;
+constexpr int kO = 6;
+
+struct Obj {
+  uint64_t v[4];
+};
+struct Root {
+  uint64_t words[kW];
+  uint64_t objs[kO];  // pool offsets of objects allocated in transactions; 0 = empty
+};
+
+struct State {
+  std::array<uint64_t, kW> words{};
+  std::array<uint64_t, kO> off{};
+  std::array<std::array<uint64_t, 4>, kO> obj{};
+  bool operator==(const State&) const = default;
+};
+
+// One worker's open transaction: its effects if it commits.
+struct Pending {
+  bool open = false;
+  std::map<int, uint64_t> words;
+  std::map<int, std::pair<uint64_t, std::array<uint64_t, 4>>> objs;  // slot -> (off, contents)
+};
+
+struct Model {
+  State committed;
+  Pending pending[2];
+  int committing = -1;  // the worker inside commit(): its effects may or may not be there
+
+  State With(const Pending& p) const {
+    State s = committed;
+    for (const auto& [i, v] : p.words) s.words[i] = v;
+    for (const auto& [k, o] : p.objs) {
+      s.off[k] = o.first;
+      s.obj[k] = o.first == 0 ? std::array<uint64_t, 4>{} : o.second;
+    }
+    return s;
+  }
+  // The slot as the worker's transaction sees it.
+  std::pair<uint64_t, std::array<uint64_t, 4>> Slot(int w, int k) const {
+    auto it = pending[w].objs.find(k);
+    if (it != pending[w].objs.end()) return it->second;
+    return {committed.off[k], committed.obj[k]};
+  }
+  bool LockedByOther(int w, int word) const {
+    for (int o = 0; o < 2; ++o)
+      if (o != w && pending[o].open && pending[o].words.count(word)) return true;
+    return false;
+  }
+  bool SlotLockedByOther(int w, int k) const {
+    for (int o = 0; o < 2; ++o)
+      if (o != w && pending[o].open && pending[o].objs.count(k)) return true;
+    return false;
+  }
+  absl::Status Check(const State& got) const {
+    if (got == committed) return absl::OkStatus();
+    if (committing >= 0 && got == With(pending[committing])) return absl::OkStatus();
+    const State& want = committed;
+    for (int i = 0; i < kW; ++i) {
+      if (got.words[i] != want.words[i]) {
+        return absl::DataLossError(absl::StrCat("word ", i, " = ", got.words[i], ", expected ",
+                                                want.words[i], committing >= 0 ? " (or the committing transaction's state)" : ""));
+      }
+    }
+    for (int k = 0; k < kO; ++k) {
+      if (got.off[k] != want.off[k] || got.obj[k] != want.obj[k]) {
+        return absl::DataLossError(absl::StrCat("object slot ", k, " = offset ", got.off[k],
+                                                " [", got.obj[k][0], "], expected ", want.off[k],
+                                                " [", want.obj[k][0], "]"));
+      }
+    }
+    return absl::DataLossError("state differs");
+  }
+};
+
+uint64_t Next(uint64_t& s) {
+  s ^= s << 13;
+  s ^= s >> 7;
+  s ^= s << 17;
+  return s;
+}
+
+Options TestOptions() {
+  Options o;
+  o.background = false;
+  o.block_size = 4096;
+  o.log_budget = 64 << 10;
+  o.log_limit = 2 << 20;  // the schedule may go long without an advance
+  o.cold_after_epochs = 0;
+  return o;
+}
+
+Root* RootOf(Pool& pool) { return *pool.root<Root>(); }
+
+State Read(Pool& pool) {
+  State s;
+  Root* r = RootOf(pool);
+  for (int i = 0; i < kW; ++i) s.words[i] = r->words[i];
+  for (int k = 0; k < kO; ++k) {
+    s.off[k] = r->objs[k];
+    if (s.off[k] != 0 && pool.contains(pool.at(s.off[k]), sizeof(Obj))) {
+      const Obj* o = static_cast<const Obj*>(pool.at(s.off[k]));
+      for (int j = 0; j < 4; ++j) s.obj[k][j] = o->v[j];
+    }
+  }
+  return s;
+}
+
+// The heap holds exactly the state's objects and the engine's blocks.
+absl::Status CheckHeap(testing::Runtime& r, const State& s) {
+  if (auto st = r.heap->Check(); !st.ok()) return st;
+  std::set<uint64_t> want;
+  for (uint64_t b : r.engine->OwnedBlocks()) want.insert(b);
+  for (int k = 0; k < kO; ++k)
+    if (s.off[k] != 0) want.insert(s.off[k]);
+  std::set<uint64_t> got;
+  (void)r.heap->Walk([&](const alloc::BlockInfo& b) { got.insert(b.offset); });
+  for (uint64_t b : got)
+    if (!want.count(b)) return absl::DataLossError(absl::StrCat("heap block at ", b, " leaked"));
+  for (uint64_t b : want)
+    if (!got.count(b)) return absl::DataLossError(absl::StrCat("block at ", b, " is not allocated"));
+  return absl::OkStatus();
+}
+
+// One step of worker w's transaction on `e` (the engine whose pool `pool` is).
+void Step(Engine& e, Pool& pool, Model& m, int w, uint64_t& rng) {
+  Pending& p = m.pending[w];
+  Root* root = RootOf(pool);
+  uint64_t r = Next(rng);
+  if (p.open && r % 4 == 0) {  // end it
+    if (r % 9 == 0) {
+      ASSERT_OK(e.Abort());
+    } else {
+      m.committing = w;
+      absl::Status st = e.Commit();
+      m.committing = -1;
+      if (st.ok()) {
+        m.committed = m.With(p);
+      } else {  // out of log space: the transaction aborted
+        ASSERT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+      }
+    }
+    p = Pending{};
+    return;
+  }
+  if (!p.open) {
+    ASSERT_OK(e.Begin());
+    p.open = true;
+  }
+  for (int n = 1 + static_cast<int>(Next(rng) % 3); n > 0; --n) {
+    r = Next(rng);
+    if (r % 4 != 0) {  // a word
+      const int i = static_cast<int>((r >> 8) % kW);
+      if (m.LockedByOther(w, i)) continue;
+      const uint64_t v = (r >> 16) | 1;
+      ASSERT_OK(e.Add(&root->words[i], 8));
+      root->words[i] = v;
+      p.words[i] = v;
+      continue;
+    }
+    const int k = static_cast<int>((r >> 8) % kO);
+    if (m.SlotLockedByOther(w, k)) continue;
+    auto [off, contents] = m.Slot(w, k);
+    if (off == 0) {  // allocate into the empty slot, inside the transaction
+      Obj* o = static_cast<Obj*>(alloc::tls_tx_scope->TxAllocate(sizeof(Obj), alignof(Obj)));
+      ASSERT_NE(o, nullptr);
+      for (int j = 0; j < 4; ++j) o->v[j] = contents[j] = (r >> 12) + j;
+      const uint64_t noff = pool.offset_of(o);
+      ASSERT_OK(e.Add(&root->objs[k], 8));
+      root->objs[k] = noff;
+      p.objs[k] = {noff, contents};
+    } else if ((r >> 20) % 3 == 0) {  // free it
+      ASSERT_OK(alloc::tls_tx_scope->TxFree(pool.at(off)));
+      ASSERT_OK(e.Add(&root->objs[k], 8));
+      root->objs[k] = 0;
+      p.objs[k] = {0, {}};
+    } else {  // change a field in place
+      Obj* o = static_cast<Obj*>(pool.at(off));
+      const int j = static_cast<int>((r >> 24) % 4);
+      ASSERT_OK(e.Add(&o->v[j], 8));
+      o->v[j] = contents[j] = (r >> 30) | 2;
+      p.objs[k] = {off, contents};
+    }
+  }
+}
+
+absl::StatusOr<testing::Runtime> OpenImage(void* base, const PoolOptions& po) {
+  auto pool = Pool::OpenInMemory(base, kPoolSize, "txn-crash", po, "crash-image");
+  if (!pool.ok()) return pool.status();
+  return testing::Attach(std::move(*pool), TestOptions());
+}
+
+absl::Status CheckRecovered(testing::Runtime& r, const Model& m) {
+  State got = Read(*r.pool);
+  if (auto st = m.Check(got); !st.ok()) return st;
+  return CheckHeap(r, got);
+}
+
+// Recovery under crashes, then a short continuation under crashes.
+absl::Status CheckNested(CrashImage& img, const Model& outer, uint64_t images_so_far) {
+  Model after;
+  bool recovered = false;
+  absl::Status first = absl::OkStatus();
+  Sim::Options o;
+  o.random_images = 1;
+  o.exhaustive_max_lines = 4;
+  o.max_single_line_images = 4;
+  o.crash_points = Sim::CrashPoints::kRandom;
+  o.probability = 0.3;
+  o.max_images = images_so_far + 30;  // a nested run is cheap next to the crash points it adds
+  auto handler = [&](CrashImage& inner) -> absl::Status {
+    PoolOptions po;
+    po.backend = BackendKind::kEadr;
+    auto r = OpenImage(inner.base(), po);
+    if (!r.ok()) return r.status();
+    return CheckRecovered(*r, recovered ? after : outer);
+  };
+  auto st = img.RunNested(
+      o,
+      [&](Sim& nested) {
+        PoolOptions po;
+        po.backend = BackendKind::kSim;
+        po.sim = &nested;
+        auto r = OpenImage(img.base(), po);
+        if (!r.ok()) {
+          first = r.status();
+          return;
+        }
+        State got = Read(*r->pool);
+        first = outer.Check(got);
+        if (first.ok()) first = CheckHeap(*r, got);
+        if (!first.ok()) return;
+        after.committed = got;
+        recovered = true;
+        uint64_t rng = img.id().fence * 977 + img.id().image + 3;
+        Engine& e = *r->engine;
+        for (int round = 0; round < 2; ++round) {
+          for (int i = 0; i < 5; ++i) {
+            // Engine-specific calls (the default engine is the outer one).
+            Step(e, *r->pool, after, 0, rng);
+            if (::testing::Test::HasFatalFailure()) return;
+          }
+          if (after.pending[0].open) {
+            after.committing = 0;
+            absl::Status cst = e.Commit();
+            after.committing = -1;
+            if (!cst.ok()) {
+              first = cst;
+              return;
+            }
+            after.committed = after.With(after.pending[0]);
+            after.pending[0] = Pending{};
+          }
+          if (auto rst = e.Reclaim(/*advance=*/true); !rst.ok()) {
+            first = rst;
+            return;
+          }
+        }
+      },
+      handler);
+  if (!first.ok()) return first;
+  return st;
+}
+
+struct Config {
+  Sim::Options options;
+  uint64_t target_images = 30000;
+  int threads = 1;
+  int nested_every = 50;
+  Config() {
+    options.max_single_line_images = 4;
+    options.random_images = 4;
+    options.exhaustive_max_lines = 5;  // more crash points rather than all subsets at a few
+  }
+};
+
+struct Outcome {
+  Sim::Stats stats;
+  std::vector<Sim::Failure> failures;
+  std::map<uint32_t, std::string> sites;
+  double seconds = 0;
+  uint64_t commits = 0, cycles = 0, snapshots = 0;
+};
+
+Outcome RunCrash(const Config& cfg) {
+  Outcome out;
+  Sim::Options so = cfg.options;
+  so.max_images = cfg.target_images;
+  auto sim_or = Sim::Create(kPoolSize, so);
+  EXPECT_OK(sim_or);
+  if (!sim_or.ok()) return out;
+  Sim& sim = **sim_or;
+  const auto mode = sim.options().crash_points;
+  sim.SetCrashPoints(Sim::CrashPoints::kNone);
+  PoolOptions po;
+  po.backend = BackendKind::kSim;
+  po.sim = &sim;
+  auto pool = Pool::CreateInMemory(sim.working(), kPoolSize, "txn-crash", po, "sim-pool");
+  EXPECT_OK(pool);
+  if (!pool.ok()) return out;
+  auto rt = testing::Attach(std::move(*pool), TestOptions());
+  EXPECT_OK(rt);
+  if (!rt.ok()) return out;
+  (void)RootOf(*rt->pool);
+  EXPECT_OK(rt->epochs->Sync());
+  Model model;
+  sim.SetHandler([&](CrashImage& img) -> absl::Status {
+    if (cfg.nested_every > 0 && img.id().image % cfg.nested_every == 5) {
+      return CheckNested(img, model, sim.stats().images);
+    }
+    PoolOptions eadr;
+    eadr.backend = BackendKind::kEadr;
+    auto r = OpenImage(img.base(), eadr);
+    if (!r.ok()) return r.status();
+    return CheckRecovered(*r, model);
+  });
+  sim.SetCrashPoints(mode);
+  const auto start = std::chrono::steady_clock::now();
+  Engine& engine = *rt->engine;
+  {
+    std::vector<uint64_t> rngs(cfg.threads);
+    for (int t = 0; t < cfg.threads; ++t) rngs[t] = sim.options().seed * 7919 + t + 1;
+    pmrt::testing::Lockstep workers(cfg.threads, [&](int t) {
+      Step(engine, *rt->pool, model, t, rngs[t]);
+    });
+    uint64_t sched = sim.options().seed + 5;
+    while (!sim.failed() && sim.stats().images < cfg.target_images &&
+           !::testing::Test::HasFailure()) {
+      const uint64_t pick = Next(sched) % 16;
+      const bool any_open = model.pending[0].open || model.pending[1].open;
+      if (pick == 0) {
+        if (!any_open) {
+          EXPECT_OK(rt->epochs->Advance());
+        }
+      } else if (pick == 1) {
+        EXPECT_OK(engine.Reclaim(/*advance=*/false));
+        // Sometimes the next records go to new blocks at once: the blocks just freed are
+        // reused before any other fence (the window a missing head fence opens).
+        if (Next(sched) % 2 == 0) engine.SealLogsForTesting();
+      } else {
+        workers.Step(static_cast<int>(pick % cfg.threads));
+      }
+    }
+    // Leave no transaction open (the workers' threads end with the Lockstep).
+    for (int t = 0; t < cfg.threads; ++t) {
+      while (model.pending[t].open) workers.Step(t);
+    }
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  sim.SetCrashPoints(Sim::CrashPoints::kNone);
+  const Stats s = engine.stats();
+  out.commits = s.commits;
+  out.cycles = s.cycles;
+  out.snapshots = s.snapshots;
+  out.stats = sim.stats();
+  out.failures = sim.failures();
+  out.sites = sim.sites_seen();
+  return out;
+}
+
+uint64_t EnvOr(const char* name, uint64_t fallback) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? fallback : std::strtoull(v, nullptr, 10);
+}
+
+void Report(const char* what, const Outcome& r) {
+  std::printf("%s: %lu crash points, %lu images (max dirty lines %lu) in %.2f s (%lu commits, %lu snapshots, %lu cycles)\n",
+              what, r.stats.crash_points, r.stats.images, r.stats.max_dirty_lines, r.seconds, r.commits, r.snapshots,
+              r.cycles);
+}
+
+TEST(TxnCrashTest, OneThread) {
+  Config cfg;
+  cfg.options.seed = EnvOr("PMRT_TXN_SEED", 1);
+  cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 100000) / 2;
+  Outcome r = RunCrash(cfg);
+  ASSERT_TRUE(r.failures.empty()) << r.failures[0].ToString();
+  EXPECT_GE(r.stats.images, cfg.target_images);
+  EXPECT_GT(r.cycles, 0u);
+  Report("txn, 1 thread", r);
+}
+
+TEST(TxnCrashTest, TwoThreads) {
+  Config cfg;
+  cfg.threads = 2;
+  cfg.options.seed = EnvOr("PMRT_TXN_SEED", 3);
+  cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 100000) / 2;
+  Outcome r = RunCrash(cfg);
+  ASSERT_TRUE(r.failures.empty()) << r.failures[0].ToString();
+  EXPECT_GE(r.stats.images, cfg.target_images);
+  Report("txn, 2 threads", r);
+}
+
+TEST(TxnCrashTest, MutationGateKillsEverySite) {
+  Config base;
+  base.threads = 2;
+  base.target_images = 3000;
+  Outcome baseline = RunCrash(base);
+  ASSERT_TRUE(baseline.failures.empty()) << baseline.failures[0].ToString();
+  std::map<uint32_t, std::string> sites;
+  for (const auto& [id, name] : baseline.sites)
+    if (name.rfind("txn.", 0) == 0) sites[id] = name;
+  EXPECT_GE(sites.size(), 12u);
+  int killed = 0;
+  std::vector<std::string> survivors;
+  for (const auto& [id, name] : sites) {
+    mutation::Disable(id);
+    Config cfg;
+    cfg.threads = 2;
+    cfg.target_images = EnvOr("PMRT_GATE_IMAGES", 40000);
+    Outcome r = RunCrash(cfg);
+    mutation::EnableAll();
+    if (r.failures.empty()) {
+      survivors.push_back(name);
+    } else {
+      ++killed;
+      std::printf("mutant %-28s killed after %6lu images\n", name.c_str(), r.stats.images);
+    }
+  }
+  std::printf("txn mutation gate: %d/%zu killed\n", killed, sites.size());
+  EXPECT_TRUE(survivors.empty()) << ::testing::PrintToString(survivors);
+}
+
+}  // namespace
+}  // namespace pmrt::txn
