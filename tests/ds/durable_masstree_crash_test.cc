@@ -36,6 +36,7 @@
 #include "epoch/sim.h"
 #include "gtest/gtest.h"
 #include "tests/util/lockstep.h"
+#include "tests/ds/durable_tree_oracle.h"
 #include "tests/util/test_util.h"
 
 namespace pmrt::ds {
@@ -48,7 +49,9 @@ using ds_internal::NodeHeader;
 
 constexpr size_t kPoolSize = 8 << 20;
 constexpr char kLayout[] = "masstree-crash";
-using Contents = std::map<std::string, std::string>;
+using oracle::Contents;
+using oracle::Printable;
+using oracle::Scan;
 
 struct Root {
   uint64_t tree;  // the tree's descriptor offset
@@ -61,18 +64,6 @@ uint64_t Next(uint64_t& s) {
   return s;
 }
 
-std::string Printable(std::string_view s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (c >= 0x20 && c < 0x7f) {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out += absl::StrCat("\\x", absl::Hex(c, absl::kZeroPad2));
-    }
-  }
-  return out;
-}
-
 struct Model {
   Contents live, at_start;
   bool advancing = false;
@@ -82,20 +73,7 @@ struct Model {
     return absl::DataLossError(
         absl::StrCat("recovered contents differ from the failed epoch's start: ", Diff(got)));
   }
-  std::string Diff(const Contents& got) const {
-    for (const auto& [k, v] : got) {
-      auto it = at_start.find(k);
-      if (it == at_start.end()) return absl::StrCat("key ", Printable(k), " should be absent");
-      if (it->second != v) {
-        return absl::StrCat("key ", Printable(k), " = ", Printable(v), ", expected ",
-                            Printable(it->second));
-      }
-    }
-    for (const auto& [k, v] : at_start) {
-      if (!got.count(k)) return absl::StrCat("key ", Printable(k), " is missing");
-    }
-    return "(sizes)";
-  }
+  std::string Diff(const Contents& got) const { return oracle::Diff(got, at_start); }
 };
 
 // The keys: 8-byte integers (most), short keys, and keys sharing 8- and 16-byte prefixes (new
@@ -144,15 +122,6 @@ absl::StatusOr<Runtime> OpenRuntime(void* base, const PoolOptions& po) {
   return r;
 }
 
-Contents Scan(const DurableMasstree& t) {
-  Contents c;
-  t.scan("", SIZE_MAX, [&](std::string_view k, std::string_view v) {
-    c.emplace(std::string(k), std::string(v));
-    return true;
-  });
-  return c;
-}
-
 // One operation, checked against the model (which it updates).
 absl::Status Operate(DurableMasstree& t, Model& model, uint64_t& rng) {
   const uint64_t r = Next(rng);
@@ -186,60 +155,9 @@ absl::Status AdvanceTracked(epoch::Manager& m, Model& model) {
   return st;
 }
 
-// Every block the tree reaches: nodes (all layers), values, the descriptor.
-void Reach(const DurablePolicy& p, NodeHeader* n, std::set<uint64_t>& out) {
-  p.Ready(n);
-  out.insert(ds_internal::EncodeLink(p, n));
-  if (!ds_internal::NodeVersion::IsLeaf(n->version.Load())) {
-    InteriorNode* in = ds_internal::AsInterior(n);
-    for (int i = 0; i <= in->size(); ++i) {
-      Reach(p, in->child[i].Load(p, std::memory_order_relaxed), out);
-    }
-    return;
-  }
-  LeafNode* leaf = ds_internal::AsLeaf(n);
-  const ds_internal::LeafPermuter perm = leaf->perm();
-  for (int i = 0; i < perm.size(); ++i) {
-    const uint64_t bits = leaf->lv[perm[i]].load(std::memory_order_relaxed);
-    if (leaf->keylenx[perm[i]].load(std::memory_order_relaxed) != ds_internal::kKeyLenLayer) {
-      out.insert(bits);
-      continue;
-    }
-    NodeHeader* sub = ds_internal::DecodeLink<NodeHeader>(p, bits);
-    p.Ready(sub);
-    while (!ds_internal::NodeVersion::IsRoot(sub->version.Load())) {
-      sub = ds_internal::HeaderOf(ds_internal::ParentOf(p, sub));
-      p.Ready(sub);
-    }
-    Reach(p, sub, out);
-  }
-}
-
 // The heap's live blocks are exactly what the tree reaches.
 absl::Status CheckHeap(Runtime& r) {
-  const DurablePolicy& p = r.tree->policy();
-  std::set<uint64_t> reached;
-  {
-    epoch::Guard g(*r.epochs);
-    reached.insert(r.tree->descriptor());
-    Reach(p, ds_internal::DecodeLink<NodeHeader>(p, p.descriptor()->root.load()), reached);
-  }
-  std::set<uint64_t> live;
-  if (auto st = r.heap->Walk([&](const alloc::BlockInfo& b) { live.insert(b.offset); }); !st.ok()) {
-    return st;
-  }
-  for (uint64_t off : live) {
-    if (!reached.count(off)) {
-      return absl::DataLossError(absl::StrCat("leak: heap block at ", off, " is unreachable"));
-    }
-  }
-  for (uint64_t off : reached) {
-    if (!live.count(off)) {
-      return absl::DataLossError(absl::StrCat("the tree reaches offset ", off,
-                                              ", which is not a live heap block"));
-    }
-  }
-  return r.heap->Check();
+  return oracle::CheckHeapMatchesTree(*r.tree, *r.epochs, *r.heap);
 }
 
 // Recovery checks: contents == model, invariants, heap == reachable, lookups agree.
