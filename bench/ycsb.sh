@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The Masstree comparison of docs/performance.md ("Masstree"): the durable tree against the same
+# tree with durability compiled out, YCSB A/B/C/E, uniform and Zipfian 0.99, 2 threads, on the
+# pmem backend (/dev/shm with PMEM_IS_PMEM_FORCE=1), then the recovery time after a worst-case
+# crash. Each repetition runs the transient and the durable process back to back (alternating
+# which goes first), each loading the tree once and running A, B, C, E on it in turn; the table
+# gives medians over the repetitions and the durable/transient ratio.
+#
+#   bench/ycsb.sh [BINARY]
+#     BINARY   default build-dm-rel/bench/pmrt-ycsb
+#   environment:
+#     KEYS=1000000 OPS=4000000 THREADS=2 REPEAT=5 BACKEND=pmem
+#     OUT=FILE     JSON lines (default ${TMPDIR:-/tmp}/ycsb-YYYYmmdd-HHMMSS.jsonl)
+#     RECOVERY=1   also the recovery runs (RECOVERY_KEYS, default "100000 1000000")
+#
+# Build first:
+#   cmake -S . -B build-dm-rel -G Ninja -DCMAKE_BUILD_TYPE=Release
+#   ninja -C build-dm-rel -j2 pmrt-ycsb
+#
+# Figures: wall = ops per wall second; cpu = ops per process-CPU-second times threads (what the
+# run does with one core per thread; the durable tree's advancer thread is in it). On a small
+# machine shared with other work, cpu is the steadier of the two.
+set -u -o pipefail
+
+BIN=${1:-build-dm-rel/bench/pmrt-ycsb}
+KEYS=${KEYS:-1000000}
+OPS=${OPS:-4000000}
+THREADS=${THREADS:-2}
+REPEAT=${REPEAT:-5}
+BACKEND=${BACKEND:-pmem}
+RECOVERY=${RECOVERY:-1}
+RECOVERY_KEYS=${RECOVERY_KEYS:-"100000 1000000"}
+OUT=${OUT:-${TMPDIR:-/tmp}/ycsb-$(date +%Y%m%d-%H%M%S).jsonl}
+export PMEM_IS_PMEM_FORCE=1
+
+if [[ ! -x "$BIN" ]]; then
+  echo "ycsb.sh: $BIN not found; build it first (see the top of this script)" >&2
+  exit 2
+fi
+: > "$OUT"
+echo "# machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1)," \
+  "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $BIN: keys=$KEYS ops=$OPS threads=$THREADS backend=$BACKEND repeat=$REPEAT; JSON in $OUT"
+
+for rep in $(seq 1 "$REPEAT"); do
+  for dist in uniform zipf; do
+    if (( rep % 2 )); then order="transient durable"; else order="durable transient"; fi
+    for variant in $order; do
+      "$BIN" --workload a,b,c,e --dist "$dist" --keys "$KEYS" --ops "$OPS" \
+        --threads "$THREADS" --variant "$variant" --backend "$BACKEND" --json "$OUT" ||
+        echo "ycsb.sh: run failed: $variant $dist" >&2
+    done
+  done
+done
+
+if [[ "$RECOVERY" == 1 ]]; then
+  for k in $RECOVERY_KEYS; do
+    "$BIN" --recovery --keys "$k" --threads "$THREADS" --backend "$BACKEND" --repeat 3 \
+      --json "$OUT" || echo "ycsb.sh: recovery run failed: $k keys" >&2
+  done
+fi
+
+python3 - "$OUT" <<'PY'
+import json, statistics, sys
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+tp = [r for r in runs if r.get("mode") != "recovery"]
+print()
+print("| workload | dist | transient Mops/s wall / cpu | durable Mops/s wall / cpu | ratio wall | ratio cpu | durable p50 / p99 ns | transient p50 / p99 ns | epochs: lines, boundary ms, log entries per epoch; fences/op |")
+print("|---|---|---|---|---|---|---|---|---|")
+for w in "abce":
+    for d in ("uniform", "zipf"):
+        sel = lambda v: [r for r in tp if r["workload"] == w and r["dist"] == d and r["variant"] == v]
+        t, u = sel("transient"), sel("durable")
+        if not t or not u:
+            continue
+        med = lambda rs, k: statistics.median(r[k] for r in rs)
+        tw, tc, dw, dc = (med(t, "ops_per_sec"), med(t, "ops_per_cpu_sec"),
+                          med(u, "ops_per_sec"), med(u, "ops_per_cpu_sec"))
+        print(f"| {w.upper()} | {d} | {tw/1e6:.3f} / {tc/1e6:.3f} | {dw/1e6:.3f} / {dc/1e6:.3f} | "
+              f"{dw/tw:.3f} | {dc/tc:.3f} | {med(u,'p50_ns'):.0f} / {med(u,'p99_ns'):.0f} | "
+              f"{med(t,'p50_ns'):.0f} / {med(t,'p99_ns'):.0f} | "
+              f"{med(u,'lines_flushed_per_epoch'):.0f}, {med(u,'boundary_ms_per_epoch'):.2f}, "
+              f"{med(u,'log_entries_per_epoch'):.0f}; {med(u,'fences_per_op'):.4f} |")
+rec = [r for r in runs if r.get("mode") == "recovery"]
+if rec:
+    print()
+    print("| keys | Pool::Open ms | Manager::Open ms (entries replayed) | Heap::Open ms | tree Open ms | first get ms | to first answer ms | full scan ms |")
+    print("|---|---|---|---|---|---|---|---|")
+    for k in sorted({r["keys"] for r in rec}):
+        rs = [r for r in rec if r["keys"] == k]
+        med = lambda key: statistics.median(r[key] for r in rs)
+        print(f"| {k} | {med('pool_open_ms'):.2f} | {med('manager_open_ms'):.2f} ({med('log_entries_replayed'):.0f}) | "
+              f"{med('heap_open_ms'):.2f} | {med('tree_open_ms'):.3f} | {med('first_get_ms'):.3f} | "
+              f"{med('to_first_get_ms'):.2f} (max {max(r['to_first_get_ms'] for r in rs):.2f}) | {med('full_scan_ms'):.0f} |")
+PY
