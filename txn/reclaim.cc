@@ -115,13 +115,26 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
   if (h_new <= horizon) return absl::OkStatus();
   const uint64_t now_epoch = epochs.current();
   const bool pressure = store.blocks_in_use() * store.block_size() > options.log_budget;
-  const uint64_t age = pressure ? 0 : options.cold_after_epochs;
+  const uint64_t age = pressure ? 0 : cold_age;
   const uint64_t cold_limit = h_new > age ? h_new - age : 0;
   const uint64_t new_seq = seq + 1;
   const uint32_t new_key = WordIndex::CompactKey(new_seq);
   const size_t bs = store.block_size();
+  uint64_t k_blocks_before;
+  {
+    Chain& k = store.chain(kCompactSlot);
+    std::lock_guard<std::mutex> l(k.mu);
+    k_blocks_before = k.blocks.size();
+  }
+  // A full cycle rewrites K (dropping superseded entries and cold words); an incremental one
+  // only appends the newly folded live entries to K as a new segment (records of seq new_seq):
+  // it never drops a word's newest entry, so older entries of the word left in earlier segments
+  // are always followed by a newer one (recovery applies K's records in chain order).
+  const bool full = force_full_ || pressure || incremental_cycles_ >= kMaxIncrementalCycles ||
+                    k_blocks_before * bs >= std::max<uint64_t>(2 * full_k_bytes_, options.log_budget / 8);
 
   auto k_new = std::make_unique<Chain>();
+  Chain& k_out = full ? *k_new : store.chain(kCompactSlot);
   std::vector<std::pair<uint64_t, uint32_t>> kept;  // (word, key it had) for the re-key
   std::vector<Trim> trims;
   uint64_t dropped = 0, cold = 0, k_bytes = 0;
@@ -130,13 +143,20 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
     // The guard: K' blocks the heap allocates in this epoch have their table entries fenced
     // (step 2) before the epoch can complete, as for a transaction.
     epoch::Guard g(epochs);
-    CompactWriter out(store, *k_new, new_seq, h_new);
+    if (!full) store.Seal(k_out);  // the new segment starts in a new block
+    CompactWriter out(store, k_out, new_seq, h_new);
     // A word's entry survives iff it is the word's newest record (index key) and the word is
     // not going cold. SpecPMT's multi-thread rule: every older record of the word is in this
     // cycle's set too (all records of epochs <= h_new, of every log), so the newest one is
     // never dropped while an older one could still be replayed after it.
     auto consider = [&](const RecordHeader* h, uint32_t key) -> absl::Status {
       absl::Status st = absl::OkStatus();
+      // The index slots of a record's words are scattered: fetch them all first.
+      ForEachEntry(h, [&](uint64_t head, const uint64_t*) {
+        if (EntryTypeOf(head) != EntryType::kData) return;
+        for (uint64_t i = 0, w = EntryWord(head); i < EntryWords(head); i += 8, w += 8)
+          __builtin_prefetch(&index->at(w), 1);
+      });
       ForEachEntry(h, [&](uint64_t head, const uint64_t* values) {
         if (!st.ok()) return;
         if (EntryTypeOf(head) != EntryType::kData) return;  // allocations, tombstones: done
@@ -151,7 +171,7 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
           // it has ended and the boundary made its value (committed or restored) durable. The
           // CAS fails if a transaction touches the word meanwhile (it moves the epoch first):
           // then the entry stays, as that transaction may still fail.
-          if (WordIndex::FullEpoch(v, now_epoch) <= cold_limit &&
+          if (full && WordIndex::FullEpoch(v, now_epoch) <= cold_limit &&
               slot.compare_exchange_strong(v, 0, std::memory_order_acq_rel)) {
             ++cold;
             continue;
@@ -163,21 +183,22 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
       });
       return st;
     };
-    // 1a. The current compacted log (entries indexed under its seq's key).
+    // 1a. Full cycle: the current compacted log, every segment (each record's entries are
+    //     indexed under its segment's key; records of a failed cycle, seq > the current one,
+    //     are not part of it).
     std::vector<uint32_t> old_k;
-    {
+    if (full) {
       Chain& k = store.chain(kCompactSlot);
       std::lock_guard<std::mutex> l(k.mu);
       old_k.assign(k.blocks.begin(), k.blocks.end());
     }
-    const uint32_t old_key = WordIndex::CompactKey(seq);
     for (uint32_t b : old_k) {
       const uint8_t* base = store.BlockAt(b);
       size_t pos = kBlockPayload;
       while (failed.ok()) {
         const RecordHeader* h = txn_internal::ValidRecord(base, bs, store.BlockGen(b), pos);
         if (h == nullptr) break;
-        failed = consider(h, old_key);
+        if (h->stamp <= seq) failed = consider(h, WordIndex::CompactKey(h->stamp));
         pos += size_t{h->words} * 8;
       }
     }
@@ -224,10 +245,16 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
     pool.persister().Fence(txn_detail::kCompactFence);
   }
   if (!failed.ok()) {
-    // Nothing durable refers to K'. Words made cold stay cold (their records are still in the
-    // logs, and a transaction snapshots a cold word again): safe either way.
-    std::vector<uint32_t> unused(k_new->blocks.begin(), k_new->blocks.end());
-    store.Release(unused);
+    // Nothing durable refers to K' (a full cycle's chain is unreachable; an incremental
+    // segment's records carry a seq above the durable descriptor's and are ignored). Words made
+    // cold stay cold (their records are still in the logs, and a transaction snapshots a cold
+    // word again): safe either way. The next cycle is a full one, which drops a partial segment.
+    if (full) {
+      std::vector<uint32_t> unused(k_new->blocks.begin(), k_new->blocks.end());
+      store.Release(unused);
+    } else {
+      force_full_ = true;
+    }
     return failed;
   }
   // 3. The descriptor, into the line not holding the current one. Its fence is the cycle's
@@ -237,7 +264,10 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
   Descriptor d{};
   d.seq = new_seq;
   d.horizon = h_new;
-  d.k_head = k_new->blocks.empty() ? 0 : store.BlockOffset(k_new->blocks.front());
+  {
+    std::lock_guard<std::mutex> l(k_out.mu);
+    d.k_head = k_out.blocks.empty() ? 0 : store.BlockOffset(k_out.blocks.front());
+  }
   d.max_stamp = next_stamp.load(std::memory_order_relaxed);
   d.crc = Crc32c(&d, offsetof(Descriptor, crc));
   const int line = 1 - desc_line;
@@ -259,17 +289,22 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
     pool.persister().Flush(txn_detail::kHeadMoveFlush, &store.dir()->heads[t.slot], 8);
   }
   if (!trims.empty()) pool.persister().Fence(txn_detail::kHeadMoveFence);
-  // 5. Free the folded blocks and the old compacted log (unreachable from durable state). The
-  //    folded thread blocks go last: the free pool hands out its most recent blocks first, so
-  //    they are reused soonest (what the crash test's gate needs to see step 4's fence).
-  {
+  // 5. Free the folded blocks and, after a full cycle, the old compacted log (unreachable from
+  //    durable state). The folded thread blocks go last: the free pool hands out its most recent
+  //    blocks first, so they are reused soonest (what the crash test's gate needs to see step
+  //    4's fence).
+  if (full) {
     Chain& k = store.chain(kCompactSlot);
     std::lock_guard<std::mutex> l(k.mu);
     freed.insert(freed.begin(), k.blocks.begin(), k.blocks.end());
   }
-  const uint64_t k_blocks = k_new->blocks.size();
-  store.Seal(*k_new);
-  store.SetCompact(std::move(k_new));
+  store.Seal(k_out);
+  uint64_t k_blocks;
+  {
+    std::lock_guard<std::mutex> l(k_out.mu);
+    k_blocks = k_out.blocks.size();
+  }
+  if (full) store.SetCompact(std::move(k_new));
   store.Release(freed);
   // 6. Re-key the kept words to K' (unless a newer record took them meanwhile).
   for (const auto& [w, key] : kept) {
@@ -283,7 +318,23 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
   seq = new_seq;
   horizon = h_new;
   compact_bytes = k_blocks * bs;
-  (void)k_bytes;
+  if (full) {
+    full_k_bytes_ = compact_bytes;
+    incremental_cycles_ = 0;
+    force_full_ = false;
+    full_cycles.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    ++incremental_cycles_;
+  }
+  if (full && options.adaptive_cold) {
+    // Keep as many words hot as the budget affords: the compacted log holds one entry per hot
+    // word, and a cold word costs a fence at its next first write.
+    if (k_bytes > options.log_budget / 2) {
+      cold_age /= 2;
+    } else if (k_bytes < options.log_budget / 4) {
+      cold_age = std::min(options.max_cold_after_epochs, cold_age * 2 + 1);
+    }
+  }
   cycles.fetch_add(1, std::memory_order_relaxed);
   words_kept.fetch_add(kept.size(), std::memory_order_relaxed);
   words_dropped.fetch_add(dropped, std::memory_order_relaxed);
@@ -318,8 +369,9 @@ void Engine::Impl::BackgroundLoop() {
     Watchdog();
     const uint64_t used = store.blocks_in_use() * store.block_size();
     // Hysteresis: a cycle rewrites the compacted log, so run one only when the log has grown by
-    // an eighth of the budget since the last cycle left it.
-    if (used >= trigger && used >= floor + options.log_budget / 8) {
+    // a quarter of the budget since the last cycle left it (or is over the budget: writers wait).
+    if (used >= trigger &&
+        (used >= floor + options.log_budget / 4 || used >= options.log_budget)) {
       if (absl::Status st = Reclaim(/*advance=*/true); !st.ok()) {
         std::fprintf(stderr, "pmrt txn: reclamation failed: %s\n", st.ToString().c_str());
       }
@@ -337,18 +389,21 @@ void Engine::Impl::Watchdog() {
                           .count();
   const int64_t limit = std::chrono::duration_cast<std::chrono::nanoseconds>(options.max_open).count();
   threads_.ForEach([&](txn_detail::ThreadTx& t) {
-    const int64_t since = t.open_since_ns.load(std::memory_order_relaxed);
-    if (since == 0 || now - since <= limit || t.reported_since == since) return;
-    {
-      t.reported_since = since;
-      t.expired.store(true, std::memory_order_relaxed);
-      std::fprintf(stderr,
-                   "pmrt txn: a transaction (log slot %u) has been open for %lld ms, longer than "
-                   "max_open (%lld ms); it holds back the epoch boundary and will fail with "
-                   "kDeadlineExceeded at its next call\n",
-                   t.slot, static_cast<long long>((now - since) / 1000000),
-                   static_cast<long long>(options.max_open.count()));
+    const uint64_t open = t.seq.load(std::memory_order_relaxed);
+    if ((open & 1) == 0) return;  // no transaction open
+    if (open != t.watch_seq) {   // a new one: start its clock
+      t.watch_seq = open;
+      t.watch_since = now;
+      return;
     }
+    if (t.watch_since == 0 || now - t.watch_since <= limit) return;
+    t.watch_since = 0;  // reported
+    t.expired_seq.store(open, std::memory_order_relaxed);
+    std::fprintf(stderr,
+                 "pmrt txn: a transaction (log slot %u) has been open for more than %lld ms "
+                 "(max_open); it holds back the epoch boundary and will fail with "
+                 "kDeadlineExceeded at its next call\n",
+                 t.slot, static_cast<long long>(options.max_open.count()));
   });
 }
 

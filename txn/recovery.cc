@@ -68,7 +68,8 @@ absl::Status Engine::Impl::Recover() {
   std::vector<RecordRef> compact, recs;
   if (d.k_head != 0) {
     store.WalkChain(d.k_head, kCompactSlot, store.chain(kCompactSlot), [&](const RecordRef& r) {
-      if (r.h->kind == static_cast<uint16_t>(RecordKind::kCompact) && r.h->stamp == d.seq)
+      // Every segment up to the current cycle's; a later one is a failed cycle's.
+      if (r.h->kind == static_cast<uint16_t>(RecordKind::kCompact) && r.h->stamp <= d.seq)
         compact.push_back(r);
     });
   }
@@ -81,8 +82,9 @@ absl::Status Engine::Impl::Recover() {
       if (r.h->epoch > horizon) recs.push_back(r);
     });
   }
-  // 3. Commit order: K first (every entry of it predates every thread record still applied:
-  //    those are of later epochs), then the thread records by stamp.
+  // 3. Commit order: K first, in chain order (its segments oldest first; every entry of it
+  //    predates every thread record still applied: those are of later epochs), then the thread
+  //    records by stamp.
   std::stable_sort(recs.begin(), recs.end(),
                    [](const RecordRef& a, const RecordRef& b) { return a.h->stamp < b.h->stamp; });
 

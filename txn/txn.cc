@@ -26,12 +26,6 @@ namespace {
 
 std::atomic<Engine*> g_default{nullptr};
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 absl::Status NoTransaction(const char* what) {
   return absl::FailedPreconditionError(absl::StrCat(
       "txn::", what, ": no transaction is open on this thread (a transaction belongs to the "
@@ -136,21 +130,26 @@ void Engine::SealLogsForTesting() {
 Stats Engine::stats() const {
   Impl& i = *impl_;
   Stats s;
-  s.commits = i.commits.load();
-  s.aborts = i.aborts.load();
-  s.snapshots = i.snapshots.load();
-  s.snapshot_words = i.snapshot_words.load();
-  s.record_bytes = i.record_bytes.load();
+  i.ForEachThread([&](const ThreadTx& t) {
+    s.commits += t.commits.Get();
+    s.aborts += t.aborts.Get();
+    s.snapshots += t.snapshots.Get();
+    s.snapshot_words += t.snapshot_words.Get();
+    s.record_bytes += t.record_bytes.Get();
+  });
   s.log_bytes = i.store.blocks_in_use() * i.store.block_size();
-  s.log_bytes_peak = std::max(i.log_peak.load(), s.log_bytes);
+  s.log_bytes_peak = i.store.blocks_in_use_peak() * i.store.block_size();
   s.log_bytes_owned = i.store.blocks_owned() * i.store.block_size();
   s.cycles = i.cycles.load();
+  s.full_cycles = i.full_cycles.load();
+  s.stalls = i.stalls.load();
   s.words_kept = i.words_kept.load();
   s.words_dropped = i.words_dropped.load();
   s.words_cold = i.words_cold.load();
   {
     std::lock_guard<std::mutex> l(i.reclaim_mu);
     s.horizon = i.horizon;
+    s.cold_age = i.cold_age;
     s.compact_bytes = i.compact_bytes;
   }
   s.recovered_records = i.recovered_records;
@@ -222,6 +221,7 @@ Engine::Impl::Impl(Engine& e)
       store(e.pool_, e.epochs_, e.heap_) {
   const size_t limit = options.log_limit != 0 ? options.log_limit : 2 * options.log_budget;
   store.set_limit_blocks(std::max<uint64_t>(4, limit / options.block_size));
+  cold_age = options.cold_after_epochs;
 }
 
 Engine::Impl::~Impl() = default;
@@ -263,16 +263,18 @@ absl::Status Engine::Impl::Begin(ThreadTx& t) {
     return absl::OkStatus();
   }
   if (t.slot == txn_internal::kCompactSlot) RETURN_IF_ERROR(AssignSlot(t));
+  // Backpressure, before the guard: the reclaimer may need to advance the epoch. Not when the
+  // caller already holds a guard (the advance would wait for it).
+  if (options.background && epochs.LocalSlot().depth == 0) WaitForRoom();
   t.owner = std::this_thread::get_id();
   t.depth = 1;
   t.aborted = false;
   t.doom = absl::OkStatus();
-  t.expired.store(false, std::memory_order_relaxed);
   // The guard keeps the epoch from closing until commit: the transaction's in-place writes and
   // its record belong to one epoch (docs/txn.md, "Epochs").
   t.guard.emplace(epochs);
   t.epoch = t.guard->epoch();
-  t.open_since_ns.store(NowNs(), std::memory_order_relaxed);
+  t.seq.store(t.seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // odd
   t.outer_scope = alloc::tls_tx_scope;  // another engine's transaction on this thread, if any
   alloc::tls_tx_scope = &t;
   return absl::OkStatus();
@@ -289,7 +291,7 @@ absl::Status Engine::Impl::Add(ThreadTx& t, const void* p, size_t n) {
   if (t.depth == 0) return NoTransaction("add");
   if (t.aborted) return absl::AbortedError("txn::add: the transaction was aborted");
   if (!t.doom.ok()) return t.doom;
-  if (t.expired.load(std::memory_order_relaxed)) {
+  if (t.Expired()) {
     return Doom(t, absl::DeadlineExceededError(absl::StrCat(
                        "txn: the transaction has been open longer than ",
                        options.max_open.count(), " ms (it holds back the epoch boundary)")));
@@ -301,6 +303,10 @@ absl::Status Engine::Impl::Add(ThreadTx& t, const void* p, size_t n) {
   const uint64_t off = pool.offset_of(p);
   const uint64_t first = off / 8, last = (off + n - 1) / 8;
   const uint8_t* base = pool.base();
+  // The word's index slot and its line (the old value is read below, and the caller stores to
+  // it next) are usually both cache misses: start them together.
+  __builtin_prefetch(&index->at(first), 1);
+  __builtin_prefetch(base + first * 8, 1);
   t.cold.clear();
   for (uint64_t w = first; w <= last; ++w) {
     if (!t.declared.Insert(w)) continue;  // declared earlier in this transaction
@@ -377,8 +383,8 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
   // One fence for every snapshot record of this call. After it the old values are durable and
   // the in-place stores may reach media in any order.
   pool.persister().Fence(txn_detail::kSnapshotFence);
-  snapshots.fetch_add(stamped.size(), std::memory_order_relaxed);
-  snapshot_words.fetch_add(cold.size(), std::memory_order_relaxed);
+  t.snapshots.Add(stamped.size());
+  t.snapshot_words.Add(cold.size());
   for (size_t r = 0; r < stamped.size(); ++r) {
     const size_t end = r + 1 < stamped.size() ? stamped[r + 1].first : cold.size();
     const uint32_t key = WordIndex::KeyOf(stamped[r].second);
@@ -392,7 +398,7 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
       t.writes.push_back({w, old});
     }
   }
-  NoteLogSize();
+  KickIfOverTrigger();
   return absl::OkStatus();
 }
 
@@ -405,7 +411,7 @@ absl::Status Engine::Impl::Commit(ThreadTx& t) {
   absl::Status st = absl::OkStatus();
   if (t.aborted) {
     st = absl::AbortedError("txn::commit: the transaction was aborted at an inner level");
-  } else if (t.expired.load(std::memory_order_relaxed)) {
+  } else if (t.Expired()) {
     st = absl::DeadlineExceededError(absl::StrCat(
         "txn::commit: the transaction was open longer than ", options.max_open.count(),
         " ms and was aborted"));
@@ -416,7 +422,7 @@ absl::Status Engine::Impl::Commit(ThreadTx& t) {
   }
   if (!st.ok() && !t.aborted) {
     RollBack(t);
-    aborts.fetch_add(1, std::memory_order_relaxed);
+    t.aborts.Add(1);
   }
   End(t);
   return st;
@@ -426,8 +432,8 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
   // 1. The record's entries: each declared word once (its value now, the transaction's last),
   //    whole new blocks, allocations and frees. Declared words inside blocks freed here are
   //    dropped: the free's tombstone covers them.
-  std::vector<uint64_t> words;
-  words.reserve(t.writes.size());
+  std::vector<uint64_t>& words = t.words;
+  words.clear();
   for (const WriteRec& w : t.writes) words.push_back(w.word);
   if (!t.frees.empty()) {
     std::erase_if(words, [&](uint64_t w) {
@@ -439,6 +445,7 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
   for (const BlockRec& a : t.allocs)
     for (uint64_t w = a.offset / 8; w < (a.offset + a.bytes) / 8; ++w) words.push_back(w);
   std::sort(words.begin(), words.end());
+  words.erase(std::unique(words.begin(), words.end()), words.end());
   size_t bytes = sizeof(RecordHeader) + 8 * (t.allocs.size() + t.frees.size());
   ForEachRun(words, [&](size_t a, size_t b) { bytes += 8 + 8 * (b - a); });
   if (bytes > store.max_record_bytes()) {
@@ -485,9 +492,9 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
       std::fprintf(stderr, "pmrt txn: free at commit failed: %s\n", st.ToString().c_str());
     }
   }
-  commits.fetch_add(1, std::memory_order_relaxed);
-  record_bytes.fetch_add(written, std::memory_order_relaxed);
-  NoteLogSize();
+  t.commits.Add(1);
+  t.record_bytes.Add(written);
+  KickIfOverTrigger();
   return absl::OkStatus();
 }
 
@@ -495,7 +502,7 @@ absl::Status Engine::Impl::Abort(ThreadTx& t) {
   if (t.depth == 0) return NoTransaction("abort");
   if (!t.aborted) {
     RollBack(t);
-    aborts.fetch_add(1, std::memory_order_relaxed);
+    t.aborts.Add(1);
     t.aborted = true;
   }
   if (--t.depth == 0) End(t);
@@ -524,7 +531,7 @@ void Engine::Impl::End(ThreadTx& t) {
   t.frees.clear();
   t.declared.Clear();
   t.depth = 0;
-  t.open_since_ns.store(0, std::memory_order_relaxed);
+  t.seq.store(t.seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // even
   alloc::tls_tx_scope = t.outer_scope;
   t.outer_scope = nullptr;
   t.guard.reset();
@@ -573,13 +580,29 @@ absl::Status Engine::Impl::TxFree(ThreadTx& t, void* p) {
   return absl::OkStatus();
 }
 
-void Engine::Impl::NoteLogSize() {
-  const uint64_t now = store.blocks_in_use() * store.block_size();
-  uint64_t peak = log_peak.load(std::memory_order_relaxed);
-  while (now > peak && !log_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+void Engine::Impl::WaitForRoom() {
+  // The budget is the bound the log keeps under a steady load: above it, new transactions wait
+  // for the reclaimer (the records of open ones may still take a block each, and a cycle holds
+  // the old and the new compacted log at once until its descriptor switches).
+  const uint64_t stall = std::min<uint64_t>(store.limit_blocks() * 7 / 8,
+                                            options.log_budget / store.block_size());
+  if (store.blocks_in_use() < stall) return;
+  stalls.fetch_add(1, std::memory_order_relaxed);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (store.blocks_in_use() >= stall && std::chrono::steady_clock::now() < give_up) {
+    if (!bg_kick_.exchange(true)) {
+      std::lock_guard<std::mutex> l(bg_mu_);
+      bg_cv_.notify_one();
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
-  if (options.background && now >= options.log_budget * options.reclaim_trigger &&
-      !bg_kick_.load(std::memory_order_relaxed) && !bg_kick_.exchange(true)) {
+}
+
+void Engine::Impl::KickIfOverTrigger() {
+  if (!options.background || bg_kick_.load(std::memory_order_relaxed)) return;
+  if (store.blocks_in_use() * store.block_size() < options.log_budget * options.reclaim_trigger)
+    return;
+  if (!bg_kick_.exchange(true)) {
     std::lock_guard<std::mutex> l(bg_mu_);  // the waiter tests bg_kick_ under this mutex
     bg_cv_.notify_one();
   }

@@ -87,7 +87,10 @@ struct Options {
   // `reclaim_trigger` of it.
   size_t log_budget = 32 << 20;
   double reclaim_trigger = 0.5;
-  // Hard limit on log bytes (blocks owned); 0: 2 x log_budget. At most 3584 blocks.
+  // Hard limit on the thread logs' bytes (blocks owned); 0: 2 x log_budget. At most 3584
+  // blocks. With the background reclaimer, begin() waits (holding no guard) while the log is
+  // above the budget (or 7/8 of this limit); a record that still finds no room fails with
+  // kResourceExhausted.
   size_t log_limit = 0;
   // Bytes per log block (a power of two in [4 KiB, 32 KiB]); used only when the pool has no
   // transaction directory yet. A record (one transaction) must fit in a block.
@@ -95,8 +98,13 @@ struct Options {
   // Run the background reclaimer (and the watchdog). Without it, call Reclaim().
   bool background = true;
   // A word not touched by a transaction in the last `cold_after_epochs` completed epochs may go
-  // cold at reclamation (its record is dropped). 0 when the log is over budget.
+  // cold at reclamation (its record is dropped; its next write is snapshotted, one fence). With
+  // `adaptive_cold`, the reclaimer tunes this age after each cycle to the budget: it doubles
+  // (up to max_cold_after_epochs) while the compacted log is under 1/4 of the budget, and halves
+  // when it is over 1/2. 0 when the log is over budget.
   uint64_t cold_after_epochs = 2;
+  bool adaptive_cold = true;
+  uint64_t max_cold_after_epochs = 1024;
   // A transaction open longer than this is reported and fails at its next call.
   std::chrono::milliseconds max_open{1000};
 };
@@ -112,10 +120,13 @@ struct Stats {
   uint64_t log_bytes_owned = 0;  // blocks owned (in logs or free) x block size
   uint64_t compact_bytes = 0;    // the compacted log after the last cycle
   uint64_t cycles = 0;           // reclamation cycles completed
+  uint64_t full_cycles = 0;      // of which rewrote the compacted log (the others appended)
   uint64_t words_kept = 0;       // live entries copied to the compacted log, all cycles
   uint64_t words_dropped = 0;    // superseded entries dropped
   uint64_t words_cold = 0;       // newest entries dropped (the word went cold)
   uint64_t horizon = 0;          // epoch horizon of the last cycle
+  uint64_t cold_age = 0;         // the cold age (epochs) the next cycle uses
+  uint64_t stalls = 0;           // begin() calls that waited for the reclaimer
   uint64_t recovered_records = 0;  // records replayed at open
   uint64_t recovered_words = 0;
   std::chrono::nanoseconds recovery_time{0};

@@ -223,6 +223,7 @@ uint64_t Fences() { return CountersSnapshot(BackendKind::kEadr).fences; }
 TEST_F(TxnTest, ColdThenHotThenColdAgain) {
   Options o = Quiet();
   o.cold_after_epochs = 0;
+  o.adaptive_cold = false;
   Open(o);
   // Cold: a snapshot (one fence) before the first write, then the commit's fence.
   uint64_t f0 = Fences();
@@ -260,6 +261,7 @@ TEST_F(TxnTest, ColdThenHotThenColdAgain) {
 TEST_F(TxnTest, HotWordStaysHotWhileTouched) {
   Options o = Quiet();
   o.cold_after_epochs = 0;
+  o.adaptive_cold = false;
   Open(o);
   ASSERT_OK(txn::Run([&] { return write(&root_->words[5], uint64_t{1}); }));
   ASSERT_OK(rt_.epochs->Advance());
@@ -284,6 +286,7 @@ TEST_F(TxnTest, HotWordStaysHotWhileTouched) {
 TEST_F(TxnTest, LogBlocksChainAndAreReused) {
   Options o = Quiet(4096);
   o.cold_after_epochs = 0;
+  o.adaptive_cold = false;
   Open(o);
   uint64_t model[kWords] = {};
   uint64_t rng = 12345;

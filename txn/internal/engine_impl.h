@@ -34,40 +34,50 @@ inline constexpr Site kHeadMoveFlush{"txn.reclaim.head.flush"};
 inline constexpr Site kHeadMoveFence{"txn.reclaim.head.fence"};
 
 // The set of words declared in the running transaction: open addressing, keys word + 1.
+// Clear() resets only the slots used (a transaction declares few words; the table may be big).
 class WordSet {
  public:
   // True if newly inserted.
   bool Insert(uint64_t word) {
-    if ((count_ + 1) * 2 > slots_.size()) Grow();
+    if ((used_.size() + 1) * 2 > slots_.size()) Grow();
     const uint64_t key = word + 1;
     for (size_t i = Hash(word);; i = (i + 1) & mask_) {
       if (slots_[i] == key) return false;
       if (slots_[i] == 0) {
         slots_[i] = key;
-        ++count_;
+        used_.push_back(static_cast<uint32_t>(i));
         return true;
       }
     }
   }
   void Clear() {
-    if (count_ == 0) return;
-    std::fill(slots_.begin(), slots_.end(), 0);
-    count_ = 0;
+    for (uint32_t i : used_) slots_[i] = 0;
+    used_.clear();
   }
 
  private:
-  size_t Hash(uint64_t w) const { return static_cast<size_t>((w * 0x9E3779B97F4A7C15ull) >> 20) & mask_; }
+  size_t Hash(uint64_t w) const {
+    return static_cast<size_t>((w * 0x9E3779B97F4A7C15ull) >> 20) & mask_;
+  }
   void Grow() {
     std::vector<uint64_t> old = std::move(slots_);
     slots_.assign(old.empty() ? 64 : old.size() * 2, 0);
     mask_ = slots_.size() - 1;
-    count_ = 0;
+    used_.clear();
     for (uint64_t k : old)
       if (k != 0) Insert(k - 1);
   }
   std::vector<uint64_t> slots_;
+  std::vector<uint32_t> used_;
   size_t mask_ = 0;
-  size_t count_ = 0;
+};
+
+// A statistics counter written by one thread and read by any: a relaxed load and store, no
+// read-modify-write.
+struct OwnerCounter {
+  std::atomic<uint64_t> v{0};
+  void Add(uint64_t n) { v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  uint64_t Get() const { return v.load(std::memory_order_relaxed); }
 };
 
 struct WriteRec {
@@ -98,11 +108,20 @@ struct ThreadTx final : alloc::TxScope {
   std::vector<BlockRec> allocs;
   std::vector<BlockRec> frees;
   std::vector<uint64_t> cold;      // scratch: words to snapshot
-  // Watchdog: begin time (steady ns, 0 = none), written by the owner; `expired` set by the
-  // reclaimer thread. Relaxed: the flag is advisory and checked at the next call.
-  std::atomic<int64_t> open_since_ns{0};
-  std::atomic<bool> expired{false};
-  int64_t reported_since = 0;      // background thread only: the begin time it reported
+  std::vector<uint64_t> words;     // scratch: the record's words
+  // Watchdog, without a clock read on the hot path: `seq` is odd while a transaction is open
+  // (owner: +1 at begin and at end). The background thread notes when it first saw an odd seq
+  // and sets `expired` if it is still the same after max_open. Relaxed: advisory, checked at the
+  // next call.
+  std::atomic<uint64_t> seq{0};
+  std::atomic<uint64_t> expired_seq{0};  // == seq: this transaction is past max_open
+  bool Expired() const {
+    return expired_seq.load(std::memory_order_relaxed) == seq.load(std::memory_order_relaxed);
+  }
+  uint64_t watch_seq = 0;          // background thread only
+  int64_t watch_since = 0;
+  // Statistics of this thread's transactions.
+  OwnerCounter commits, aborts, snapshots, snapshot_words, record_bytes;
 
   void* TxAllocate(size_t size, size_t align) override;
   absl::Status TxFree(void* p) override;
@@ -147,10 +166,17 @@ class Engine::Impl {
   uint64_t seq = 0;
   int desc_line = 1;  // the line holding the current descriptor; the next cycle writes the other
   uint64_t compact_bytes = 0;
+  uint64_t cold_age = 0;  // epochs; see Options::adaptive_cold
+  // Incremental cycles since the last full one, K's size after it, and a full one is due (an
+  // incremental cycle failed).
+  static constexpr uint64_t kMaxIncrementalCycles = 16;
+  uint64_t incremental_cycles_ = 0;
+  uint64_t full_k_bytes_ = 0;
+  bool force_full_ = true;
 
   // Statistics (relaxed counters).
-  std::atomic<uint64_t> commits{0}, aborts{0}, snapshots{0}, snapshot_words{0}, record_bytes{0};
-  std::atomic<uint64_t> log_peak{0}, cycles{0}, words_kept{0}, words_dropped{0}, words_cold{0};
+  std::atomic<uint64_t> cycles{0}, full_cycles{0}, words_kept{0}, words_dropped{0}, words_cold{0};
+  std::atomic<uint64_t> stalls{0};
   uint64_t recovered_records = 0, recovered_words = 0;
   std::chrono::nanoseconds recovery_time{0};
 
@@ -162,7 +188,12 @@ class Engine::Impl {
   void RollBack(txn_detail::ThreadTx& t);
   void End(txn_detail::ThreadTx& t);
   bool InFresh(const txn_detail::ThreadTx& t, uint64_t word) const;
-  void NoteLogSize();
+  void KickIfOverTrigger();
+  void WaitForRoom();
+ public:
+  template <class F>
+  void ForEachThread(F&& f) { threads_.ForEach(f); }
+ private:
   void BackgroundLoop();
   void Watchdog();
 

@@ -221,9 +221,10 @@ void LogStore::BuildFreePool() {
     }
   }
   in_use_.store(in_use);
+  peak_.store(in_use);
 }
 
-absl::StatusOr<uint32_t> LogStore::Grow() {
+absl::StatusOr<uint32_t> LogStore::Grow(uint32_t slot) {
   // REQUIRES: mu_, and the caller's Guard. The new block's table entry is flushed here and made
   // durable by the caller's next fence, which comes before its Guard ends (a record or a
   // snapshot is fenced in the same Guard that acquired the block): the allocation's epoch
@@ -231,7 +232,7 @@ absl::StatusOr<uint32_t> LogStore::Grow() {
   // before that fence fails the epoch: the allocation is rolled back; a durable entry then
   // names an unallocated block, which MarkTableAllocated re-marks at the next open.
   const uint32_t b = count_.load(std::memory_order_relaxed);
-  if (by_offset_.size() >= limit_blocks_ || b >= kTableCapacity) {
+  if ((slot != kCompactSlot && by_offset_.size() >= limit_blocks_) || b >= kTableCapacity) {
     return absl::ResourceExhaustedError(absl::StrCat(
         pool_.path(), ": transaction log limit reached (", by_offset_.size(), " blocks of ",
         block_size_, " bytes)"));
@@ -259,10 +260,13 @@ absl::StatusOr<uint32_t> LogStore::Acquire(uint32_t slot) {
       b = free_.back();
       free_.pop_back();
     } else {
-      ASSIGN_OR_RETURN(b, Grow());
+      ASSIGN_OR_RETURN(b, Grow(slot));
     }
   }
-  in_use_.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t now = in_use_.fetch_add(1, std::memory_order_relaxed) + 1;
+  uint64_t peak = peak_.load(std::memory_order_relaxed);
+  while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
   InitHeader(b, slot);
   return b;
 }

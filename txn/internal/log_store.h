@@ -134,9 +134,13 @@ class LogStore {
 
   size_t max_record_bytes() const { return block_size_ - kBlockPayload; }
   uint64_t blocks_in_use() const { return in_use_.load(std::memory_order_relaxed); }
+  uint64_t blocks_in_use_peak() const { return peak_.load(std::memory_order_relaxed); }
   uint64_t blocks_owned() const;
   std::vector<uint64_t> OwnedOffsets() const;  // the directory and every table block
+  // Thread logs may own at most this many blocks; the compacted log only the table's capacity
+  // (the reclaimer must always be able to make room).
   void set_limit_blocks(uint64_t n) { limit_blocks_ = n; }
+  uint64_t limit_blocks() const { return limit_blocks_; }
 
   Pool& pool() const { return pool_; }
   epoch::Manager& epochs() const { return epochs_; }
@@ -149,7 +153,7 @@ class LogStore {
   };
   absl::Status Create(size_t block_size);
   absl::StatusOr<uint32_t> Acquire(uint32_t slot);
-  absl::StatusOr<uint32_t> Grow();
+  absl::StatusOr<uint32_t> Grow(uint32_t slot);
   void InitHeader(uint32_t b, uint32_t slot);
   void Link(uint32_t from, uint32_t to);
   bool HeaderValid(uint32_t b, uint32_t slot) const;
@@ -169,6 +173,7 @@ class LogStore {
   std::unordered_map<uint64_t, uint32_t> by_offset_;
   std::vector<uint32_t> free_;
   std::atomic<uint64_t> in_use_{0};
+  std::atomic<uint64_t> peak_{0};
   uint64_t limit_blocks_ = kTableCapacity;
   std::atomic<uint64_t> next_gen_{0};
 

@@ -1,0 +1,501 @@
+// pmrt-txbench: persistent transactions that each update K random 8-byte words of an N-word
+// persistent array, on four systems with the same workload code (docs/performance.md,
+// "Transactions"; bench/txbench.sh runs the whole comparison).
+//
+//   pmrt-txbench --system pmrt|pmdk|undo|plain --words K --dist uniform|zipf --array N
+//                --threads T [--seconds S] [--warmup S] [--json] [--dir DIR]
+//                [--budget-mb M] [--block-kb B] [--backend pmem|eadr|msync] [--seed N]
+//
+// Systems:
+//   pmrt   txn::begin; K x txn::write(&a[i], v); txn::commit — speculative logging, one fence
+//          per commit (txn/txn.h). A pool file in DIR (default /dev/shm, unlinked once mapped),
+//          backend pmem, the 64 ms epoch advancer and the background reclaimer with a
+//          --budget-mb (32) log budget.
+//   pmdk   libpmemobj: pmemobj_tx_begin; K x pmemobj_tx_add_range_direct(&a[i], 8), a[i] = v;
+//          pmemobj_tx_commit / pmemobj_tx_end, on a pmemobj pool in DIR.
+//   undo   a straightforward undo log on a pmrt pool (pmem backend): per word, the entry
+//          {offset, old value, txn id} is written, flushed and fenced before the store; at
+//          commit the data words are flushed and fenced, then the commit mark is persisted
+//          (K + 2 fences per transaction).
+//   plain  the same stores into DRAM, no crash consistency.
+// The array is zeroed first; every system warms up for --warmup (1) s, then runs --seconds (3).
+// With T threads, thread t updates its own slice of N/T words (isolation without locks, as a
+// program holding per-slice locks would have). K words per transaction are drawn independently
+// (uniform, or Zipfian with theta 0.99, YCSB's generator with scrambled ranks) from the slice.
+//
+// /dev/shm is not persistent memory; PMEM_IS_PMEM_FORCE=1 (set by main unless the environment
+// sets it) makes libpmem and libpmemobj flush with clwb/clflushopt + sfence as on real PM.
+//
+// Output: one line per run; with --json one JSON object per run: system, words, dist, array,
+// threads, seconds, commits, ops_per_sec (transactions per wall second), ops_per_worker_cpu_sec
+// (per second of the workers' own thread CPU time, x threads: the cost on the worker cores,
+// immune to other tenants of a shared machine; pmrt's reclaimer and advancer run on other
+// threads and are not in it), ops_per_cpu_sec (per process-CPU-second x threads: everything,
+// background threads included), fences_per_commit and lines_flushed_per_commit (pmrt and
+// undo: every fence of the process, advancer and reclaimer included; pmdk: null, libpmemobj
+// does not expose its counts), and for pmrt the log: log_budget, log_bytes_avg/max (sampled
+// every 10 ms during the measured interval), snapshots_per_commit, reclaim_cycles.
+#include <libpmem.h>
+#include <libpmemobj.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "alloc/allocator.h"
+#include "epoch/epoch.h"
+#include "epoch/persist.h"
+#include "epoch/pool.h"
+#include "txn/txn.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "pmrt-txbench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+struct Args {
+  std::string system = "pmrt";
+  int words = 1;
+  std::string dist = "uniform";
+  uint64_t array = 1 << 20;
+  int threads = 1;
+  double seconds = 3;
+  double warmup = 1;
+  bool json = false;
+  std::string dir = "/dev/shm";
+  size_t budget_mb = 32;
+  size_t block_kb = 32;
+  std::string backend = "pmem";
+  uint64_t seed = 1;
+};
+
+// xorshift64*
+struct Rng {
+  explicit Rng(uint64_t s) : x(s * 0x9E3779B97F4A7C15ull | 1) {}
+  uint64_t Next() {
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    return x * 0x2545F4914F6CDD1Dull;
+  }
+  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
+  uint64_t x;
+};
+
+// YCSB's ZipfianGenerator (Gray et al., "Quickly generating billion-record synthetic
+// databases"), with the rank scrambled by a hash so hot words are spread over the slice.
+class Zipf {
+ public:
+  Zipf(uint64_t n, double theta) : n_(n), theta_(theta) {
+    zetan_ = Zeta(n, theta);
+    const double zeta2 = Zeta(2, theta);
+    alpha_ = 1.0 / (1.0 - theta);
+    eta_ = (1 - std::pow(2.0 / static_cast<double>(n), 1 - theta)) / (1 - zeta2 / zetan_);
+  }
+  uint64_t Next(Rng& rng) const {
+    const double u = rng.Uniform();
+    const double uz = u * zetan_;
+    uint64_t rank;
+    if (uz < 1.0) {
+      rank = 0;
+    } else if (uz < 1.0 + std::pow(0.5, theta_)) {
+      rank = 1;
+    } else {
+      rank = static_cast<uint64_t>(static_cast<double>(n_) * std::pow(eta_ * u - eta_ + 1, alpha_));
+    }
+    if (rank >= n_) rank = n_ - 1;
+    return Scramble(rank) % n_;
+  }
+
+ private:
+  static double Zeta(uint64_t n, double theta) {
+    double s = 0;
+    for (uint64_t i = 1; i <= n; ++i) s += 1.0 / std::pow(static_cast<double>(i), theta);
+    return s;
+  }
+  static uint64_t Scramble(uint64_t v) {  // FNV-1a over the 8 bytes, as YCSB's fnvhash64
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xFF;
+      h *= 0x100000001B3ull;
+    }
+    return h;
+  }
+  uint64_t n_;
+  double theta_, zetan_, alpha_, eta_;
+};
+
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+double ProcessCpuSeconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
+// A system: the array and a transaction over it. Tx(thread, indices, values) runs one
+// transaction; false on failure.
+class System {
+ public:
+  virtual ~System() = default;
+  virtual uint64_t* array() = 0;
+  virtual bool Tx(int thread, const uint64_t* idx, const uint64_t* val, int k) = 0;
+  virtual bool CountsFences() const { return false; }
+  virtual void Sample() {}
+  virtual void Report(std::string& json, uint64_t commits) { (void)json, (void)commits; }
+};
+
+std::string PoolPath(const Args& a, const char* what) {
+  return a.dir + "/pmrt-txbench-" + what + "-" + std::to_string(getpid());
+}
+
+// ---- pmrt -----------------------------------------------------------------------------------
+
+class PmrtSystem : public System {
+ public:
+  explicit PmrtSystem(const Args& a, bool with_txn) : with_txn_(with_txn) {
+    const std::string path = PoolPath(a, with_txn ? "pmrt" : "undo");
+    unlink(path.c_str());
+    pmrt::PoolOptions po;
+    auto kind = pmrt::ParseBackend(a.backend);
+    if (!kind.ok()) Die(kind.status().ToString());
+    po.backend = *kind;
+    const size_t size = a.array * 8 * 2 + (a.budget_mb << 21) + (256 << 20);
+    auto pool = pmrt::Pool::Create(path, size, "pmrt-txbench", po);
+    if (!pool.ok()) Die(pool.status().ToString());
+    pool_ = std::move(*pool);
+    unlink(path.c_str());
+    auto m = pmrt::epoch::Manager::Open(*pool_, {});
+    if (!m.ok()) Die(m.status().ToString());
+    epochs_ = std::move(*m);
+    auto h = pmrt::alloc::Heap::Open(*pool_, *epochs_);
+    if (!h.ok()) Die(h.status().ToString());
+    heap_ = std::move(*h);
+    if (with_txn) {
+      pmrt::txn::Options o;
+      o.log_budget = a.budget_mb << 20;
+      o.block_size = a.block_kb << 10;
+      budget_ = o.log_budget;
+      auto e = pmrt::txn::Engine::Open(*pool_, *epochs_, *heap_, o);
+      if (!e.ok()) Die(e.status().ToString());
+      engine_ = std::move(*e);
+    }
+    void* arr = heap_->Allocate(a.array * 8, 64);
+    if (arr == nullptr) Die("cannot allocate the array");
+    arr_ = static_cast<uint64_t*>(arr);
+    std::memset(arr_, 0, a.array * 8);
+    {
+      pmrt::epoch::Guard g(*epochs_);
+      epochs_->RecordDirty(arr_, a.array * 8);
+    }
+    if (!epochs_->Sync().ok()) Die("sync");
+    if (!with_txn) {
+      // The undo logs: one per thread, K entries of 24 bytes and a commit mark line.
+      for (int t = 0; t < a.threads; ++t) {
+        void* l = heap_->Allocate(64 + static_cast<size_t>(a.words) * 64, 64);
+        if (l == nullptr) Die("cannot allocate an undo log");
+        std::memset(l, 0, 64 + static_cast<size_t>(a.words) * 64);
+        logs_.push_back(static_cast<uint8_t*>(l));
+      }
+      txids_.assign(a.threads, 0);
+    }
+  }
+  ~PmrtSystem() override {
+    engine_.reset();
+    heap_.reset();
+    epochs_.reset();
+    pool_.reset();
+  }
+  uint64_t* array() override { return arr_; }
+  bool CountsFences() const override { return true; }
+
+  bool Tx(int thread, const uint64_t* idx, const uint64_t* val, int k) override {
+    return with_txn_ ? SpecTx(idx, val, k) : UndoTx(thread, idx, val, k);
+  }
+
+  void Sample() override {
+    if (!engine_) return;
+    const uint64_t b = engine_->stats().log_bytes;
+    log_sum_ += b;
+    ++log_samples_;
+    log_max_ = std::max(log_max_, b);
+  }
+
+  void Report(std::string& json, uint64_t commits) override {
+    if (!engine_) return;
+    const pmrt::txn::Stats s = engine_->stats();
+    char buf[512];
+    std::snprintf(buf, sizeof(buf),
+                  ", \"log_budget\": %zu, \"log_bytes_avg\": %.0f, \"log_bytes_max\": %lu, "
+                  "\"log_bytes_peak_all\": %lu, \"compact_bytes\": %lu, \"snapshots_per_commit\": %.4f, "
+                  "\"reclaim_cycles\": %lu, \"words_cold\": %lu",
+                  budget_, log_samples_ ? static_cast<double>(log_sum_) / log_samples_ : 0.0,
+                  log_max_, s.log_bytes_peak, s.compact_bytes,
+                  commits ? static_cast<double>(s.snapshots - snapshots0_) / commits : 0.0,
+                  s.cycles, s.words_cold);
+    json += buf;
+  }
+  void MarkStart() {
+    if (engine_) snapshots0_ = engine_->stats().snapshots;
+  }
+
+ private:
+  bool SpecTx(const uint64_t* idx, const uint64_t* val, int k) {
+    if (!pmrt::txn::begin().ok()) return false;
+    for (int j = 0; j < k; ++j) (void)pmrt::txn::write(&arr_[idx[j]], val[j]);
+    return pmrt::txn::commit().ok();
+  }
+
+  // The undo log: entry j = {pool offset of the word, old value, txn id} in its own line.
+  bool UndoTx(int thread, const uint64_t* idx, const uint64_t* val, int k) {
+    static constexpr pmrt::Site kEntry{"bench.undo.entry"}, kEntryFence{"bench.undo.entry.fence"};
+    static constexpr pmrt::Site kData{"bench.undo.data"}, kDataFence{"bench.undo.data.fence"};
+    static constexpr pmrt::Site kMark{"bench.undo.mark"}, kMarkFence{"bench.undo.mark.fence"};
+    const pmrt::Persister& p = pool_->persister();
+    uint8_t* log = logs_[thread];
+    const uint64_t txid = ++txids_[thread];
+    for (int j = 0; j < k; ++j) {
+      auto* e = reinterpret_cast<uint64_t*>(log + 64 + j * 64);
+      e[0] = idx[j];
+      e[1] = arr_[idx[j]];
+      e[2] = txid;
+      p.Persist(kEntry, kEntryFence, e, 24);  // the old value is durable before the store
+      arr_[idx[j]] = val[j];
+    }
+    for (int j = 0; j < k; ++j) p.Flush(kData, &arr_[idx[j]], 8);
+    p.Fence(kDataFence);
+    auto* mark = reinterpret_cast<uint64_t*>(log);
+    *mark = txid;  // committed: the entries of txid are dead
+    p.Persist(kMark, kMarkFence, mark, 8);
+    return true;
+  }
+
+  bool with_txn_;
+  std::unique_ptr<pmrt::Pool> pool_;
+  std::unique_ptr<pmrt::epoch::Manager> epochs_;
+  std::unique_ptr<pmrt::alloc::Heap> heap_;
+  std::unique_ptr<pmrt::txn::Engine> engine_;
+  uint64_t* arr_ = nullptr;
+  std::vector<uint8_t*> logs_;
+  std::vector<uint64_t> txids_;
+  size_t budget_ = 0;
+  uint64_t log_sum_ = 0, log_samples_ = 0, log_max_ = 0, snapshots0_ = 0;
+};
+
+// ---- PMDK -----------------------------------------------------------------------------------
+
+class PmdkSystem : public System {
+ public:
+  explicit PmdkSystem(const Args& a) {
+    path_ = PoolPath(a, "pmdk");
+    unlink(path_.c_str());
+    const size_t size = a.array * 8 * 2 + (256 << 20);
+    pop_ = pmemobj_create(path_.c_str(), "pmrt-txbench", size, 0600);
+    if (pop_ == nullptr) Die(path_ + ": pmemobj_create: " + pmemobj_errormsg());
+    unlink(path_.c_str());
+    PMEMoid root = pmemobj_root(pop_, a.array * 8);
+    if (OID_IS_NULL(root)) Die(std::string("pmemobj_root: ") + pmemobj_errormsg());
+    arr_ = static_cast<uint64_t*>(pmemobj_direct(root));
+    pmemobj_memset_persist(pop_, arr_, 0, a.array * 8);
+  }
+  ~PmdkSystem() override { pmemobj_close(pop_); }
+  uint64_t* array() override { return arr_; }
+  bool Tx(int, const uint64_t* idx, const uint64_t* val, int k) override {
+    if (pmemobj_tx_begin(pop_, nullptr, TX_PARAM_NONE) != 0) return false;
+    for (int j = 0; j < k; ++j) {
+      if (pmemobj_tx_add_range_direct(&arr_[idx[j]], 8) != 0) {
+        pmemobj_tx_end();
+        return false;
+      }
+      arr_[idx[j]] = val[j];
+    }
+    pmemobj_tx_commit();
+    return pmemobj_tx_end() == 0;
+  }
+
+ private:
+  std::string path_;
+  PMEMobjpool* pop_ = nullptr;
+  uint64_t* arr_ = nullptr;
+};
+
+// ---- plain ----------------------------------------------------------------------------------
+
+class PlainSystem : public System {
+ public:
+  explicit PlainSystem(const Args& a) : arr_(a.array, 0) {}
+  uint64_t* array() override { return arr_.data(); }
+  bool Tx(int, const uint64_t* idx, const uint64_t* val, int k) override {
+    for (int j = 0; j < k; ++j) arr_[idx[j]] = val[j];
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // keep the stores
+    return true;
+  }
+
+ private:
+  std::vector<uint64_t> arr_;
+};
+
+// ---- driver ---------------------------------------------------------------------------------
+
+void Usage() {
+  std::fprintf(stderr,
+               "usage: pmrt-txbench --system pmrt|pmdk|undo|plain --words K --dist uniform|zipf "
+               "--array N --threads T [--seconds S] [--warmup S] [--json] [--dir DIR] "
+               "[--budget-mb M] [--block-kb B] [--backend pmem|eadr|msync] [--seed N]\n");
+  std::exit(2);
+}
+
+Args Parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) Usage();
+      return argv[++i];
+    };
+    if (k == "--system") a.system = val();
+    else if (k == "--words") a.words = std::atoi(val().c_str());
+    else if (k == "--dist") a.dist = val();
+    else if (k == "--array") a.array = std::strtoull(val().c_str(), nullptr, 10);
+    else if (k == "--threads") a.threads = std::atoi(val().c_str());
+    else if (k == "--seconds") a.seconds = std::atof(val().c_str());
+    else if (k == "--warmup") a.warmup = std::atof(val().c_str());
+    else if (k == "--json") a.json = true;
+    else if (k == "--dir") a.dir = val();
+    else if (k == "--budget-mb") a.budget_mb = std::strtoull(val().c_str(), nullptr, 10);
+    else if (k == "--block-kb") a.block_kb = std::strtoull(val().c_str(), nullptr, 10);
+    else if (k == "--backend") a.backend = val();
+    else if (k == "--seed") a.seed = std::strtoull(val().c_str(), nullptr, 10);
+    else Usage();
+  }
+  if (a.words < 1 || a.words > 1024 || a.threads < 1 || a.array < static_cast<uint64_t>(a.threads) ||
+      (a.dist != "uniform" && a.dist != "zipf") ||
+      (a.system != "pmrt" && a.system != "pmdk" && a.system != "undo" && a.system != "plain")) {
+    Usage();
+  }
+  return a;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (std::getenv("PMEM_IS_PMEM_FORCE") == nullptr) setenv("PMEM_IS_PMEM_FORCE", "1", 1);
+  const Args a = Parse(argc, argv);
+  std::unique_ptr<System> sys;
+  PmrtSystem* pmrt_sys = nullptr;
+  if (a.system == "pmrt" || a.system == "undo") {
+    auto p = std::make_unique<PmrtSystem>(a, a.system == "pmrt");
+    pmrt_sys = p.get();
+    sys = std::move(p);
+  } else if (a.system == "pmdk") {
+    sys = std::make_unique<PmdkSystem>(a);
+  } else {
+    sys = std::make_unique<PlainSystem>(a);
+  }
+  const uint64_t slice = a.array / static_cast<uint64_t>(a.threads);
+  std::unique_ptr<Zipf> zipf;
+  if (a.dist == "zipf") zipf = std::make_unique<Zipf>(slice, 0.99);
+
+  std::atomic<int> phase{0};  // 0 warmup, 1 measure, 2 stop
+  std::vector<std::atomic<uint64_t>> counts(a.threads);
+  std::vector<double> worker_cpu(a.threads, 0.0);  // thread CPU seconds in the measured interval
+  std::atomic<uint64_t> failures{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < a.threads; ++t) {
+    workers.emplace_back([&, t] {
+      Rng rng(a.seed * 1000003 + static_cast<uint64_t>(t) + 1);
+      std::vector<uint64_t> idx(a.words), val(a.words);
+      const uint64_t base = slice * static_cast<uint64_t>(t);
+      uint64_t n = 0;
+      int seen = 0;
+      double cpu_start = 0;
+      while (true) {
+        const int ph = phase.load(std::memory_order_relaxed);
+        if (ph == 2) break;
+        if (ph != seen) {  // the measured interval starts: count from here
+          seen = ph;
+          n = 0;
+          cpu_start = ThreadCpuSeconds();
+        }
+        for (int j = 0; j < a.words; ++j) {
+          idx[j] = base + (zipf ? zipf->Next(rng) : rng.Next() % slice);
+          val[j] = rng.Next();
+        }
+        if (!sys->Tx(t, idx.data(), val.data(), a.words)) failures.fetch_add(1);
+        ++n;
+        if ((n & 63) == 0) counts[t].store(n, std::memory_order_relaxed);
+      }
+      counts[t].store(n, std::memory_order_relaxed);
+      worker_cpu[t] = ThreadCpuSeconds() - cpu_start;
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(a.warmup));
+  if (pmrt_sys != nullptr) pmrt_sys->MarkStart();
+  const pmrt::PersistCounts c0 = pmrt::CountersSnapshotAll();
+  const double cpu0 = ProcessCpuSeconds();
+  const auto t0 = Clock::now();
+  phase.store(1);
+  while (Clock::now() - t0 < std::chrono::duration<double>(a.seconds)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    sys->Sample();
+  }
+  phase.store(2);
+  const auto t1 = Clock::now();
+  for (auto& w : workers) w.join();
+  const double cpu = ProcessCpuSeconds() - cpu0;
+  const pmrt::PersistCounts dc = pmrt::CountersSnapshotAll() - c0;
+  const double secs = std::chrono::duration<double>(t1 - t0).count();
+  uint64_t commits = 0;
+  for (auto& c : counts) commits += c.load();
+  const double ops = static_cast<double>(commits) / secs;
+  const double ops_cpu = cpu > 0 ? static_cast<double>(commits) / cpu * a.threads : 0;
+  double wcpu = 0;
+  for (double c : worker_cpu) wcpu += c;
+  const double ops_wcpu = wcpu > 0 ? static_cast<double>(commits) / wcpu * a.threads : 0;
+  std::string fences = "null", lines = "null";
+  if (sys->CountsFences() && commits > 0) {
+    fences = std::to_string(static_cast<double>(dc.fences) / static_cast<double>(commits));
+    lines = std::to_string(static_cast<double>(dc.lines_flushed) / static_cast<double>(commits));
+  }
+  std::printf("%-5s K=%-2d %-7s N=%lu T=%d: %10.0f tx/s wall, %10.0f per worker-cpu-s, %10.0f per "
+              "process-cpu-s; fences/commit %s%s\n",
+              a.system.c_str(), a.words, a.dist.c_str(), a.array, a.threads, ops, ops_wcpu, ops_cpu,
+              fences.c_str(), failures.load() ? " (failures!)" : "");
+  if (a.json) {
+    char buf[512];
+    std::snprintf(buf, sizeof(buf),
+                  "{\"system\": \"%s\", \"words\": %d, \"dist\": \"%s\", \"array\": %lu, "
+                  "\"threads\": %d, \"seconds\": %.3f, \"commits\": %lu, \"failures\": %lu, "
+                  "\"ops_per_sec\": %.0f, \"ops_per_worker_cpu_sec\": %.0f, "
+                  "\"ops_per_cpu_sec\": %.0f, \"worker_cpu_seconds\": %.3f, "
+                  "\"process_cpu_seconds\": %.3f, \"fences_per_commit\": %s, "
+                  "\"lines_flushed_per_commit\": %s",
+                  a.system.c_str(), a.words, a.dist.c_str(), a.array, a.threads, secs, commits,
+                  failures.load(), ops, ops_wcpu, ops_cpu, wcpu, cpu, fences.c_str(), lines.c_str());
+    std::string json = buf;
+    sys->Report(json, commits);
+    json += "}";
+    std::printf("%s\n", json.c_str());
+  }
+  std::fflush(stdout);
+  sys.reset();
+  return failures.load() == 0 ? 0 : 1;
+}
