@@ -645,7 +645,7 @@ absl::Status Heap::MarkAllocated(uint64_t offset, size_t usable_size) {
   const int cls = SizeClasses::For(usable_size, 16);
   if (cls < 0 || SizeClasses::Size(cls) != usable_size || offset < data_off_ ||
       offset >= data_off_ + (chunks_ << alloc_internal::kChunkShift) ||
-      (offset - data_off_) % usable_size != 0) {
+      (offset & (kChunkSize - 1)) % usable_size != 0) {
     return LocateError(pool_.base() + offset);
   }
   chunk = (offset - data_off_) >> alloc_internal::kChunkShift;

@@ -37,6 +37,7 @@ constexpr int kO = 6;
 
 struct Obj {
   uint64_t v[4];
+  uint64_t pad[2];  // 48 bytes: a class whose blocks do not tile a chunk from its start
 };
 struct Root {
   uint64_t words[kW];
