@@ -2,8 +2,8 @@
 // durability compiled out (docs/performance.md, "Masstree"; DESIGN.md section 6).
 //
 //   pmrt-ycsb --workload a|b|c|e[,...] --dist uniform|zipf --keys N --ops N --threads T
-//             --variant durable|transient [--backend pmem|msync|eadr] [--json FILE]
-//             [--pool PATH] [--epoch-ms N] [--seed N] [--keep-pool]
+//             --variant durable|transient|both [--backend pmem|msync|eadr] [--json FILE]
+//             [--pool PATH] [--epoch-ms N] [--seed N] [--keep-pool] [--rounds R]
 //   pmrt-ycsb --recovery --keys N [--threads T] [--repeat K] [--backend ...] [--json FILE]
 //
 // Workloads (YCSB core workloads, 8-byte keys and 8-byte values):
@@ -24,6 +24,12 @@
 // end), the epoch advancing every --epoch-ms (64) in the background. --backend pmem uses clwb +
 // sfence through libpmem; on /dev/shm that needs PMEM_IS_PMEM_FORCE=1, which main() sets unless
 // the environment sets it.
+// both: one process loads both trees and splits each workload's --ops into --rounds (10)
+// chunks, running a transient chunk and a durable chunk in turn (alternating which goes first),
+// so both meet the same background load of a shared machine; the figures of each variant sum
+// its chunks, and a ratio line follows. The durable tree's epoch advances (every --epoch-ms, by
+// a thread of the benchmark, as the Manager's background advancer would) run only during its
+// own chunks, so the transient chunks never pay for them.
 //
 // Output: the configuration and results on one line; throughput (ops per wall second, and ops per
 // process-CPU-second times threads: what the run does with one core per thread, which is what
@@ -31,8 +37,9 @@
 // thread), p50/p99 latency (sampled: one operation in 8 is timed), and for the durable tree the
 // epoch figures of the timed phase (epochs, lines written back and boundary time per epoch,
 // external-log entries per epoch, fences per operation). --json FILE appends one JSON object per
-// run: workload, dist, variant, threads, keys, ops, ops_per_sec, p50_ns, p99_ns,
-// ops_per_cpu_sec, and the epoch figures.
+// run: run (the process id: --variant both writes both variants' lines under one run), workload,
+// dist, variant, threads, keys, ops, ops_per_sec, p50_ns, p99_ns, ops_per_cpu_sec, and the epoch
+// figures.
 //
 // --recovery: the worst case of the paper's section 6.3. A child process opens the loaded pool,
 // runs workload A (uniform) on T threads for two epochs (advancing by hand every --epoch-ms),
@@ -88,7 +95,9 @@ struct Options {
   uint64_t seed = 1;
   bool keep_pool = false;
   bool recovery = false;
+  bool both = false;
   int repeat = 3;
+  int rounds = 10;
 };
 
 [[noreturn]] void Die(const std::string& what) {
@@ -138,8 +147,11 @@ Options Parse(int argc, char** argv) {
       o.threads = static_cast<int>(num());
     } else if (a == "--variant") {
       const std::string v = val();
-      if (v != "durable" && v != "transient") Die("--variant must be durable or transient");
+      if (v != "durable" && v != "transient" && v != "both") {
+        Die("--variant must be durable, transient or both");
+      }
       o.durable = v == "durable";
+      o.both = v == "both";
     } else if (a == "--backend") {
       auto b = ParseBackend(val());
       if (!b.ok() || *b == BackendKind::kSim) Die("--backend must be pmem, msync or eadr");
@@ -158,6 +170,8 @@ Options Parse(int argc, char** argv) {
       o.recovery = true;
     } else if (a == "--repeat") {
       o.repeat = static_cast<int>(num());
+    } else if (a == "--rounds") {
+      o.rounds = std::max(1, static_cast<int>(num()));
     } else {
       Die("unknown argument " + a);
     }
@@ -291,6 +305,28 @@ struct RunResult {
   double seconds = 0, cpu_seconds = 0;
   uint64_t ops = 0, misses = 0, scanned = 0;
   uint64_t p50 = 0, p99 = 0;
+  std::vector<uint32_t> samples;
+
+  // Adds another run's figures (the percentiles are recomputed by Finish).
+  void Add(RunResult&& o) {
+    seconds += o.seconds;
+    cpu_seconds += o.cpu_seconds;
+    ops += o.ops;
+    misses += o.misses;
+    scanned += o.scanned;
+    samples.insert(samples.end(), o.samples.begin(), o.samples.end());
+  }
+  void Finish() {
+    if (samples.empty()) return;
+    auto at = [&](double q) {
+      const size_t k = std::min(samples.size() - 1, static_cast<size_t>(q * samples.size()));
+      std::nth_element(samples.begin(), samples.begin() + static_cast<ptrdiff_t>(k),
+                       samples.end());
+      return static_cast<uint64_t>(samples[k]);
+    };
+    p50 = at(0.50);
+    p99 = at(0.99);
+  }
 };
 
 template <class Tree>
@@ -307,22 +343,13 @@ RunResult Run(Tree& tree, const Options& o, const Zipfian* zipf) {
   RunResult r;
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   r.cpu_seconds = ProcessCpuSeconds() - cpu_start;
-  std::vector<uint32_t> all;
   for (const ThreadResult& t : results) {
     r.ops += t.ops;
     r.misses += t.misses;
     r.scanned += t.scanned;
-    all.insert(all.end(), t.samples.begin(), t.samples.end());
+    r.samples.insert(r.samples.end(), t.samples.begin(), t.samples.end());
   }
-  if (!all.empty()) {
-    auto at = [&](double q) {
-      const size_t k = std::min(all.size() - 1, static_cast<size_t>(q * all.size()));
-      std::nth_element(all.begin(), all.begin() + static_cast<ptrdiff_t>(k), all.end());
-      return static_cast<uint64_t>(all[k]);
-    };
-    r.p50 = at(0.50);
-    r.p99 = at(0.99);
-  }
+  r.Finish();
   return r;
 }
 
@@ -357,15 +384,15 @@ void Report(const Options& o, const RunResult& r, const EpochFigures& f) {
   FILE* out = std::fopen(o.json.c_str(), "a");
   if (out == nullptr) Die("cannot open " + o.json);
   std::fprintf(out,
-               "{\"workload\":\"%c\",\"dist\":\"%s\",\"variant\":\"%s\",\"threads\":%d,"
+               "{\"run\":%d,\"workload\":\"%c\",\"dist\":\"%s\",\"variant\":\"%s\",\"threads\":%d,"
                "\"keys\":%lu,\"ops\":%lu,\"ops_per_sec\":%.1f,\"p50_ns\":%lu,\"p99_ns\":%lu,"
                "\"ops_per_cpu_sec\":%.1f,\"cpu_seconds\":%.3f,"
                "\"seconds\":%.3f,\"backend\":\"%s\",\"epochs\":%lu,"
                "\"lines_flushed_per_epoch\":%.1f,\"boundary_ms_per_epoch\":%.3f,"
                "\"flush_ms_per_epoch\":%.3f,\"log_entries_per_epoch\":%.2f,"
                "\"fences_per_op\":%.6f}\n",
-               o.workload, dist, variant, o.threads, o.keys, r.ops, ops_per_sec, r.p50, r.p99,
-               ops_per_cpu_sec, r.cpu_seconds, r.seconds, o.durable ? std::string(BackendName(o.backend)).c_str() : "none",
+               static_cast<int>(getpid()), o.workload, dist, variant, o.threads, o.keys, r.ops,
+               ops_per_sec, r.p50, r.p99, ops_per_cpu_sec, r.cpu_seconds, r.seconds, o.durable ? std::string(BackendName(o.backend)).c_str() : "none",
                f.epochs, f.lines * per_epoch, f.boundary_ms * per_epoch, f.flush_ms * per_epoch,
                f.log_entries * per_epoch,
                static_cast<double>(f.fences) / static_cast<double>(std::max<uint64_t>(1, r.ops)));
@@ -480,6 +507,95 @@ void RunDurable(const Options& opts, const Zipfian* zipf) {
     const epoch::ManagerStats b = d.epochs->stats();
     const PersistCounts pb = CountersSnapshotAll();
     Report(o, r, Figures(a, b, pa, pb));
+  }
+  d.Close();
+  if (!opts.keep_pool) unlink(opts.pool.c_str());
+}
+
+// Advances the durable tree's epoch every `period` while enabled (the Manager's background
+// advancer does the same; this one can be paused during the transient chunks of --variant both).
+class ChunkAdvancer {
+ public:
+  ChunkAdvancer(epoch::Manager& m, std::chrono::milliseconds period)
+      : m_(m), period_(period), thread_([this] { Loop(); }) {}
+  ~ChunkAdvancer() {
+    stop_.store(true);
+    thread_.join();
+  }
+  void Enable(bool on) { enabled_.store(on); }
+
+ private:
+  void Loop() {
+    while (!stop_.load()) {
+      std::this_thread::sleep_for(period_);
+      if (enabled_.load() && !m_.Advance().ok()) Die("epoch advance failed");
+    }
+  }
+  epoch::Manager& m_;
+  std::chrono::milliseconds period_;
+  std::atomic<bool> stop_{false}, enabled_{false};
+  std::thread thread_;
+};
+
+void RunBoth(const Options& opts, const Zipfian* zipf) {
+  ds::Masstree transient;
+  Load(transient, opts);
+  unlink(opts.pool.c_str());
+  CreateLoaded(opts);
+  Durable d = OpenDurable(opts, /*epoch_ms=*/0);
+  {
+    size_t n = 0;  // every leaf repaired before the timed phase (see RunDurable)
+    d.tree->scan("", SIZE_MAX, [&](std::string_view, std::string_view) { return ++n, true; });
+  }
+  if (auto st = d.epochs->Sync(); !st.ok()) Die(st.ToString());
+  ChunkAdvancer advancer(*d.epochs, std::chrono::milliseconds(opts.epoch_ms));
+  for (const char w : opts.workloads) {
+    Options o = opts;
+    o.workload = w;
+    RunResult rt, rd;
+    epoch::ManagerStats a_sum{}, b_sum{};
+    PersistCounts pa_sum, pb_sum;
+    for (int round = 0; round < opts.rounds; ++round) {
+      Options c = o;
+      c.ops = o.ops * (round + 1) / opts.rounds - o.ops * round / opts.rounds;
+      c.seed = o.seed * 1009 + static_cast<uint64_t>(round);
+      for (int k = 0; k < 2; ++k) {
+        if ((k == 0) == (round % 2 == 0)) {
+          rt.Add(Run(transient, c, zipf));
+          continue;
+        }
+        const epoch::ManagerStats a = d.epochs->stats();
+        const PersistCounts pa = CountersSnapshotAll();
+        advancer.Enable(true);
+        rd.Add(Run(*d.tree, c, zipf));
+        advancer.Enable(false);
+        const epoch::ManagerStats b = d.epochs->stats();
+        const PersistCounts pb = CountersSnapshotAll();
+        a_sum.advances += a.advances;
+        b_sum.advances += b.advances;
+        a_sum.lines_flushed += a.lines_flushed;
+        b_sum.lines_flushed += b.lines_flushed;
+        a_sum.log_entries += a.log_entries;
+        b_sum.log_entries += b.log_entries;
+        a_sum.boundary_time += a.boundary_time;
+        b_sum.boundary_time += b.boundary_time;
+        a_sum.flush_time += a.flush_time;
+        b_sum.flush_time += b.flush_time;
+        pa_sum += pa;
+        pb_sum += pb;
+      }
+    }
+    rt.Finish();
+    rd.Finish();
+    Options ot = o, od = o;
+    ot.durable = false;
+    od.durable = true;
+    Report(ot, rt, {});
+    Report(od, rd, Figures(a_sum, b_sum, pa_sum, pb_sum));
+    std::printf("ycsb-%c %-7s durable/transient: %.3f wall, %.3f cpu (%d interleaved rounds)\n",
+                w, o.zipf ? "zipf" : "uniform",
+                (rd.ops / rd.seconds) / (rt.ops / rt.seconds),
+                (rd.ops / rd.cpu_seconds) / (rt.ops / rt.cpu_seconds), opts.rounds);
   }
   d.Close();
   if (!opts.keep_pool) unlink(opts.pool.c_str());
@@ -610,7 +726,9 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<Zipfian> zipf;
   if (o.zipf) zipf = std::make_unique<Zipfian>(o.keys, 0.99);
-  if (o.durable) {
+  if (o.both) {
+    RunBoth(o, zipf.get());
+  } else if (o.durable) {
     RunDurable(o, zipf.get());
   } else {
     RunTransient(o, zipf.get());

@@ -2,14 +2,15 @@
 # The Masstree comparison of docs/performance.md ("Masstree"): the durable tree against the same
 # tree with durability compiled out, YCSB A/B/C/E, uniform and Zipfian 0.99, 2 threads, on the
 # pmem backend (/dev/shm with PMEM_IS_PMEM_FORCE=1), then the recovery time after a worst-case
-# crash. Each repetition runs the transient and the durable process back to back (alternating
-# which goes first), each loading the tree once and running A, B, C, E on it in turn; the table
-# gives medians over the repetitions and the durable/transient ratio.
+# crash. Each repetition is one process per distribution (pmrt-ycsb --variant both) that loads
+# both trees and runs A, B, C, E in turn, each split into ROUNDS chunks alternating between the
+# two trees, so that both meet the same background load; the table gives, per workload, the
+# medians over the repetitions of each variant's figures and of the per-process ratios.
 #
 #   bench/ycsb.sh [BINARY]
 #     BINARY   default build-dm-rel/bench/pmrt-ycsb
 #   environment:
-#     KEYS=1000000 OPS=4000000 THREADS=2 REPEAT=5 BACKEND=pmem
+#     KEYS=1000000 OPS=4000000 THREADS=2 REPEAT=3 ROUNDS=10 BACKEND=pmem
 #     OUT=FILE     JSON lines (default ${TMPDIR:-/tmp}/ycsb-YYYYmmdd-HHMMSS.jsonl)
 #     RECOVERY=1   also the recovery runs (RECOVERY_KEYS, default "100000 1000000")
 #
@@ -26,7 +27,8 @@ BIN=${1:-build-dm-rel/bench/pmrt-ycsb}
 KEYS=${KEYS:-1000000}
 OPS=${OPS:-4000000}
 THREADS=${THREADS:-2}
-REPEAT=${REPEAT:-5}
+REPEAT=${REPEAT:-3}
+ROUNDS=${ROUNDS:-10}
 BACKEND=${BACKEND:-pmem}
 RECOVERY=${RECOVERY:-1}
 RECOVERY_KEYS=${RECOVERY_KEYS:-"100000 1000000"}
@@ -44,12 +46,9 @@ echo "# $BIN: keys=$KEYS ops=$OPS threads=$THREADS backend=$BACKEND repeat=$REPE
 
 for rep in $(seq 1 "$REPEAT"); do
   for dist in uniform zipf; do
-    if (( rep % 2 )); then order="transient durable"; else order="durable transient"; fi
-    for variant in $order; do
-      "$BIN" --workload a,b,c,e --dist "$dist" --keys "$KEYS" --ops "$OPS" \
-        --threads "$THREADS" --variant "$variant" --backend "$BACKEND" --json "$OUT" ||
-        echo "ycsb.sh: run failed: $variant $dist" >&2
-    done
+    "$BIN" --workload a,b,c,e --dist "$dist" --keys "$KEYS" --ops "$OPS" --threads "$THREADS" \
+      --variant both --rounds "$ROUNDS" --backend "$BACKEND" --seed "$rep" --json "$OUT" ||
+      echo "ycsb.sh: run failed: $dist" >&2
   done
 done
 
@@ -65,7 +64,7 @@ import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 tp = [r for r in runs if r.get("mode") != "recovery"]
 print()
-print("| workload | dist | transient Mops/s wall / cpu | durable Mops/s wall / cpu | ratio wall | ratio cpu | durable p50 / p99 ns | transient p50 / p99 ns | epochs: lines, boundary ms, log entries per epoch; fences/op |")
+print("| workload | dist | transient Mops/s wall / cpu | durable Mops/s wall / cpu | ratio wall (min-max) | ratio cpu (min-max) | durable p50 / p99 ns | transient p50 / p99 ns | per epoch: lines written back, boundary ms, log entries; fences/op |")
 print("|---|---|---|---|---|---|---|---|---|")
 for w in "abce":
     for d in ("uniform", "zipf"):
@@ -76,8 +75,14 @@ for w in "abce":
         med = lambda rs, k: statistics.median(r[k] for r in rs)
         tw, tc, dw, dc = (med(t, "ops_per_sec"), med(t, "ops_per_cpu_sec"),
                           med(u, "ops_per_sec"), med(u, "ops_per_cpu_sec"))
+        by_run = {r["run"]: r for r in t}
+        pairs = [(r, by_run[r["run"]]) for r in u if r["run"] in by_run]
+        rw = [a["ops_per_sec"] / b["ops_per_sec"] for a, b in pairs]
+        rc = [a["ops_per_cpu_sec"] / b["ops_per_cpu_sec"] for a, b in pairs]
         print(f"| {w.upper()} | {d} | {tw/1e6:.3f} / {tc/1e6:.3f} | {dw/1e6:.3f} / {dc/1e6:.3f} | "
-              f"{dw/tw:.3f} | {dc/tc:.3f} | {med(u,'p50_ns'):.0f} / {med(u,'p99_ns'):.0f} | "
+              f"{statistics.median(rw):.3f} ({min(rw):.2f}-{max(rw):.2f}) | "
+              f"{statistics.median(rc):.3f} ({min(rc):.2f}-{max(rc):.2f}) | "
+              f"{med(u,'p50_ns'):.0f} / {med(u,'p99_ns'):.0f} | "
               f"{med(t,'p50_ns'):.0f} / {med(t,'p99_ns'):.0f} | "
               f"{med(u,'lines_flushed_per_epoch'):.0f}, {med(u,'boundary_ms_per_epoch'):.2f}, "
               f"{med(u,'log_entries_per_epoch'):.0f}; {med(u,'fences_per_op'):.4f} |")

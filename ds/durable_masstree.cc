@@ -20,13 +20,15 @@ void PoolNodeAllocator::Free(void* p) {
   }
 }
 
-void PoolNodeAllocator::WaitForLogSpace() {
+bool PoolNodeAllocator::WaitForLogSpace() {
+  if (epochs_->LocalSlot().depth > 0) return false;  // the caller's own guard: cannot advance
   // The log's blocks of the running epoch are released by the advance that completes it.
   if (absl::Status st = epochs_->Advance(); !st.ok()) {
     std::fprintf(stderr, "pmrt::ds::PoolNodeAllocator: epoch advance failed: %s\n",
                  st.ToString().c_str());
     std::abort();
   }
+  return true;
 }
 
 namespace {

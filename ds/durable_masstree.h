@@ -17,7 +17,10 @@
 // contract, the layout and the logging cases are in docs/masstree.md, "Durability".
 //
 // Thread safety: as BasicMasstree. The Manager and the Heap must outlive the tree; the tree
-// must be destroyed (it only detaches) before they are.
+// must be destroyed (it only detaches) before they are. Operations may run inside a caller's
+// own epoch::Guard (they then run in its epoch), with one difference: should the external undo
+// log be full, a write cannot wait for the next epoch; put and insert_if_absent then return
+// kNoMemory, and remove returns false, with the tree unchanged.
 #ifndef PMRT_DS_DURABLE_MASSTREE_H_
 #define PMRT_DS_DURABLE_MASSTREE_H_
 
@@ -60,8 +63,10 @@ class PoolNodeAllocator {
   void RetireNode(void* p, size_t) { Free(p); }
   void* AllocateValue(size_t size) { return heap_->Allocate(size, 16); }
   void RetireValue(void* p, size_t) { Free(p); }
-  // The external undo log is full until the running epoch completes. REQUIRES: no guard held.
-  void WaitForLogSpace();
+  // The external undo log is full until the running epoch completes: advances the epoch and
+  // returns true, or returns false (without waiting) when the calling thread holds an
+  // epoch::Guard of its own (the advance would wait for it forever).
+  bool WaitForLogSpace();
 
   alloc::Heap& heap() const { return *heap_; }
   epoch::Manager& epochs() const { return *epochs_; }

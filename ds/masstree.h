@@ -116,7 +116,8 @@ class BasicMasstree {
 
   // Inserts `key` or replaces its value (a new value object; the old one is retired). The
   // durable tree's write operations, should the external undo log be full, wait for the next
-  // epoch boundary (advancing the epoch themselves) and retry; they never fail for it.
+  // epoch boundary (advancing the epoch themselves) and retry (see ds/durable_masstree.h for a
+  // caller that holds its own epoch guard).
   PutResult put(std::string_view key, std::string_view value);
   template <class T>
   requires std::is_trivially_copyable_v<T> PutResult put_as(std::string_view key, const T& value) {
@@ -214,8 +215,9 @@ ds_internal::WriteOutcome BasicMasstree<A>::Write(F&& op) {
     }
     if constexpr (kDurable) {
       if (out == ds_internal::WriteOutcome::kNoLog) {
-        alloc_.WaitForLogSpace();  // outside the guard: the boundary waits for guards
-        continue;
+        // Outside our guard: the boundary waits for guards. Not possible inside a caller's.
+        if (alloc_.WaitForLogSpace()) continue;
+        return ds_internal::WriteOutcome::kNoMemory;
       }
     }
     return out;

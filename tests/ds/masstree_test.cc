@@ -7,10 +7,13 @@
 #include "ds/masstree.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include "ds/durable_masstree.h"
+#include "ds/internal/durable_policy.h"
 #include "ds/internal/ebr.h"
 #include "ds/internal/permuter.h"
 
@@ -550,6 +554,160 @@ TEST(TransientMasstreeTest, OutOfMemoryLeavesTreeUnchanged) {
   size_t n = 0;
   t.scan("", SIZE_MAX, [&](std::string_view, std::string_view) { return ++n, true; });
   EXPECT_EQ(n, model.size());
+}
+
+// ---- Durable tree: reopen, descriptor errors, a full undo log ---------------------------------
+
+// A pool file with the runtime the durable tree needs, reopened at will.
+class DurableRuntime {
+ public:
+  explicit DurableRuntime(std::string path, size_t size = 64 << 20, size_t log_area = 0)
+      : path_(std::move(path)) {
+    PoolOptions po;
+    po.backend = BackendKind::kEadr;
+    po.log_area_size = log_area;
+    auto pool = Pool::Create(path_, size, "masstree-durable-test", po);
+    EXPECT_TRUE(pool.ok()) << pool.status();
+  }
+  absl::Status Open(std::chrono::milliseconds interval = std::chrono::milliseconds(0)) {
+    Close();
+    PoolOptions po;
+    po.backend = BackendKind::kEadr;
+    auto pool = Pool::Open(path_, "masstree-durable-test", po);
+    if (!pool.ok()) return pool.status();
+    pool_ = std::move(*pool);
+    auto m = epoch::Manager::Open(*pool_, {.interval = interval});
+    if (!m.ok()) return m.status();
+    epochs_ = std::move(*m);
+    auto h = alloc::Heap::Open(*pool_, *epochs_);
+    if (!h.ok()) return h.status();
+    heap_ = std::move(*h);
+    return absl::OkStatus();
+  }
+  void Close() {
+    heap_.reset();
+    epochs_.reset();
+    if (pool_) (void)pool_->Close();
+    pool_.reset();
+  }
+  ~DurableRuntime() {
+    Close();
+    std::remove(path_.c_str());
+  }
+  Pool& pool() { return *pool_; }
+  epoch::Manager& epochs() { return *epochs_; }
+  alloc::Heap& heap() { return *heap_; }
+
+ private:
+  std::string path_;
+  std::unique_ptr<Pool> pool_;
+  std::unique_ptr<epoch::Manager> epochs_;
+  std::unique_ptr<alloc::Heap> heap_;
+};
+
+std::string TempPoolPath(const char* name) {
+  return "/dev/shm/pmrt-" + std::string(name) + "-" + std::to_string(getpid()) + ".pool";
+}
+
+TEST(DurableMasstreeTest, ReopensWithItsDescriptor) {
+  DurableRuntime rt(TempPoolPath("reopen"));
+  ASSERT_TRUE(rt.Open().ok());
+  Model model;
+  uint64_t where;
+  {
+    auto t = DurableMasstree::Create(rt.pool(), rt.epochs(), rt.heap());
+    ASSERT_TRUE(t.ok()) << t.status();
+    where = (*t)->descriptor();
+    KeyGen gen(3);
+    for (int i = 0; i < 5000; ++i) {
+      const std::string k = gen.Next();
+      (*t)->put(k, "v" + std::to_string(i));
+      model[k] = "v" + std::to_string(i);
+    }
+    ExpectSameAsModel(**t, model);
+  }
+  ASSERT_TRUE(rt.Open().ok());  // a clean close and reopen
+  auto t = DurableMasstree::Open(rt.pool(), rt.epochs(), rt.heap(), where);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->size(), model.size()) << "a reopened tree counts its keys once";
+  ExpectSameAsModel(**t, model);
+  EXPECT_GT((*t)->durable_stats().leaves_recovered, 0u) << "leaves re-armed at first access";
+  (*t)->put("after reopen", "x");
+  model["after reopen"] = "x";
+  ExpectSameAsModel(**t, model);
+}
+
+TEST(DurableMasstreeTest, OpenRejectsBadDescriptors) {
+  DurableRuntime rt(TempPoolPath("baddesc"));
+  ASSERT_TRUE(rt.Open().ok());
+  auto t = DurableMasstree::Create(rt.pool(), rt.epochs(), rt.heap());
+  ASSERT_TRUE(t.ok());
+  const uint64_t where = (*t)->descriptor();
+  EXPECT_EQ(DurableMasstree::Open(rt.pool(), rt.epochs(), rt.heap(), 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DurableMasstree::Open(rt.pool(), rt.epochs(), rt.heap(), where + 8).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DurableMasstree::Open(rt.pool(), rt.epochs(), rt.heap(), rt.pool().size()).status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  // A block of the heap that holds something else.
+  void* other = rt.heap().Allocate(64, 64);
+  ASSERT_NE(other, nullptr);
+  std::memset(other, 0x5a, 64);
+  EXPECT_EQ(DurableMasstree::Open(rt.pool(), rt.epochs(), rt.heap(), rt.pool().offset_of(other))
+                .status()
+                .code(),
+            absl::StatusCode::kDataLoss);
+  auto& desc = *static_cast<ds_internal::MasstreeDescriptor*>(rt.pool().at(where));
+  desc.version = 99;
+  EXPECT_EQ(DurableMasstree::Open(rt.pool(), rt.epochs(), rt.heap(), where).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  desc.version = ds_internal::MasstreeDescriptor::kVersion;
+  EXPECT_TRUE(DurableMasstree::Open(rt.pool(), rt.epochs(), rt.heap(), where).ok());
+}
+
+// A 256 KiB undo log (4 blocks) and no background advancer: random inserts split leaves that
+// existed before the epoch (each split copies the leaf, its right sibling and the parent), so
+// the log fills within an epoch. Writes then advance the epoch themselves and retry; inside a
+// caller's guard they report kNoMemory with the tree unchanged.
+TEST(DurableMasstreeTest, FullUndoLogWaitsForTheBoundary) {
+  DurableRuntime rt(TempPoolPath("fulllog"), 64 << 20, 256 << 10);
+  ASSERT_TRUE(rt.Open().ok());
+  auto t = DurableMasstree::Create(rt.pool(), rt.epochs(), rt.heap());
+  ASSERT_TRUE(t.ok());
+  Model model;
+  std::mt19937_64 rng(5);
+  auto load = [&](int n, const std::string& v) {
+    for (int i = 0; i < n; ++i) {
+      const std::string k(U64Key(rng()).view());
+      ASSERT_EQ((*t)->put(k, v), PutResult::kInserted);
+      model[k] = v;
+    }
+  };
+  load(20000, "a");  // nodes created in this epoch are never copied in it
+  ASSERT_TRUE(rt.epochs().Sync().ok());
+  const uint64_t advances_before = rt.epochs().stats().advances;
+  load(20000, "b");  // splits of older nodes: copies
+  EXPECT_GT(rt.epochs().stats().advances, advances_before) << "the log filled and was waited for";
+  ExpectSameAsModel(**t, model);
+  ASSERT_TRUE(rt.epochs().Sync().ok());
+  // Inside the caller's own guard a full log cannot be waited for.
+  int no_memory = 0;
+  {
+    epoch::Guard g(rt.epochs());
+    for (int i = 0; i < 40000 && no_memory == 0; ++i) {
+      const std::string k(U64Key(rng()).view());
+      const PutResult r = (*t)->put(k, "w");
+      if (r == PutResult::kNoMemory) {
+        ++no_memory;
+      } else {
+        ASSERT_EQ(r, PutResult::kInserted);
+        model[k] = "w";
+      }
+    }
+  }
+  EXPECT_EQ(no_memory, 1);
+  ExpectSameAsModel(**t, model);
 }
 
 // ---- Concurrency ------------------------------------------------------------------------------
