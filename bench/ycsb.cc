@@ -5,6 +5,7 @@
 //             --variant durable|transient|both [--backend pmem|msync|eadr] [--json FILE]
 //             [--pool PATH] [--epoch-ms N] [--seed N] [--keep-pool] [--rounds R]
 //   pmrt-ycsb --recovery --keys N [--threads T] [--repeat K] [--backend ...] [--json FILE]
+//             [--pool-size BYTES]
 //
 // Workloads (YCSB core workloads, 8-byte keys and 8-byte values):
 //   a  50% update, 50% read            (update = put of an existing key: a new value object)
@@ -46,7 +47,9 @@
 // then for one more epoch's worth of time, and is SIGKILLed just before that epoch's boundary.
 // The parent reopens the pool and times Pool::Open, Manager::Open (which replays the external
 // log), Heap::Open, DurableMasstree::Open and the first get; then a full scan (every leaf
-// repaired lazily). Repeated --repeat (3) times.
+// repaired lazily). Repeated --repeat (3) times. --pool-size fixes the pool's size (default: by
+// the key count), so that runs with different key counts open pools of the same size: the epoch
+// layer's open reads every external-log block header, a cost of the pool's size.
 #include <libpmem.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -98,6 +101,7 @@ struct Options {
   bool both = false;
   int repeat = 3;
   int rounds = 10;
+  size_t pool_size = 0;  // 0: by the key count
 };
 
 [[noreturn]] void Die(const std::string& what) {
@@ -170,6 +174,8 @@ Options Parse(int argc, char** argv) {
       o.recovery = true;
     } else if (a == "--repeat") {
       o.repeat = static_cast<int>(num());
+    } else if (a == "--pool-size") {
+      o.pool_size = num();
     } else if (a == "--rounds") {
       o.rounds = std::max(1, static_cast<int>(num()));
     } else {
@@ -455,7 +461,9 @@ void CreateLoaded(const Options& o) {
   PoolOptions po;
   po.backend = o.backend;
   Durable d;
-  d.pool = Check(Pool::Create(o.pool, PoolSizeFor(o.keys), "pmrt-ycsb", po), "Pool::Create");
+  d.pool = Check(Pool::Create(o.pool, o.pool_size != 0 ? o.pool_size : PoolSizeFor(o.keys),
+                              "pmrt-ycsb", po),
+                 "Pool::Create");
   d.epochs = Check(epoch::Manager::Open(*d.pool, {.interval = std::chrono::milliseconds(
                                                       o.epoch_ms)}),
                    "Manager::Open");
@@ -684,24 +692,25 @@ void RunRecovery(const Options& o) {
     const uint64_t replayed = d.epochs->stats().log_entries_replayed;
     totals.push_back(Ms(t0, t5));
     std::printf(
-        "recovery keys=%lu threads=%d backend=%s: Pool::Open %.2f ms, Manager::Open %.2f ms "
+        "recovery keys=%lu pool=%zu MiB threads=%d backend=%s: Pool::Open %.2f ms, Manager::Open %.2f ms "
         "(%lu log entries replayed), Heap::Open %.2f ms, tree Open %.3f ms, first get %.3f ms "
         "(%s) => %.2f ms to the first answer; then a full scan %.1f ms (%zu keys, %lu leaves "
         "repaired, %lu values and %lu permutations rolled back)\n",
-        o.keys, o.threads, std::string(BackendName(o.backend)).c_str(), Ms(t0, t1), Ms(t1, t2),
-        replayed, Ms(t2, t3), Ms(t3, t4), Ms(t4, t5), found ? "found" : "MISSING", Ms(t0, t5),
+        o.keys, d.pool->size() >> 20, o.threads, std::string(BackendName(o.backend)).c_str(),
+        Ms(t0, t1), Ms(t1, t2), replayed, Ms(t2, t3), Ms(t3, t4), Ms(t4, t5), found ? "found" : "MISSING", Ms(t0, t5),
         Ms(t5, t6), n, ds.leaves_recovered, ds.values_rolled_back, ds.perms_rolled_back);
     if (n != o.keys) Die(absl::StrCat("recovered tree holds ", n, " keys, expected ", o.keys));
     if (!o.json.empty()) {
       FILE* out = std::fopen(o.json.c_str(), "a");
       if (out == nullptr) Die("cannot open " + o.json);
       std::fprintf(out,
-                   "{\"mode\":\"recovery\",\"keys\":%lu,\"threads\":%d,\"backend\":\"%s\","
+                   "{\"mode\":\"recovery\",\"keys\":%lu,\"pool_mib\":%zu,\"threads\":%d,"
+                   "\"backend\":\"%s\","
                    "\"pool_open_ms\":%.3f,\"manager_open_ms\":%.3f,\"log_entries_replayed\":%lu,"
                    "\"heap_open_ms\":%.3f,\"tree_open_ms\":%.3f,\"first_get_ms\":%.3f,"
                    "\"to_first_get_ms\":%.3f,\"full_scan_ms\":%.1f}\n",
-                   o.keys, o.threads, std::string(BackendName(o.backend)).c_str(), Ms(t0, t1),
-                   Ms(t1, t2), replayed, Ms(t2, t3), Ms(t3, t4), Ms(t4, t5), Ms(t0, t5),
+                   o.keys, d.pool->size() >> 20, o.threads,
+                   std::string(BackendName(o.backend)).c_str(), Ms(t0, t1), Ms(t1, t2), replayed, Ms(t2, t3), Ms(t3, t4), Ms(t4, t5), Ms(t0, t5),
                    Ms(t5, t6));
       std::fclose(out);
     }

@@ -12,7 +12,8 @@
 #   environment:
 #     KEYS=1000000 OPS=4000000 THREADS=2 REPEAT=3 ROUNDS=10 BACKEND=pmem
 #     OUT=FILE     JSON lines (default ${TMPDIR:-/tmp}/ycsb-YYYYmmdd-HHMMSS.jsonl)
-#     RECOVERY=1   also the recovery runs (RECOVERY_KEYS, default "100000 1000000")
+#     RECOVERY=1   also the recovery runs (RECOVERY_KEYS, default "100000 1000000"), each in a
+#                  pool of RECOVERY_POOL bytes (default 2 GiB: the same for every key count)
 #
 # Build first:
 #   cmake -S . -B build-dm-rel -G Ninja -DCMAKE_BUILD_TYPE=Release
@@ -32,6 +33,7 @@ ROUNDS=${ROUNDS:-10}
 BACKEND=${BACKEND:-pmem}
 RECOVERY=${RECOVERY:-1}
 RECOVERY_KEYS=${RECOVERY_KEYS:-"100000 1000000"}
+RECOVERY_POOL=${RECOVERY_POOL:-2147483648}
 OUT=${OUT:-${TMPDIR:-/tmp}/ycsb-$(date +%Y%m%d-%H%M%S).jsonl}
 export PMEM_IS_PMEM_FORCE=1
 
@@ -55,7 +57,7 @@ done
 if [[ "$RECOVERY" == 1 ]]; then
   for k in $RECOVERY_KEYS; do
     "$BIN" --recovery --keys "$k" --threads "$THREADS" --backend "$BACKEND" --repeat 3 \
-      --json "$OUT" || echo "ycsb.sh: recovery run failed: $k keys" >&2
+      --pool-size "$RECOVERY_POOL" --json "$OUT" || echo "ycsb.sh: recovery run failed: $k keys" >&2
   done
 fi
 
@@ -89,12 +91,12 @@ for w in "abce":
 rec = [r for r in runs if r.get("mode") == "recovery"]
 if rec:
     print()
-    print("| keys | Pool::Open ms | Manager::Open ms (entries replayed) | Heap::Open ms | tree Open ms | first get ms | to first answer ms | full scan ms |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| keys | pool MiB | Pool::Open ms | Manager::Open ms (entries replayed) | Heap::Open ms | tree Open ms | first get ms | to first answer ms | full scan ms |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for k in sorted({r["keys"] for r in rec}):
         rs = [r for r in rec if r["keys"] == k]
         med = lambda key: statistics.median(r[key] for r in rs)
-        print(f"| {k} | {med('pool_open_ms'):.2f} | {med('manager_open_ms'):.2f} ({med('log_entries_replayed'):.0f}) | "
+        print(f"| {k} | {rs[0].get('pool_mib', '?')} | {med('pool_open_ms'):.2f} | {med('manager_open_ms'):.2f} ({med('log_entries_replayed'):.0f}) | "
               f"{med('heap_open_ms'):.2f} | {med('tree_open_ms'):.3f} | {med('first_get_ms'):.3f} | "
               f"{med('to_first_get_ms'):.2f} (max {max(r['to_first_get_ms'] for r in rs):.2f}) | {med('full_scan_ms'):.0f} |")
 PY

@@ -35,6 +35,7 @@ DurableStats DurablePolicy::stats() const {
   s.leaf_log_copies = counters_->leaf_log_copies.load(std::memory_order_relaxed);
   s.interior_log_copies = counters_->interior_log_copies.load(std::memory_order_relaxed);
   s.parent_log_copies = counters_->parent_log_copies.load(std::memory_order_relaxed);
+  s.relocations = counters_->relocations.load(std::memory_order_relaxed);
   s.leaves_recovered = counters_->leaves_recovered.load(std::memory_order_relaxed);
   s.interiors_recovered = counters_->interiors_recovered.load(std::memory_order_relaxed);
   s.perms_rolled_back = counters_->perms_rolled_back.load(std::memory_order_relaxed);
@@ -174,7 +175,61 @@ void DurablePolicy::PublishPerm(LeafNode* leaf, uint64_t perm, uint64_t e, bool 
   p_.StoreHint(leaf, kCacheLine);
 }
 
-bool DurablePolicy::UpdateValue(LeafNode* leaf, int slot, uint64_t bits, uint64_t e) const {
+namespace {
+
+bool LiveIn(LeafPermuter p, int slot) {
+  for (int i = 0; i < p.size(); ++i) {
+    if (p[i] == slot) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int DurablePolicy::StartFreeSlot(LeafNode* leaf) const {
+  const LeafPermuter now(leaf->permutation.load(std::memory_order_relaxed));
+  const LeafPermuter at_start(leaf->perm_log.load(std::memory_order_relaxed));
+  for (int i = now.size(); i < kLeafWidth; ++i) {
+    if (!LiveIn(at_start, now[i])) return now[i];
+  }
+  return -1;
+}
+
+void DurablePolicy::Relocate(LeafNode* leaf, int slot, int to, uint64_t bits) const {
+  // The key moves from `slot` to `to`, a slot free since the epoch began, with its new value;
+  // `slot` (old value untouched) becomes free. Only the permutation is logged (perm_log, in
+  // place: this is not the node's first change in the epoch), and a rollback restores it: the
+  // key is back in `slot` with its old value, and `to` is free again.
+  const LeafPermuter now(leaf->permutation.load(std::memory_order_relaxed));
+  // `to` is free, so no reader looks at it: plain stores, published by the permutation.
+  leaf->WriteSlot(to, leaf->ikey[slot].load(std::memory_order_relaxed),
+                  leaf->keylenx[slot].load(std::memory_order_relaxed), bits);
+  // The new permutation: `to` takes `slot`'s sorted position; `slot` goes to the back of the
+  // free list (the last to be reused; reusing it in this epoch needs a copy of the node).
+  uint64_t v = static_cast<uint64_t>(now.size());
+  int out = 0;
+  auto put = [&](int s) { v |= static_cast<uint64_t>(s) << (4 + 4 * out++); };
+  for (int i = 0; i < now.size(); ++i) put(now[i] == slot ? to : now[i]);
+  for (int i = now.size(); i < kLeafWidth; ++i) {
+    if (now[i] != to) put(now[i]);
+  }
+  put(slot);
+  // `slot` leaves the permutation and could be refilled (after a copy) while a reader still
+  // holds the old permutation: as for a removal, such readers must retry.
+  leaf->version().MarkInserting();
+  if (!mutation::Swapped(kRelocateKeepsInsert)) {
+    const uint64_t w = leaf->node_epoch.load(std::memory_order_relaxed);
+    leaf->node_epoch.store(w & ~LeafEpoch::kInsertAllowed, std::memory_order_relaxed);
+  }
+  counters_->relocations.fetch_add(1, std::memory_order_relaxed);
+  // The permutation (release: publishes slot `to`; line 0 already holds this epoch's record, so
+  // before and after this store a failed epoch restores perm_log, a completed one keeps it).
+  leaf->permutation.store(v, std::memory_order_release);
+  p_.StoreHint(leaf, kCacheLine);
+}
+
+UpdateKind DurablePolicy::UpdateValue(LeafNode* leaf, int slot, uint64_t bits,
+                                       uint64_t e) const {
   const uint64_t w = leaf->node_epoch.load(std::memory_order_relaxed);
   std::atomic<uint64_t>& log_word = leaf->ValueLogFor(slot);
   const uint64_t old = leaf->lv[slot].load(std::memory_order_relaxed);
@@ -184,21 +239,29 @@ bool DurablePolicy::UpdateValue(LeafNode* leaf, int slot, uint64_t bits, uint64_
     // First change in e: the in-line record, with this slot's log in its line.
     if (PackedValLog::NeedsExternalFallback(e, LeafEpoch::Epoch(w)) ||
         !PackedValLog::TryEncode(static_cast<uint32_t>(slot), old, e, &log)) {
-      if (!CopyLeaf(leaf, e)) return false;
+      if (!CopyLeaf(leaf, e)) return UpdateKind::kNoLog;
     } else {
       BeginRecord(leaf, e, LineOf(slot), leaf->permutation.load(std::memory_order_relaxed));
       write_log = true;
     }
   } else if ((w & LeafEpoch::kLogged) == 0) {
     const PackedValLog cur = PackedValLog::FromBits(log_word.load(std::memory_order_relaxed));
-    if (cur.valid() && cur.index() == static_cast<uint32_t>(slot)) {
+    if (!LiveIn(LeafPermuter(leaf->perm_log.load(std::memory_order_relaxed)), slot)) {
+      // The slot was filled in e (an insert or a relocation): a rollback frees it again, so
+      // its value as e began does not matter.
+    } else if (cur.valid() && cur.index() == static_cast<uint32_t>(slot)) {
       // This slot was logged in e already (every valid log of a node whose epoch is e was
       // written in e): its value as e began is safe.
     } else if (!cur.valid() &&
                PackedValLog::TryEncode(static_cast<uint32_t>(slot), old, e, &log)) {
       write_log = true;
-    } else if (!CopyLeaf(leaf, e)) {  // the line's one log holds another slot of e
-      return false;
+    } else if (const int to = StartFreeSlot(leaf); to >= 0) {
+      // The line's one log holds another slot of e: move the key to a slot free since e began
+      // (logged by perm_log alone) rather than copy the node to the external log.
+      Relocate(leaf, slot, to, bits);
+      return UpdateKind::kRelocated;
+    } else if (!CopyLeaf(leaf, e)) {
+      return UpdateKind::kNoLog;
     }
   }
   if (write_log && mutation::Swapped(kValueStoreOrder)) {  // the mutant: value before its log
@@ -206,7 +269,7 @@ bool DurablePolicy::UpdateValue(LeafNode* leaf, int slot, uint64_t bits, uint64_
     p_.StoreHint(&leaf->lv[slot], 8);
     log_word.store(log.bits(), std::memory_order_release);
     p_.StoreHint(&log_word, 8);
-    return true;
+    return UpdateKind::kInPlace;
   }
   if (write_log) {
     // V1. The slot's log (old value, slot, e's low 16 bits). Before: the line's previous log
@@ -221,7 +284,7 @@ bool DurablePolicy::UpdateValue(LeafNode* leaf, int slot, uint64_t bits, uint64_
   //     replays the node's copy); a completed e keeps this one.
   leaf->lv[slot].store(bits, std::memory_order_release);
   p_.StoreHint(&leaf->lv[slot], 8);
-  return true;
+  return UpdateKind::kInPlace;
 }
 
 bool DurablePolicy::LogLeaf(LeafNode* leaf, uint64_t e) const {

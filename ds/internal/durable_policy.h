@@ -4,11 +4,13 @@
 // "Durability", has the protocol with every case.
 //
 //   * Leaves log their permutation in place (InCLL-p: perm_log + node_epoch in line 0) and one
-//     replaced value per value line in place (PackedValLog in value_log0/1); a second update in
-//     a value line within an epoch, an insert into a slot freed in the same epoch, a 16-bit tag
-//     that could not be widened back (PackedValLog::NeedsExternalFallback) or a value offset
-//     that does not encode, and every structural change (split, new layer, sibling links), go to
-//     the external log: one copy of the node per epoch, flagged kLogged.
+//     replaced value per value line in place (PackedValLog in value_log0/1). A second update in
+//     a value line within an epoch moves the key to a slot free since the epoch began (logged
+//     by perm_log alone; a slot filled in the epoch needs no log at all), or, when there is no
+//     such slot, goes to the external log, as do an insert into a slot freed in the same epoch,
+//     a 16-bit tag that could not be widened back (PackedValLog::NeedsExternalFallback), a value
+//     offset that does not encode, and every structural change (split, new layer, sibling
+//     links): one copy of the node per epoch, flagged kLogged.
 //   * Interior nodes and the tree descriptor go to the external log (their logged_epoch mark).
 //   * Parent links are written under the parent's lock, not the child's, so they are logged as
 //     their own 8-byte objects, never inside a node's copy (copies start at kLoggedBegin).
@@ -90,6 +92,9 @@ inline constexpr Site kValueRecoverOrder{"ds.masstree.value.recover_order"};  //
 inline constexpr Site kRecoverValueFlush{"ds.masstree.recover.value.flush"};
 inline constexpr Site kRecoverValueFence{"ds.masstree.recover.value.fence"};
 inline constexpr Site kRecoverNodeFlush{"ds.masstree.recover.node.flush"};
+// A logic mutant (negative control): a relocation that leaves insert-allowed set, so an insert
+// later in the epoch may overwrite the slot the key left, which perm_log still lists.
+inline constexpr Site kRelocateKeepsInsert{"ds.masstree.relocate.keeps_insert_allowed"};
 inline constexpr Site kRecoverNodeFence{"ds.masstree.recover.node.fence"};
 
 // Counters of what the durable hooks did (for benchmarks and tests; per policy, relaxed).
@@ -97,6 +102,7 @@ struct DurableStats {
   uint64_t leaf_log_copies = 0;     // leaves copied to the external log
   uint64_t interior_log_copies = 0;
   uint64_t parent_log_copies = 0;
+  uint64_t relocations = 0;         // updates that moved their key instead of copying the leaf
   uint64_t leaves_recovered = 0;    // lazy repairs
   uint64_t perms_rolled_back = 0;   // ... that restored perm_log
   uint64_t values_rolled_back = 0;  // ... slots restored from a value log
@@ -140,7 +146,7 @@ class DurablePolicy {
   // Leaf hooks. REQUIRES for all: the leaf's lock, a guard of epoch e, Ready(leaf) done.
   bool PrepareLeafWrite(LeafNode* leaf, uint64_t e, int insert_slot) const;
   void PublishPerm(LeafNode* leaf, uint64_t perm, uint64_t e, bool removal) const;
-  bool UpdateValue(LeafNode* leaf, int slot, uint64_t bits, uint64_t e) const;
+  UpdateKind UpdateValue(LeafNode* leaf, int slot, uint64_t bits, uint64_t e) const;
   bool LogLeaf(LeafNode* leaf, uint64_t e) const;
   // REQUIRES: the node's lock (LogInterior); the lock of node's current parent (LogParent); the
   // lock of the root being replaced (LogRoot).
@@ -154,6 +160,7 @@ class DurablePolicy {
  private:
   struct Counters {
     std::atomic<uint64_t> leaf_log_copies{0}, interior_log_copies{0}, parent_log_copies{0};
+    std::atomic<uint64_t> relocations{0};
     std::atomic<uint64_t> leaves_recovered{0}, interiors_recovered{0};
     std::atomic<uint64_t> perms_rolled_back{0}, values_rolled_back{0};
   };
@@ -161,6 +168,8 @@ class DurablePolicy {
   void RecoverInterior(InteriorNode* in) const;
   void RepairLeaf(LeafNode* leaf) const;
   void BeginRecord(LeafNode* leaf, uint64_t e, int keep_line, uint64_t old_perm) const;
+  int StartFreeSlot(LeafNode* leaf) const;
+  void Relocate(LeafNode* leaf, int slot, int to, uint64_t bits) const;
   bool CopyLeaf(LeafNode* leaf, uint64_t e) const;
   bool Snapshot(void* obj, size_t size, std::atomic<uint64_t>* mark) const;
 

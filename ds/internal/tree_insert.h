@@ -19,6 +19,7 @@
 #include "ds/internal/node_layout.h"
 #include "ds/internal/tree_core.h"
 #include "ds/internal/tree_find.h"
+#include "ds/internal/tree_policy.h"
 #include "ds/internal/tree_split.h"
 #include "ds/internal/value_ref.h"
 
@@ -156,8 +157,10 @@ WriteOutcome PutKey(Writer<A, P>& w, std::string_view key, std::string_view valu
       return WriteOutcome::kNoMemory;
     }
     // One 8-byte store replaces the value (logged first by the durable policy); the key does not
-    // move, so readers need no version change: they get the old object or the new one.
-    if (!p.UpdateValue(leaf, slot, ValueRef::FromObject(p, nv).bits(), w.epoch)) {
+    // move, so readers need no version change: they get the old object or the new one. (The
+    // durable policy may instead move the key to another slot, marking the leaf inserting.)
+    if (p.UpdateValue(leaf, slot, ValueRef::FromObject(p, nv).bits(), w.epoch) ==
+        UpdateKind::kNoLog) {
       leaf->version().Unlock();
       w.alloc.RetireValue(nv, nv->size());  // never published
       return WriteOutcome::kNoLog;

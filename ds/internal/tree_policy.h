@@ -23,13 +23,19 @@
 
 namespace pmrt::ds_internal {
 
+// What UpdateValue did.
+enum class UpdateKind : uint8_t { kInPlace, kRelocated, kNoLog };
+
 // The contract of a tree policy. `e` is always the epoch of the calling operation's guard.
 //   kDurable, base(): link encoding (node_layout.h).
 //   Ready(node): the node's version and fields are safe to read (repairs it once per execution).
 //   PrepareLeafWrite(leaf, e, slot): before a key is inserted into free `slot` (or, slot < 0,
 //       before a key is removed) of the locked leaf; the caller then writes the slot and calls
 //       PublishPerm(leaf, perm, e, removal) to store the new permutation.
-//   UpdateValue(leaf, slot, bits, e): replaces lv[slot] of the locked leaf (logging it first).
+//   UpdateValue(leaf, slot, bits, e): replaces the value of the key in `slot` of the locked leaf
+//       with `bits` (logging it first): kInPlace (lv[slot] := bits), kRelocated (the durable
+//       tree moved the key to another slot with the new value, and marked the leaf inserting),
+//       or kNoLog (nothing changed).
 //   LogLeaf / LogInterior(node, e): before any other change of the locked node in e.
 //   LogParent(node, e): before node's parent link changes (caller holds the old parent's lock).
 //   LogRoot(e): before TreeCore's root word changes.
@@ -42,7 +48,7 @@ concept IsTreePolicy = requires(const P& p, NodeHeader* h, LeafNode* l, Interior
   p.Ready(h);
   { p.PrepareLeafWrite(l, v, slot) } -> std::same_as<bool>;
   p.PublishPerm(l, v, v, b);
-  { p.UpdateValue(l, slot, v, v) } -> std::same_as<bool>;
+  { p.UpdateValue(l, slot, v, v) } -> std::same_as<UpdateKind>;
   { p.LogLeaf(l, v) } -> std::same_as<bool>;
   { p.LogInterior(in, v) } -> std::same_as<bool>;
   { p.LogParent(h, v) } -> std::same_as<bool>;
@@ -64,9 +70,9 @@ struct TransientPolicy {
   }
   // One 8-byte store replaces the value; release publishes the new object's bytes (pairs with
   // the readers' acquire load of lv).
-  bool UpdateValue(LeafNode* leaf, int slot, uint64_t bits, uint64_t) const {
+  UpdateKind UpdateValue(LeafNode* leaf, int slot, uint64_t bits, uint64_t) const {
     leaf->lv[slot].store(bits, std::memory_order_release);
-    return true;
+    return UpdateKind::kInPlace;
   }
   bool LogLeaf(LeafNode*, uint64_t) const { return true; }
   bool LogInterior(InteriorNode*, uint64_t) const { return true; }
