@@ -115,7 +115,10 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
   if (h_new <= horizon) return absl::OkStatus();
   const uint64_t now_epoch = epochs.current();
   const bool pressure = store.blocks_in_use() * store.block_size() > options.log_budget;
-  const uint64_t age = pressure ? 0 : cold_age;
+  // Over budget: a full cycle (K's superseded entries go too), but the cold age stays what the
+  // budget affords (adapted below): zeroing it would drop the whole hot set each time the log
+  // touches the budget, and every word would then pay a snapshot.
+  const uint64_t age = cold_age;
   const uint64_t cold_limit = h_new > age ? h_new - age : 0;
   const uint64_t new_seq = seq + 1;
   const uint32_t new_key = WordIndex::CompactKey(new_seq);

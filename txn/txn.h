@@ -101,7 +101,7 @@ struct Options {
   // cold at reclamation (its record is dropped; its next write is snapshotted, one fence). With
   // `adaptive_cold`, the reclaimer tunes this age after each cycle to the budget: it doubles
   // (up to max_cold_after_epochs) while the compacted log is under 1/4 of the budget, and halves
-  // when it is over 1/2. 0 when the log is over budget.
+  // when it is over 1/2.
   uint64_t cold_after_epochs = 2;
   bool adaptive_cold = true;
   uint64_t max_cold_after_epochs = 1024;
