@@ -561,8 +561,10 @@ TEST(TransientMasstreeTest, OutOfMemoryLeavesTreeUnchanged) {
 // A pool file with the runtime the durable tree needs, reopened at will.
 class DurableRuntime {
  public:
+  // size 0: the file exists already (a copy); it is only removed at the end.
   explicit DurableRuntime(std::string path, size_t size = 64 << 20, size_t log_area = 0)
       : path_(std::move(path)) {
+    if (size == 0) return;
     PoolOptions po;
     po.backend = BackendKind::kEadr;
     po.log_area_size = log_area;
@@ -708,6 +710,72 @@ TEST(DurableMasstreeTest, FullUndoLogWaitsForTheBoundary) {
   }
   EXPECT_EQ(no_memory, 1);
   ExpectSameAsModel(**t, model);
+}
+
+// A crash image without the simulator: a copy of a live pool file taken mid-epoch, between
+// operations (on eADR every store is in the file, as after a power cut with persistent caches).
+// Its recovery rolls that epoch back, lazily: four threads then race to repair the same leaves
+// (readers and writers on disjoint keys) and must all see the state the epoch began with.
+TEST(DurableMasstreeTest, ThreadsRaceToRepairAfterACrash) {
+  const std::string original = TempPoolPath("racesrc"), copy = TempPoolPath("racecopy");
+  Model at_sync;
+  uint64_t where;
+  {
+    DurableRuntime rt(original);
+    ASSERT_TRUE(rt.Open().ok());
+    auto t = DurableMasstree::Create(rt.pool(), rt.epochs(), rt.heap());
+    ASSERT_TRUE(t.ok());
+    where = (*t)->descriptor();
+    for (int i = 0; i < 20000; ++i) {
+      const std::string k(U64Key(static_cast<uint64_t>(i) * 7919).view());
+      (*t)->put(k, "v" + std::to_string(i));
+      at_sync[k] = "v" + std::to_string(i);
+    }
+    ASSERT_TRUE(rt.epochs().Sync().ok());
+    // The failed epoch: updates, removals and inserts, then the "crash".
+    for (int i = 0; i < 20000; i += 3) (*t)->put(U64Key(static_cast<uint64_t>(i) * 7919), "x");
+    for (int i = 1; i < 20000; i += 7) (*t)->remove(U64Key(static_cast<uint64_t>(i) * 7919));
+    for (int i = 0; i < 3000; ++i) (*t)->put(U64Key(static_cast<uint64_t>(i) * 7919 + 1), "new");
+    ASSERT_EQ(std::system(("cp " + original + " " + copy).c_str()), 0);
+    t->reset();
+  }
+  DurableRuntime rt(copy, 0);  // (size 0: reuses the copied file)
+  ASSERT_TRUE(rt.Open().ok());
+  auto t = DurableMasstree::Open(rt.pool(), rt.epochs(), rt.heap(), where);
+  ASSERT_TRUE(t.ok()) << t.status();
+  DurableMasstree& tree = **t;
+  std::vector<Model> written(4);
+  std::vector<std::thread> threads;
+  for (int id = 0; id < 4; ++id) {
+    threads.emplace_back([&, id] {
+      std::mt19937_64 rng(40 + id);
+      for (int i = 0; i < Scaled(6000); ++i) {
+        const int n = static_cast<int>(rng() % 20000);
+        const std::string k(U64Key(static_cast<uint64_t>(n) * 7919).view());
+        if (n % 4 == id && rng() % 2 == 0) {  // this thread's keys: written
+          const std::string v = "t" + std::to_string(id) + "." + std::to_string(i);
+          tree.put(k, v);
+          written[id][k] = v;
+        } else if (n % 4 != id) {  // others' keys: only read, from at_sync or a writer
+          std::optional<std::string> v = tree.get(k);
+          ASSERT_TRUE(v.has_value()) << Printable(k);
+          ASSERT_TRUE(*v == at_sync[k] || (*v)[0] == 't') << Printable(k) << " -> " << *v;
+        }
+        if (i % 500 == 0) {
+          size_t n_scanned = 0;
+          tree.scan(k, 50, [&](std::string_view, std::string_view) { return ++n_scanned, true; });
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  Model expect = at_sync;
+  for (const Model& m : written) {
+    for (const auto& [k, v] : m) expect[k] = v;
+  }
+  ExpectSameAsModel(tree, expect);
+  EXPECT_GT(tree.durable_stats().perms_rolled_back, 0u);
+  EXPECT_GT(tree.durable_stats().values_rolled_back, 0u);
 }
 
 // ---- Concurrency ------------------------------------------------------------------------------
