@@ -25,21 +25,24 @@ run() { "$bin" --json --array "$array" --seconds "$secs" --warmup "$warm" --budg
 for dist in uniform zipf; do
   for k in 1 4 16; do
     for sys in pmrt pmdk undo plain; do
-      run --system "$sys" --words "$k" --dist "$dist" --threads 1
+      run --system "$sys" --words "$k" --dist "$dist" --threads 1 $([ "$sys" = pmrt ] && echo --prewarm)
     done
+    # pmrt's cold start: no prewarm, so the first write of each word pays a snapshot.
+    [ "$k" = 4 ] && run --system pmrt --words 4 --dist "$dist" --threads 1 --seed 2
   done
   for sys in pmrt pmdk; do
-    run --system "$sys" --words 4 --dist "$dist" --threads 2
+    run --system "$sys" --words 4 --dist "$dist" --threads 2 $([ "$sys" = pmrt ] && echo --prewarm)
   done
 done
 # Steady state of a skewed workload's log (longer run, sampled every 10 ms).
-run --seconds 10 --system pmrt --words 4 --dist zipf --threads 1
+run --seconds 10 --system pmrt --words 4 --dist zipf --threads 1 --prewarm
 python3 - "$out" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-def get(sys_, k, d, t):
+def get(sys_, k, d, t, prewarm=True):
     for r in rows:
-        if r["system"] == sys_ and r["words"] == k and r["dist"] == d and r["threads"] == t and r["seconds"] < 8:
+        if (r["system"] == sys_ and r["words"] == k and r["dist"] == d and r["threads"] == t
+                and r["seconds"] < 8 and (sys_ != "pmrt" or r["prewarm"] == prewarm)):
             return r
 print("| dist | K | T | pmrt tx/s | PMDK tx/s | undo tx/s | plain tx/s | pmrt/PMDK wall | pmrt/PMDK worker-cpu | pmrt fences/commit |")
 print("|---|---|---|---|---|---|---|---|---|---|")
@@ -50,6 +53,13 @@ for d in ("uniform", "zipf"):
         ratio = lambda a, b, key: f"{a[key]/b[key]:.2f}x" if a and b else "-"
         print(f"| {d} | {k} | {t} | {f(p)} | {f(m)} | {f(u)} | {f(pl)} | {ratio(p, m, 'ops_per_sec')} | "
               f"{ratio(p, m, 'ops_per_worker_cpu_sec')} | {p['fences_per_commit'] if p else '-':.3f} |")
+for d in ("uniform", "zipf"):
+    c, m = get("pmrt", 4, d, 1, False), get("pmdk", 4, d, 1)
+    if c and m:
+        print(f"\ncold start (no prewarm), pmrt K=4 {d}: {c['ops_per_sec']/1e3:,.0f} k tx/s "
+              f"({c['ops_per_sec']/m['ops_per_sec']:.2f}x PMDK wall, "
+              f"{c['ops_per_worker_cpu_sec']/m['ops_per_worker_cpu_sec']:.2f}x worker-cpu), "
+              f"{c['fences_per_commit']:.3f} fences/commit, {c['snapshots_per_commit']:.3f} snapshots/commit")
 for r in rows:
     if r["system"] == "pmrt" and r["seconds"] >= 8:
         print(f"\nsteady state, pmrt K={r['words']} {r['dist']}: log avg {r['log_bytes_avg']/2**20:.1f} MiB, "

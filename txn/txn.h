@@ -102,7 +102,7 @@ struct Options {
   // `adaptive_cold`, the reclaimer tunes this age after each cycle to the budget: it doubles
   // (up to max_cold_after_epochs) while the compacted log is under 1/4 of the budget, and halves
   // when it is over 1/2.
-  uint64_t cold_after_epochs = 2;
+  uint64_t cold_after_epochs = 64;
   bool adaptive_cold = true;
   uint64_t max_cold_after_epochs = 1024;
   // A transaction open longer than this is reported and fails at its next call.
