@@ -174,7 +174,8 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
           // it has ended and the boundary made its value (committed or restored) durable. The
           // CAS fails if a transaction touches the word meanwhile (it moves the epoch first):
           // then the entry stays, as that transaction may still fail.
-          if (full && WordIndex::FullEpoch(v, now_epoch) <= cold_limit &&
+          if ((full || mutation::Swapped(txn_detail::kRuleMutant)) &&
+              WordIndex::FullEpoch(v, now_epoch) <= cold_limit &&
               slot.compare_exchange_strong(v, 0, std::memory_order_acq_rel)) {
             ++cold;
             continue;

@@ -85,8 +85,11 @@ absl::Status Engine::Impl::Recover() {
   // 3. Commit order: K first, in chain order (its segments oldest first; every entry of it
   //    predates every thread record still applied: those are of later epochs), then the thread
   //    records by stamp.
-  std::stable_sort(recs.begin(), recs.end(),
-                   [](const RecordRef& a, const RecordRef& b) { return a.h->stamp < b.h->stamp; });
+  if (!mutation::Swapped(txn_detail::kOrderMutant)) {
+    std::stable_sort(recs.begin(), recs.end(), [](const RecordRef& a, const RecordRef& b) {
+      return a.h->stamp < b.h->stamp;
+    });
+  }
 
   // 4. Pass 1, the index: in commit order, each record becomes the newest of its words; a free
   //    (tombstone) makes its block's words cold, so no older record is replayed into the

@@ -26,6 +26,7 @@
 #include "tests/txn/txn_runtime.h"
 #include "tests/util/lockstep.h"
 #include "tests/util/test_util.h"
+#include "txn/internal/engine_impl.h"
 #include "txn/txn.h"
 
 namespace pmrt::txn {
@@ -439,7 +440,10 @@ TEST(TxnCrashTest, MutationGateKillsEverySite) {
   std::map<uint32_t, std::string> sites;
   for (const auto& [id, name] : baseline.sites)
     if (name.rfind("txn.", 0) == 0) sites[id] = name;
-  EXPECT_GE(sites.size(), 12u);
+  EXPECT_GE(sites.size(), 14u);
+  // The logic mutants (negative controls): no persistence site, so add them by name.
+  sites[txn_detail::kOrderMutant.id] = txn_detail::kOrderMutant.name;
+  sites[txn_detail::kRuleMutant.id] = txn_detail::kRuleMutant.name;
   int killed = 0;
   std::vector<std::string> survivors;
   for (const auto& [id, name] : sites) {

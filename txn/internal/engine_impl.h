@@ -32,6 +32,12 @@ inline constexpr Site kDescFlush{"txn.reclaim.desc.flush"};
 inline constexpr Site kDescFence{"txn.reclaim.desc.fence"};
 inline constexpr Site kHeadMoveFlush{"txn.reclaim.head.flush"};
 inline constexpr Site kHeadMoveFence{"txn.reclaim.head.fence"};
+// Logic mutants for the mutation gate (mutation::Swapped): recovery that replays the thread
+// logs in walk order instead of commit order, and an incremental cycle that drops the newest
+// entry of a cold word while older entries of it stay in earlier segments (SpecPMT's
+// multi-thread rule broken). Each must make the crash suite fail.
+inline constexpr Site kOrderMutant{"txn.mutant.recovery_order"};
+inline constexpr Site kRuleMutant{"txn.mutant.reclaim_rule"};
 
 // The set of words declared in the running transaction: open addressing, keys word + 1.
 // Clear() resets only the slots used (a transaction declares few words; the table may be big).
