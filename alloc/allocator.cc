@@ -30,15 +30,15 @@ namespace alloc_detail {
 
 // The frees of one thread in one epoch, reusable once the epoch has closed.
 struct FreeBatch {
-  std::vector<uint64_t> small[SizeClasses::kCount];     // block offsets by class
-  std::vector<std::pair<uint64_t, uint64_t>> extents;   // (first chunk, chunk count)
+  std::vector<uint64_t> small[SizeClasses::kCount];    // block offsets by class
+  std::vector<std::pair<uint64_t, uint64_t>> extents;  // (first chunk, chunk count)
 };
 
 struct ThreadCache {
   std::vector<uint64_t> free[SizeClasses::kCount];  // block offsets ready to hand out
   uint64_t batch_epoch = 0;
-  FreeBatch* batch = nullptr;               // frees of batch_epoch, retired as one object
-  std::vector<uint32_t> dirty_chunks[2];    // chunks changed, per epoch parity
+  FreeBatch* batch = nullptr;             // frees of batch_epoch, retired as one object
+  std::vector<uint32_t> dirty_chunks[2];  // chunks changed, per epoch parity
   // Written by the owner only; read by Stats from any thread.
   std::atomic<uint64_t> allocations{0}, frees{0};
 };
@@ -104,11 +104,16 @@ void RangesOfBits(uint8_t* base, std::atomic<uint64_t>* words, size_t n, std::ve
 
 const char* AllocErrorName(AllocError e) {
   switch (e) {
-    case AllocError::kNone: return "none";
-    case AllocError::kPoolFull: return "pool full";
-    case AllocError::kTooLarge: return "larger than the heap";
-    case AllocError::kBadAlignment: return "alignment not a power of two <= 64 KiB";
-    case AllocError::kNoHeap: return "no heap is open";
+    case AllocError::kNone:
+      return "none";
+    case AllocError::kPoolFull:
+      return "pool full";
+    case AllocError::kTooLarge:
+      return "larger than the heap";
+    case AllocError::kBadAlignment:
+      return "alignment not a power of two <= 64 KiB";
+    case AllocError::kNoHeap:
+      return "no heap is open";
   }
   return "?";
 }
@@ -156,9 +161,8 @@ absl::Status Heap::Format() {
   const size_t probe = std::min<size_t>(r.size, alloc_internal::kMetaOffset + 64 * 1024);
   for (size_t i = 0; i < probe; ++i) {
     if (region_[i] != 0) {
-      return absl::DataLossError(absl::StrCat(pool_.path(), ": heap region at offset ",
-                                              r.offset, " has no header but holds data at byte ",
-                                              i));
+      return absl::DataLossError(absl::StrCat(pool_.path(), ": heap region at offset ", r.offset,
+                                              " has no header but holds data at byte ", i));
     }
   }
   uint64_t n = r.size / kChunkSize;
@@ -169,8 +173,8 @@ absl::Status Heap::Format() {
     if (data + n * kChunkSize <= r.offset + r.size) break;
   }
   if (n == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        pool_.path(), ": heap region of ", r.size, " bytes holds no 64 KiB chunk"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(pool_.path(), ": heap region of ", r.size, " bytes holds no 64 KiB chunk"));
   }
   HeapHeader h{};
   h.magic = alloc_internal::kHeapMagic;
@@ -244,11 +248,10 @@ absl::Status Heap::Load() {
 }
 
 absl::Status Heap::Corrupt(uint64_t chunk, const std::string& what) const {
-  return absl::DataLossError(absl::StrCat(pool_.path(), ": heap chunk ", chunk,
-                                          " (metadata at offset ",
-                                          region_off_ + alloc_internal::kMetaOffset +
-                                              chunk * sizeof(ChunkMeta),
-                                          ", data at offset ", ChunkOffset(chunk), "): ", what));
+  return absl::DataLossError(
+      absl::StrCat(pool_.path(), ": heap chunk ", chunk, " (metadata at offset ",
+                   region_off_ + alloc_internal::kMetaOffset + chunk * sizeof(ChunkMeta),
+                   ", data at offset ", ChunkOffset(chunk), "): ", what));
 }
 
 // ---- chunk runs -------------------------------------------------------------------------------
@@ -358,9 +361,9 @@ void* Heap::Allocate(size_t size, size_t align) {
 absl::StatusOr<void*> Heap::TryAllocate(size_t size, size_t align) {
   void* p = Allocate(size, align);
   if (p != nullptr) return p;
-  const std::string what = absl::StrCat(pool_.path(), ": cannot allocate ", size,
-                                        " bytes aligned to ", align, ": ",
-                                        AllocErrorName(tls_error));
+  const std::string what =
+      absl::StrCat(pool_.path(), ": cannot allocate ", size, " bytes aligned to ", align, ": ",
+                   AllocErrorName(tls_error));
   if (tls_error == AllocError::kBadAlignment) return absl::InvalidArgumentError(what);
   return absl::ResourceExhaustedError(what);
 }
@@ -445,8 +448,7 @@ ChunkVolatile* Heap::LoadChunk(uint64_t chunk, int c, std::vector<uint64_t>* out
   for (size_t line = 0; line < kBitmapLines; ++line) {
     uint64_t w[kWordsPerLine];
     alloc_internal::EffectiveWords(Meta(meta_, chunk)->bits[line], epochs_, w);
-    for (size_t k = 0; k < kWordsPerLine && line * kWordsPerLine + k < kLiveWords; ++k)
-    {
+    for (size_t k = 0; k < kWordsPerLine && line * kWordsPerLine + k < kLiveWords; ++k) {
       v->words[line * kWordsPerLine + k].live.store(w[k], std::memory_order_relaxed);
       v->words[line * kWordsPerLine + k].media = w[k];
     }
@@ -497,8 +499,7 @@ bool Heap::Locate(const void* p, uint64_t* chunk, uint32_t* block, int* cls) con
   if (const uint8_t sc = small_class_[*chunk].load(std::memory_order_acquire); sc != 0) {
     *cls = sc - 1;
     *block = SizeClasses::BlockOf(rel, *cls);
-    return *block * SizeClasses::Size(*cls) == rel &&
-           *block < SizeClasses::BlocksPerChunk(*cls);
+    return *block * SizeClasses::Size(*cls) == rel && *block < SizeClasses::BlocksPerChunk(*cls);
   }
   const uint64_t s = state_[*chunk].load(std::memory_order_acquire);
   *cls = -1;
@@ -542,8 +543,8 @@ absl::Status Heap::FreeImpl(void* p, FreeMode mode) {
     const uint64_t bit = uint64_t{1} << (block % 64);
     ChunkVolatile::Word& word = v.words[block / 64];
     if ((word.live.fetch_and(~bit, std::memory_order_relaxed) & bit) == 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          pool_.path(), ": double free: block at offset ", off, " is not allocated"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(pool_.path(), ": double free: block at offset ", off, " is not allocated"));
     }
     Touch(tc, v, chunk, e);  // the boundary copies the cleared bit to media, logged in e
     if (mode == FreeMode::kUnshared && (word.media & bit) == 0) {
@@ -616,8 +617,8 @@ absl::Status Heap::MarkAllocated(uint64_t offset) {
   uint32_t block;
   int c;
   if (!Locate(pool_.base() + offset, &chunk, &block, &c)) return LocateError(pool_.base() + offset);
-  if (c < 0) return absl::OkStatus();  // an extent's state word is its allocation
-  std::lock_guard<std::mutex> l(chunk_mu_);  // against a concurrent load of the chunk
+  if (c < 0) return absl::OkStatus();                    // an extent's state word is its allocation
+  std::lock_guard<std::mutex> l(chunk_mu_);              // against a concurrent load of the chunk
   if (BlockLive(chunk, block)) return absl::OkStatus();  // replayed already
   if (vol_[chunk].load(std::memory_order_acquire) != nullptr) {
     // A clear bit in a chunk in use means the block sits in a free list: marking it would

@@ -12,10 +12,10 @@
 // changed bitmap lines are copied to media, each line logged in place first — it carries its
 // own undo copy tagged with the epoch (alloc/internal/logged_line.h) — and written back with
 // the epoch's other dirty lines. A crash before the boundary completes loses exactly the
-// epoch's changes, which is the contract. A freed block is reused only after the epoch of its free has closed (no
-// guard can hold it) and is durable. A newly allocated block is registered dirty, so what the
-// caller writes into it in the same epoch is written back at the boundary; later changes to the
-// object are the caller's to log (epoch::ExternalLog, InCLL).
+// epoch's changes, which is the contract. A freed block is reused only after the epoch of its free
+// has closed (no guard can hold it) and is durable. A newly allocated block is registered dirty, so
+// what the caller writes into it in the same epoch is written back at the boundary; later changes
+// to the object are the caller's to log (epoch::ExternalLog, InCLL).
 //
 // Restart reads one line per 64 KiB chunk (not the blocks): open time does not grow with the
 // number of live objects. Bitmaps are read when a chunk is first used in a run.
@@ -162,11 +162,11 @@ class Heap {
 
   Pool& pool_;
   epoch::Manager& epochs_;
-  uint8_t* region_ = nullptr;     // heap region start
-  uint64_t region_off_ = 0;       // its pool offset
-  uint64_t data_off_ = 0;         // pool offset of chunk 0's data
+  uint8_t* region_ = nullptr;  // heap region start
+  uint64_t region_off_ = 0;    // its pool offset
+  uint64_t data_off_ = 0;      // pool offset of chunk 0's data
   uint64_t chunks_ = 0;
-  void* meta_ = nullptr;          // ChunkMeta[chunks_]
+  void* meta_ = nullptr;  // ChunkMeta[chunks_]
   int flush_source_ = 0;
 
   // Volatile mirror of every chunk's (recovered) state word, and the volatile state of each
@@ -175,9 +175,9 @@ class Heap {
   std::unique_ptr<std::atomic<uint8_t>[]> small_class_;  // class + 1 of a small chunk, else 0
   std::unique_ptr<std::atomic<alloc_detail::ChunkVolatile*>[]> vol_;
 
-  mutable std::mutex chunk_mu_;                  // guards the three below and chunk loading
-  std::map<uint64_t, uint64_t> free_runs_;       // start -> length, coalesced
-  std::set<std::pair<uint64_t, uint64_t>> by_length_;  // (length, start), best fit
+  mutable std::mutex chunk_mu_;                          // guards the three below and chunk loading
+  std::map<uint64_t, uint64_t> free_runs_;               // start -> length, coalesced
+  std::set<std::pair<uint64_t, uint64_t>> by_length_;    // (length, start), best fit
   std::vector<uint64_t> unloaded_[SizeClasses::kCount];  // used chunks not yet read this run
 
   struct alignas(64) Central {
@@ -212,7 +212,8 @@ T* pnew(Args&&... args) {
   Heap* h = Heap::Default();
   if (h == nullptr) return nullptr;
   TxScope* tx = tls_tx_scope;
-  void* p = tx != nullptr ? tx->TxAllocate(sizeof(T), alignof(T)) : h->Allocate(sizeof(T), alignof(T));
+  void* p =
+      tx != nullptr ? tx->TxAllocate(sizeof(T), alignof(T)) : h->Allocate(sizeof(T), alignof(T));
   return p == nullptr ? nullptr : new (p) T(std::forward<Args>(args)...);
 }
 

@@ -678,7 +678,8 @@ int Usage(const std::string& why) {
                "         [--pool-size BYTES] [--keep-pool] [--batch N] [--slots N] [--round N]"
                " [--seed N]\n"
                "         [--objects N] [--repeat K]   (restart)\n"
-               "         [--teardown] [--pmrt-guard-batch N] [--epoch-ms N] [--pmrt-free shared|unshared]   (pmrt)\n",
+               "         [--teardown] [--pmrt-guard-batch N] [--epoch-ms N] [--pmrt-free "
+               "shared|unshared]   (pmrt)\n",
                why.c_str());
   return 2;
 }

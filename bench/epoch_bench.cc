@@ -151,12 +151,12 @@ void BM_Boundary(benchmark::State& state) {
   state.counters["lines"] = static_cast<double>(lines);
   state.counters["ns_per_line"] = lines == 0 ? 0 : timed * 1e9 / (n * static_cast<double>(lines));
   state.counters["cpu_us"] = cpu * 1e6 / n;
-  state.counters["cpu_ns_per_line"] =
-      lines == 0 ? 0 : cpu * 1e9 / (n * static_cast<double>(lines));
+  state.counters["cpu_ns_per_line"] = lines == 0 ? 0 : cpu * 1e9 / (n * static_cast<double>(lines));
   state.counters["flush_us"] =
       std::chrono::duration<double, std::micro>(after.flush_time - before.flush_time).count() / n;
   state.counters["fences"] = static_cast<double>(counts.fences) / n;
-  state.counters["lines_flushed"] = static_cast<double>(after.lines_flushed - before.lines_flushed) / n;
+  state.counters["lines_flushed"] =
+      static_cast<double>(after.lines_flushed - before.lines_flushed) / n;
 }
 
 void BoundaryArgs(benchmark::internal::Benchmark* b) {
@@ -263,7 +263,8 @@ void ScatteredArgs(benchmark::internal::Benchmark* b) {
     }
   }
   for (int64_t lines : {16384, 131072}) {
-    for (int64_t sorted : {0, 1}) b->Args({static_cast<int64_t>(BackendKind::kPmem), lines, sorted, 1});
+    for (int64_t sorted : {0, 1})
+      b->Args({static_cast<int64_t>(BackendKind::kPmem), lines, sorted, 1});
   }
 }
 BENCHMARK(BM_BoundaryScattered)
@@ -321,7 +322,8 @@ void GuardLoop(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kBatch);
   // Per thread: nanoseconds per guard (timed batches only), averaged over the threads.
   const auto ops = static_cast<double>(state.iterations() * kBatch);
-  state.counters["ns_per_op"] = benchmark::Counter(cpu * 1e9 / ops, benchmark::Counter::kAvgThreads);
+  state.counters["ns_per_op"] =
+      benchmark::Counter(cpu * 1e9 / ops, benchmark::Counter::kAvgThreads);
   state.counters["wall_ns_per_op"] =
       benchmark::Counter(timed * 1e9 / ops, benchmark::Counter::kAvgThreads);
 }
@@ -424,7 +426,8 @@ void BM_FlushShare(benchmark::State& state) {
     const WriterRun guarded =
         RunWriters(WriterMode::kGuardOnly, m.get(), heap, lines, nullptr, work);
     const ManagerStats s0 = m->stats();
-    const WriterRun run = RunWriters(WriterMode::kCheckpoint, m.get(), heap, lines, tag.get(), work);
+    const WriterRun run =
+        RunWriters(WriterMode::kCheckpoint, m.get(), heap, lines, tag.get(), work);
     const ManagerStats s1 = m->stats();
     const double flush = std::chrono::duration<double>(s1.flush_time - s0.flush_time).count();
     const double boundary =
@@ -481,7 +484,8 @@ void BM_MsyncScattered(benchmark::State& state) {
   if (p == MAP_FAILED) std::abort();
   uint64_t rng = 42;
   std::vector<size_t> pages;
-  for (size_t i = 0; i < lines; ++i) pages.push_back((Next(rng) % (size / kCacheLine)) * kCacheLine / 4096);
+  for (size_t i = 0; i < lines; ++i)
+    pages.push_back((Next(rng) % (size / kCacheLine)) * kCacheLine / 4096);
   std::sort(pages.begin(), pages.end());
   pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
   for (auto _ : state) {
@@ -520,8 +524,8 @@ void BM_GuardFenceModel(benchmark::State& state) {
   const int mode = static_cast<int>(state.range(0));
   constexpr size_t kWords = (size_t{64} << 20) / 8;
   static uint64_t* heap = [] {
-    auto* h = static_cast<uint64_t*>(mmap(nullptr, kWords * 8, PROT_READ | PROT_WRITE,
-                                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    auto* h = static_cast<uint64_t*>(
+        mmap(nullptr, kWords * 8, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     for (size_t i = 0; i < kWords; i += 512) h[i] = 1;
     return h;
   }();
@@ -557,8 +561,9 @@ void BM_GuardFenceModel(benchmark::State& state) {
   static const char* kNames[] = {"bare stores", "seq_cst announce (Guard today)",
                                  "relaxed announce (asymmetric fence)"};
   state.SetLabel(kNames[mode]);
-  state.counters["ns_per_op"] = benchmark::Counter(
-      cpu * 1e9 / static_cast<double>(state.iterations() * kBatch), benchmark::Counter::kAvgThreads);
+  state.counters["ns_per_op"] =
+      benchmark::Counter(cpu * 1e9 / static_cast<double>(state.iterations() * kBatch),
+                         benchmark::Counter::kAvgThreads);
 }
 BENCHMARK(BM_GuardFenceModel)->DenseRange(0, 2)->Threads(2)->UseManualTime();
 
@@ -570,7 +575,8 @@ void AddConfiguration() {
   benchmark::AddCustomContext("pmrt.flush_share",
                               "2 writers, 64 ms background advancer, 2 s per run, "
                               "random 8-byte writes, one guard per write");
-  benchmark::AddCustomContext("pmrt.guard", "eadr pool; thread 0 advances every 64 batches of 1024");
+  benchmark::AddCustomContext("pmrt.guard",
+                              "eadr pool; thread 0 advances every 64 batches of 1024");
 }
 
 }  // namespace

@@ -248,14 +248,15 @@ class PmrtSystem : public System {
     if (!engine_) return;
     const pmrt::txn::Stats s = engine_->stats();
     char buf[512];
-    std::snprintf(buf, sizeof(buf),
-                  ", \"log_budget\": %zu, \"log_bytes_avg\": %.0f, \"log_bytes_max\": %lu, "
-                  "\"log_bytes_peak_all\": %lu, \"compact_bytes\": %lu, \"snapshots_per_commit\": %.4f, "
-                  "\"reclaim_cycles\": %lu, \"words_cold\": %lu",
-                  budget_, log_samples_ ? static_cast<double>(log_sum_) / log_samples_ : 0.0,
-                  log_max_, s.log_bytes_peak, s.compact_bytes,
-                  commits ? static_cast<double>(s.snapshots - snapshots0_) / commits : 0.0,
-                  s.cycles, s.words_cold);
+    std::snprintf(
+        buf, sizeof(buf),
+        ", \"log_budget\": %zu, \"log_bytes_avg\": %.0f, \"log_bytes_max\": %lu, "
+        "\"log_bytes_peak_all\": %lu, \"compact_bytes\": %lu, \"snapshots_per_commit\": %.4f, "
+        "\"reclaim_cycles\": %lu, \"words_cold\": %lu",
+        budget_, log_samples_ ? static_cast<double>(log_sum_) / log_samples_ : 0.0, log_max_,
+        s.log_bytes_peak, s.compact_bytes,
+        commits ? static_cast<double>(s.snapshots - snapshots0_) / commits : 0.0, s.cycles,
+        s.words_cold);
     json += buf;
   }
   void MarkStart() {
@@ -372,10 +373,11 @@ class PlainSystem : public System {
 // ---- driver ---------------------------------------------------------------------------------
 
 void Usage() {
-  std::fprintf(stderr,
-               "usage: pmrt-txbench --system pmrt|pmdk|undo|plain --words K --dist uniform|zipf "
-               "--array N --threads T [--seconds S] [--warmup S] [--json] [--dir DIR] "
-               "[--budget-mb M] [--block-kb B] [--backend pmem|eadr|msync] [--seed N] [--prewarm]\n");
+  std::fprintf(
+      stderr,
+      "usage: pmrt-txbench --system pmrt|pmdk|undo|plain --words K --dist uniform|zipf "
+      "--array N --threads T [--seconds S] [--warmup S] [--json] [--dir DIR] "
+      "[--budget-mb M] [--block-kb B] [--backend pmem|eadr|msync] [--seed N] [--prewarm]\n");
   std::exit(2);
 }
 
@@ -387,24 +389,39 @@ Args Parse(int argc, char** argv) {
       if (i + 1 >= argc) Usage();
       return argv[++i];
     };
-    if (k == "--system") a.system = val();
-    else if (k == "--words") a.words = std::atoi(val().c_str());
-    else if (k == "--dist") a.dist = val();
-    else if (k == "--array") a.array = std::strtoull(val().c_str(), nullptr, 10);
-    else if (k == "--threads") a.threads = std::atoi(val().c_str());
-    else if (k == "--seconds") a.seconds = std::atof(val().c_str());
-    else if (k == "--warmup") a.warmup = std::atof(val().c_str());
-    else if (k == "--json") a.json = true;
-    else if (k == "--dir") a.dir = val();
-    else if (k == "--budget-mb") a.budget_mb = std::strtoull(val().c_str(), nullptr, 10);
-    else if (k == "--block-kb") a.block_kb = std::strtoull(val().c_str(), nullptr, 10);
-    else if (k == "--backend") a.backend = val();
-    else if (k == "--seed") a.seed = std::strtoull(val().c_str(), nullptr, 10);
-    else if (k == "--prewarm") a.prewarm = true;
-    else Usage();
+    if (k == "--system")
+      a.system = val();
+    else if (k == "--words")
+      a.words = std::atoi(val().c_str());
+    else if (k == "--dist")
+      a.dist = val();
+    else if (k == "--array")
+      a.array = std::strtoull(val().c_str(), nullptr, 10);
+    else if (k == "--threads")
+      a.threads = std::atoi(val().c_str());
+    else if (k == "--seconds")
+      a.seconds = std::atof(val().c_str());
+    else if (k == "--warmup")
+      a.warmup = std::atof(val().c_str());
+    else if (k == "--json")
+      a.json = true;
+    else if (k == "--dir")
+      a.dir = val();
+    else if (k == "--budget-mb")
+      a.budget_mb = std::strtoull(val().c_str(), nullptr, 10);
+    else if (k == "--block-kb")
+      a.block_kb = std::strtoull(val().c_str(), nullptr, 10);
+    else if (k == "--backend")
+      a.backend = val();
+    else if (k == "--seed")
+      a.seed = std::strtoull(val().c_str(), nullptr, 10);
+    else if (k == "--prewarm")
+      a.prewarm = true;
+    else
+      Usage();
   }
-  if (a.words < 1 || a.words > 1024 || a.threads < 1 || a.array < static_cast<uint64_t>(a.threads) ||
-      (a.dist != "uniform" && a.dist != "zipf") ||
+  if (a.words < 1 || a.words > 1024 || a.threads < 1 ||
+      a.array < static_cast<uint64_t>(a.threads) || (a.dist != "uniform" && a.dist != "zipf") ||
       (a.system != "pmrt" && a.system != "pmdk" && a.system != "undo" && a.system != "plain")) {
     Usage();
   }
@@ -493,10 +510,11 @@ int main(int argc, char** argv) {
     fences = std::to_string(static_cast<double>(dc.fences) / static_cast<double>(commits));
     lines = std::to_string(static_cast<double>(dc.lines_flushed) / static_cast<double>(commits));
   }
-  std::printf("%-5s K=%-2d %-7s N=%lu T=%d: %10.0f tx/s wall, %10.0f per worker-cpu-s, %10.0f per "
-              "process-cpu-s; fences/commit %s%s\n",
-              a.system.c_str(), a.words, a.dist.c_str(), a.array, a.threads, ops, ops_wcpu, ops_cpu,
-              fences.c_str(), failures.load() ? " (failures!)" : "");
+  std::printf(
+      "%-5s K=%-2d %-7s N=%lu T=%d: %10.0f tx/s wall, %10.0f per worker-cpu-s, %10.0f per "
+      "process-cpu-s; fences/commit %s%s\n",
+      a.system.c_str(), a.words, a.dist.c_str(), a.array, a.threads, ops, ops_wcpu, ops_cpu,
+      fences.c_str(), failures.load() ? " (failures!)" : "");
   if (a.json) {
     char buf[512];
     std::snprintf(buf, sizeof(buf),
@@ -507,7 +525,8 @@ int main(int argc, char** argv) {
                   "\"process_cpu_seconds\": %.3f, \"fences_per_commit\": %s, "
                   "\"lines_flushed_per_commit\": %s",
                   a.system.c_str(), a.words, a.dist.c_str(), a.array, a.threads, secs, commits,
-                  failures.load(), ops, ops_wcpu, ops_cpu, wcpu, cpu, fences.c_str(), lines.c_str());
+                  failures.load(), ops, ops_wcpu, ops_cpu, wcpu, cpu, fences.c_str(),
+                  lines.c_str());
     std::string json = buf;
     sys->Report(json, commits);
     json += a.prewarm ? ", \"prewarm\": true}" : ", \"prewarm\": false}";

@@ -25,8 +25,7 @@ uint32_t SoftwareCrc(const uint8_t* p, size_t len, uint32_t c) {
 }
 
 #if defined(__x86_64__)
-__attribute__((target("sse4.2"))) uint32_t HardwareCrc(const uint8_t* p, size_t len,
-                                                        uint32_t c) {
+__attribute__((target("sse4.2"))) uint32_t HardwareCrc(const uint8_t* p, size_t len, uint32_t c) {
   uint64_t c64 = c;
   while (len >= 8) {
     uint64_t v;

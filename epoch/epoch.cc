@@ -1,14 +1,14 @@
 #include "epoch/epoch.h"
 
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "epoch/crc32c.h"
-
-#include <linux/membarrier.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 namespace pmrt::epoch {
 namespace {
@@ -51,9 +51,7 @@ bool Manager::AsymmetricFences() {
   return on;
 }
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 Manager::Manager(Pool& pool, ManagerOptions options)
     : pool_(pool),
@@ -69,7 +67,8 @@ absl::StatusOr<std::unique_ptr<Manager>> Manager::Open(Pool& pool, ManagerOption
   std::unique_ptr<Manager> m(new Manager(pool, options));
   m->log_ = std::make_unique<ExternalLog>(pool, *m);
   if (auto st = m->Recover(); !st.ok()) return st;
-  if (options.interval.count() > 0) m->advancer_ = std::thread([p = m.get()] { p->AdvancerLoop(); });
+  if (options.interval.count() > 0)
+    m->advancer_ = std::thread([p = m.get()] { p->AdvancerLoop(); });
   return m;
 }
 
@@ -103,9 +102,9 @@ absl::Status Manager::InitArea() {
   const auto* bytes = reinterpret_cast<const uint8_t*>(area_);
   for (size_t i = sizeof(EpochAreaHeader); i < sizeof(EpochAreaLayout); ++i) {
     if (bytes[i] != 0) {
-      return absl::DataLossError(absl::StrCat(
-          pool_.path(), ": epoch area at offset ", pool_.region(PoolRegion::kEpoch).offset,
-          " has no header but holds data at byte ", i));
+      return absl::DataLossError(absl::StrCat(pool_.path(), ": epoch area at offset ",
+                                              pool_.region(PoolRegion::kEpoch).offset,
+                                              " has no header but holds data at byte ", i));
     }
   }
   EpochAreaHeader h{kEpochAreaMagic, kEpochAreaVersion, 0};
@@ -131,9 +130,9 @@ absl::Status Manager::LoadArea() {
                                             " has a bad magic or checksum"));
   }
   if (h.version > kEpochAreaVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        pool_.path(), ": epoch area version ", h.version, " is newer than supported (",
-        kEpochAreaVersion, ")"));
+    return absl::FailedPreconditionError(absl::StrCat(pool_.path(), ": epoch area version ",
+                                                      h.version, " is newer than supported (",
+                                                      kEpochAreaVersion, ")"));
   }
   const uint64_t count = area_->failed_count.load(std::memory_order_relaxed);
   if (count > kMaxFailedRanges) {
@@ -170,9 +169,9 @@ absl::Status Manager::RecordFailed(uint64_t lo, uint64_t hi) {
     return absl::OkStatus();
   }
   if (count == kMaxFailedRanges) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        pool_.path(), ": the failed-epoch set is full (", kMaxFailedRanges,
-        " crashes recorded); the pool can no longer record a crash"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(pool_.path(), ": the failed-epoch set is full (", kMaxFailedRanges,
+                     " crashes recorded); the pool can no longer record a crash"));
   }
   // Range and count are flushed together and made durable by one fence, before `completed`
   // moves (Recover step 4). A crash before that fence may leave the count without the range
@@ -274,8 +273,8 @@ void Manager::RecordDirty(const void* addr, size_t len) {
     auto* last_end = static_cast<const uint8_t*>(d.back().addr) + d.back().len;
     auto* begin = static_cast<const uint8_t*>(addr);
     if (begin >= static_cast<const uint8_t*>(d.back().addr) && begin <= last_end) {
-      d.back().len = std::max<size_t>(d.back().len, begin + len -
-                                                        static_cast<const uint8_t*>(d.back().addr));
+      d.back().len =
+          std::max<size_t>(d.back().len, begin + len - static_cast<const uint8_t*>(d.back().addr));
       return;
     }
   }
@@ -316,7 +315,8 @@ void Manager::FlushRanges(std::vector<Range>& ranges) {
       persister().FlushBatch(kBoundaryBatch, std::span<const Range>(ranges.data() + b, e - b));
     });
   }
-  persister().FlushBatch(kBoundaryBatch, std::span<const Range>(ranges.data(), std::min(per, ranges.size())));
+  persister().FlushBatch(kBoundaryBatch,
+                         std::span<const Range>(ranges.data(), std::min(per, ranges.size())));
   for (auto& h : helpers) h.join();
 }
 

@@ -65,12 +65,12 @@ struct ManagerOptions {
 
 struct ManagerStats {
   uint64_t advances = 0;
-  uint64_t lines_flushed = 0;     // dirty lines written back at boundaries
+  uint64_t lines_flushed = 0;  // dirty lines written back at boundaries
   uint64_t ranges_flushed = 0;
   std::chrono::nanoseconds boundary_time{0};  // total time in steps 2-5
   std::chrono::nanoseconds flush_time{0};     // total time in step 3
-  uint64_t log_entries = 0;       // external log entries written
-  uint64_t log_entries_replayed = 0;  // at the last open
+  uint64_t log_entries = 0;                   // external log entries written
+  uint64_t log_entries_replayed = 0;          // at the last open
   uint64_t retired = 0, reclaimed = 0;
 };
 
@@ -101,9 +101,7 @@ class Manager : public EpochView {
   static absl::StatusOr<std::unique_ptr<Manager>> Open(Pool& pool, ManagerOptions options = {});
   ~Manager() override;  // stops the advancer and advances twice: everything becomes durable
 
-  uint64_t current() const override {
-    return global_.load(std::memory_order_acquire) & ~kClosing;
-  }
+  uint64_t current() const override { return global_.load(std::memory_order_acquire) & ~kClosing; }
   uint64_t execution_first() const override { return execution_first_; }
   bool IsFailed(uint64_t e) const override;
   // The last epoch whose checkpoint is complete (durably recorded).

@@ -72,8 +72,8 @@ absl::Status ExternalLog::StartBlock(ExternalLogCursor& cur, uint64_t epoch) {
     std::lock_guard<std::mutex> l(free_mu_);
     if (free_.empty()) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          pool_.path(), ": external undo log is full: all ", blocks_, " blocks of ",
-          kLogBlockSize, " bytes (log region at offset ", pool_.region(PoolRegion::kLog).offset,
+          pool_.path(), ": external undo log is full: all ", blocks_, " blocks of ", kLogBlockSize,
+          " bytes (log region at offset ", pool_.region(PoolRegion::kLog).offset,
           ") hold entries of epochs not yet complete; create the pool with a larger log area"));
     }
     block = free_.back();

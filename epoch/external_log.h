@@ -40,9 +40,9 @@ class Manager;
 
 // A thread's append position; lives in the thread's slot of the Manager.
 struct ExternalLogCursor {
-  uint64_t epoch = 0;          // epoch of the current block; 0 = none
-  uint32_t block = 0;          // index of the current block
-  uint32_t offset = 0;         // next entry's offset inside the block
+  uint64_t epoch = 0;             // epoch of the current block; 0 = none
+  uint32_t block = 0;             // index of the current block
+  uint32_t offset = 0;            // next entry's offset inside the block
   std::vector<uint32_t> used[2];  // blocks used per epoch parity, freed once the epoch completes
 };
 

@@ -43,9 +43,8 @@ absl::Status RunKillLoop(const KillLoopOptions& options,
         int status;
         if (waitpid(pid, &status, WNOHANG) == pid) {
           munmap(shared, sizeof(KillProgress));
-          return absl::InternalError(absl::StrCat("kill loop: iteration ", i,
-                                                  ": child exited before it was ready, status ",
-                                                  status));
+          return absl::InternalError(absl::StrCat(
+              "kill loop: iteration ", i, ": child exited before it was ready, status ", status));
         }
         std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
@@ -61,10 +60,10 @@ absl::Status RunKillLoop(const KillLoopOptions& options,
     }
     absl::Status st = verify(i, *progress);
     if (!st.ok()) {
-      result = absl::Status(st.code(), absl::StrCat("kill loop iteration ", i, " (seed ",
-                                                    options.seed, ", killed after ", delay_us,
-                                                    " us, ", progress->acked.load(),
-                                                    " acked): ", st.message()));
+      result =
+          absl::Status(st.code(), absl::StrCat("kill loop iteration ", i, " (seed ", options.seed,
+                                               ", killed after ", delay_us, " us, ",
+                                               progress->acked.load(), " acked): ", st.message()));
     }
   }
   munmap(shared, sizeof(KillProgress));

@@ -47,10 +47,10 @@ struct KillLoopOptions {
 // Runs `child` in a forked process `kills` times, SIGKILLs it at a random moment, then runs
 // `verify` in this process. Returns the first verification error, annotated with the iteration
 // and the delay, or an error if a child exited on its own (it must run until killed).
-absl::Status RunKillLoop(const KillLoopOptions& options,
-                         const std::function<void(int iteration, KillProgress& progress)>& child,
-                         const std::function<absl::Status(int iteration,
-                                                          const KillProgress& progress)>& verify);
+absl::Status RunKillLoop(
+    const KillLoopOptions& options,
+    const std::function<void(int iteration, KillProgress& progress)>& child,
+    const std::function<absl::Status(int iteration, const KillProgress& progress)>& verify);
 
 }  // namespace pmrt
 

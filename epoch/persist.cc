@@ -18,10 +18,14 @@ namespace pmrt {
 
 std::string_view BackendName(BackendKind kind) {
   switch (kind) {
-    case BackendKind::kPmem: return "pmem";
-    case BackendKind::kEadr: return "eadr";
-    case BackendKind::kMsync: return "msync";
-    case BackendKind::kSim: return "sim";
+    case BackendKind::kPmem:
+      return "pmem";
+    case BackendKind::kEadr:
+      return "eadr";
+    case BackendKind::kMsync:
+      return "msync";
+    case BackendKind::kSim:
+      return "sim";
   }
   return "unknown";
 }
@@ -31,8 +35,8 @@ absl::StatusOr<BackendKind> ParseBackend(std::string_view name) {
     auto kind = static_cast<BackendKind>(i);
     if (name == BackendName(kind)) return kind;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown persistence backend '", std::string(name), "' (expected pmem, eadr, msync)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown persistence backend '", std::string(name),
+                                                 "' (expected pmem, eadr, msync)"));
 }
 
 PersistCounts& PersistCounts::operator+=(const PersistCounts& o) {
@@ -194,10 +198,17 @@ void Persister::FlushBatch(const Site& site, std::span<const Range> ranges) cons
   for (const Range& r : ranges) {
     Count(r.len, r.addr);
     switch (kind_) {
-      case BackendKind::kPmem: persist_internal::PmemFlush(r.addr, r.len); break;
-      case BackendKind::kEadr: break;
-      case BackendKind::kMsync: persist_internal::MsyncRecord(r.addr, r.len); break;
-      case BackendKind::kSim: persist_internal::SimFlush(sim_, site, r.addr, r.len); break;
+      case BackendKind::kPmem:
+        persist_internal::PmemFlush(r.addr, r.len);
+        break;
+      case BackendKind::kEadr:
+        break;
+      case BackendKind::kMsync:
+        persist_internal::MsyncRecord(r.addr, r.len);
+        break;
+      case BackendKind::kSim:
+        persist_internal::SimFlush(sim_, site, r.addr, r.len);
+        break;
     }
   }
   Fence(site);

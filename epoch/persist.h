@@ -131,10 +131,17 @@ class Persister {
     if (mutation::IsDisabled(site)) return;
     Count(len, addr);
     switch (kind_) {
-      case BackendKind::kPmem: persist_internal::PmemFlush(addr, len); break;
-      case BackendKind::kEadr: break;
-      case BackendKind::kMsync: persist_internal::MsyncRecord(addr, len); break;
-      case BackendKind::kSim: persist_internal::SimFlush(sim_, site, addr, len); break;
+      case BackendKind::kPmem:
+        persist_internal::PmemFlush(addr, len);
+        break;
+      case BackendKind::kEadr:
+        break;
+      case BackendKind::kMsync:
+        persist_internal::MsyncRecord(addr, len);
+        break;
+      case BackendKind::kSim:
+        persist_internal::SimFlush(sim_, site, addr, len);
+        break;
     }
   }
 
@@ -143,16 +150,23 @@ class Persister {
     if (mutation::IsDisabled(site)) return;
     persist_internal::LocalCounters().Add(kind_, persist_internal::kFences, 1);
     switch (kind_) {
-      case BackendKind::kPmem: persist_internal::PmemDrain(); break;
-      case BackendKind::kEadr: std::atomic_thread_fence(std::memory_order_seq_cst); break;
-      case BackendKind::kMsync: persist_internal::MsyncFence(); break;
-      case BackendKind::kSim: persist_internal::SimFence(sim_, site); break;
+      case BackendKind::kPmem:
+        persist_internal::PmemDrain();
+        break;
+      case BackendKind::kEadr:
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        break;
+      case BackendKind::kMsync:
+        persist_internal::MsyncFence();
+        break;
+      case BackendKind::kSim:
+        persist_internal::SimFence(sim_, site);
+        break;
     }
   }
 
   // Flush + Fence, the common "persist this now".
-  void Persist(const Site& flush_site, const Site& fence_site, const void* addr,
-               size_t len) const {
+  void Persist(const Site& flush_site, const Site& fence_site, const void* addr, size_t len) const {
     Flush(flush_site, addr, len);
     Fence(fence_site);
   }

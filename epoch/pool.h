@@ -137,7 +137,7 @@ class Pool {
   uint8_t* base_ = nullptr;
   size_t size_ = 0;
   std::string path_;
-  int fd_ = -1;          // -1 for in-memory pools
+  int fd_ = -1;  // -1 for in-memory pools
   bool owns_mapping_ = false;
   bool closed_ = false;
   bool was_clean_shutdown_ = true;

@@ -39,21 +39,21 @@ static_assert(sizeof(RegionDesc) == 16);
 // | layout[64] | root | epoch | log | heap (RegionDesc each) | reserved ... | crc32c |
 // +------------+------+-------+-----+------------------------+--------------+--------+
 struct PoolHeader {
-  char magic[8];              // kPoolMagic
-  uint16_t major;             // kFormatMajor at creation; Open refuses a newer major
-  uint16_t minor;             // kFormatMinor at creation
-  uint32_t header_size;       // kPoolHeaderSize
-  uint64_t pool_size;         // bytes; the file is at least this long
-  uint64_t create_time_ns;    // CLOCK_REALTIME at Create
-  uint8_t uuid[16];           // random, identifies the pool
+  char magic[8];                    // kPoolMagic
+  uint16_t major;                   // kFormatMajor at creation; Open refuses a newer major
+  uint16_t minor;                   // kFormatMinor at creation
+  uint32_t header_size;             // kPoolHeaderSize
+  uint64_t pool_size;               // bytes; the file is at least this long
+  uint64_t create_time_ns;          // CLOCK_REALTIME at Create
+  uint8_t uuid[16];                 // random, identifies the pool
   char layout[kLayoutNameMax + 1];  // NUL-terminated, NUL-padded layout name
-  RegionDesc root;            // the typed root object
-  RegionDesc epoch;           // epoch clock and failed-epoch set (epoch/)
-  RegionDesc log;             // external undo log areas (epoch/)
-  RegionDesc heap;            // persistent heap (alloc/), to the end of the pool
+  RegionDesc root;                  // the typed root object
+  RegionDesc epoch;                 // epoch clock and failed-epoch set (epoch/)
+  RegionDesc log;                   // external undo log areas (epoch/)
+  RegionDesc heap;                  // persistent heap (alloc/), to the end of the pool
   uint8_t reserved[kPoolHeaderSize - 8 - 2 - 2 - 4 - 8 - 8 - 16 - 64 - 4 * 16 - 8];
-  uint32_t checksum;          // CRC32C of every byte before this field
-  uint32_t checksum_pad;      // zero
+  uint32_t checksum;      // CRC32C of every byte before this field
+  uint32_t checksum_pad;  // zero
 };
 static_assert(sizeof(PoolHeader) == kPoolHeaderSize);
 static_assert(std::is_trivially_copyable_v<PoolHeader>);

@@ -69,8 +69,8 @@ absl::StatusOr<SimReplayId> SimReplayId::Parse(std::string_view text) {
   SimReplayId id;
   if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &id.seed) ||
       !absl::SimpleAtoi(parts[1], &id.fence) || !absl::SimpleAtoi(parts[2], &id.image)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bad simulator replay id '", std::string(text), "' (expected seed:fence:image)"));
+    return absl::InvalidArgumentError(absl::StrCat("bad simulator replay id '", std::string(text),
+                                                   "' (expected seed:fence:image)"));
   }
   return id;
 }
@@ -293,12 +293,14 @@ bool Sim::IsCrashPoint() {
   if (static_cast<int>(failures_.size()) >= options_.max_failures) return false;
   if (options_.replay.has_value() && depth_ == 0) return fence_count_ == options_.replay->fence;
   switch (options_.crash_points) {
-    case CrashPoints::kEveryFence: return true;
+    case CrashPoints::kEveryFence:
+      return true;
     case CrashPoints::kEveryNth:
       return (fence_count_ + phase_) % std::max<uint64_t>(options_.every_nth, 1) == 0;
     case CrashPoints::kRandom:
       return Rng(Hash3(options_.seed, fence_count_, 0xC0FFEE)).Uniform() < options_.probability;
-    case CrashPoints::kNone: return false;
+    case CrashPoints::kNone:
+      return false;
   }
   return false;
 }
@@ -500,8 +502,8 @@ absl::Status CrashImage::RunNested(const Sim::Options& options,
   nested->SetHandler(std::move(handler));
   fn(*nested);
   if (nested->failed()) {
-    return absl::InternalError(absl::StrCat("nested crash (depth ", nested->depth_,
-                                            ") failed: ", nested->Report()));
+    return absl::InternalError(
+        absl::StrCat("nested crash (depth ", nested->depth_, ") failed: ", nested->Report()));
   }
   return absl::OkStatus();
 }

@@ -54,8 +54,8 @@ namespace pmrt {
 
 struct SimReplayId {
   uint64_t seed = 0;
-  uint64_t fence = 0;  // 1-based number of the fence at which the crash happened
-  uint64_t image = 0;  // index of the image at that fence
+  uint64_t fence = 0;            // 1-based number of the fence at which the crash happened
+  uint64_t image = 0;            // index of the image at that fence
   std::string ToString() const;  // "seed:fence:image"
   static absl::StatusOr<SimReplayId> Parse(std::string_view text);
 };
@@ -75,12 +75,12 @@ class Sim {
     CrashPoints crash_points = CrashPoints::kEveryFence;
     uint64_t every_nth = 7;
     double probability = 0.1;
-    int random_images = 6;            // random subsets per crash point
-    int exhaustive_max_lines = 10;    // all 2^|D| subsets at or below this many dirty lines
-    int max_single_line_images = 64;  // cap on the 2|D| single-line images per crash point
-    uint64_t max_images = UINT64_MAX; // stop making images after this many
-    bool minimize_failures = true;    // shrink a failing evicted set before reporting it
-    int max_failures = 1;             // stop making images after this many failures
+    int random_images = 6;              // random subsets per crash point
+    int exhaustive_max_lines = 10;      // all 2^|D| subsets at or below this many dirty lines
+    int max_single_line_images = 64;    // cap on the 2|D| single-line images per crash point
+    uint64_t max_images = UINT64_MAX;   // stop making images after this many
+    bool minimize_failures = true;      // shrink a failing evicted set before reporting it
+    int max_failures = 1;               // stop making images after this many failures
     std::optional<SimReplayId> replay;  // build only this image (also PMRT_SIM_REPLAY)
   };
   // Called for every crash image. Return an error if the recovered state is wrong; the message
@@ -89,8 +89,8 @@ class Sim {
 
   struct Failure {
     SimReplayId id;
-    std::string site;     // the fence at which the crash happened
-    std::string message;  // the oracle's error
+    std::string site;                       // the fence at which the crash happened
+    std::string message;                    // the oracle's error
     std::vector<uint64_t> evicted_offsets;  // minimal evicted line offsets (pool-relative)
     std::string ToString() const;
   };
@@ -148,8 +148,8 @@ class Sim {
   const uint8_t* ChoiceBytes(const Choice& c) const;
   void CrashAt(const Site& site, const std::vector<uint64_t>& dirty);
   // Builds the image for `evicted`, runs the handler; returns its status.
-  absl::Status RunImage(const Site& site, uint64_t image_index,
-                        const std::vector<Choice>& evicted, bool record_failure);
+  absl::Status RunImage(const Site& site, uint64_t image_index, const std::vector<Choice>& evicted,
+                        bool record_failure);
   void Minimize(const Site& site, uint64_t image_index, std::vector<Choice> evicted,
                 Failure& failure);
   void ApplyPending();
@@ -174,7 +174,7 @@ class Sim {
   int depth_ = 0;
 
   std::vector<std::atomic<uint64_t>> page_dirty_;  // bit per page of W: stored to since armed
-  std::vector<uint64_t> pending_lines_;             // lines with a flushed, unfenced snapshot
+  std::vector<uint64_t> pending_lines_;            // lines with a flushed, unfenced snapshot
   std::unordered_map<uint64_t, LineVersions> lines_;
   uint64_t fence_count_ = 0;
   uint64_t phase_ = 0;
@@ -199,15 +199,18 @@ class CrashImage {
   // this image's memory: every fence `fn` issues through `nested.persister()` is a crash point
   // and `handler` sees the images (a crash during recovery, or during operations after it).
   // Returns the nested simulator's failures as an error.
-  absl::Status RunNested(const Sim::Options& options,
-                         const std::function<void(Sim& nested)>& fn,
+  absl::Status RunNested(const Sim::Options& options, const std::function<void(Sim& nested)>& fn,
                          Sim::ImageHandler handler);
 
  private:
   friend class Sim;
   CrashImage(Sim* sim, void* base, size_t size, SimReplayId id, size_t evicted_lines,
              const std::vector<std::pair<uint64_t, const uint8_t*>>* patched)
-      : sim_(sim), base_(base), size_(size), id_(id), evicted_lines_(evicted_lines),
+      : sim_(sim),
+        base_(base),
+        size_(size),
+        id_(id),
+        evicted_lines_(evicted_lines),
         patched_(patched) {}
   Sim* sim_;
   void* base_;

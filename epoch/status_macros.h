@@ -9,10 +9,10 @@
 #define PMRT_STATUS_CONCAT_(a, b) PMRT_STATUS_CONCAT_INNER_(a, b)
 
 // Returns the status of `expr` from the enclosing function if it is not OK.
-#define RETURN_IF_ERROR(expr)                                        \
-  do {                                                               \
-    ::absl::Status pmrt_status_ = (expr);                            \
-    if (!pmrt_status_.ok()) return pmrt_status_;                     \
+#define RETURN_IF_ERROR(expr)                    \
+  do {                                           \
+    ::absl::Status pmrt_status_ = (expr);        \
+    if (!pmrt_status_.ok()) return pmrt_status_; \
   } while (false)
 
 // `ASSIGN_OR_RETURN(auto x, MakeX());` declares x from an OK StatusOr or returns its error.

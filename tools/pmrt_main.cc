@@ -11,13 +11,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <thread>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -25,8 +24,8 @@
 #include "alloc/allocator.h"
 #include "epoch/epoch.h"
 #include "epoch/persist.h"
-#include "epoch/pptr.h"
 #include "epoch/pool.h"
+#include "epoch/pptr.h"
 #include "epoch/sim.h"
 #include "tests/epoch/toy_redo_log.h"
 
@@ -61,9 +60,21 @@ bool ParseSize(const std::string& text, size_t* out) {
   std::string num = text;
   if (!num.empty()) {
     switch (num.back()) {
-      case 'K': case 'k': mult = 1ull << 10; num.pop_back(); break;
-      case 'M': case 'm': mult = 1ull << 20; num.pop_back(); break;
-      case 'G': case 'g': mult = 1ull << 30; num.pop_back(); break;
+      case 'K':
+      case 'k':
+        mult = 1ull << 10;
+        num.pop_back();
+        break;
+      case 'M':
+      case 'm':
+        mult = 1ull << 20;
+        num.pop_back();
+        break;
+      case 'G':
+      case 'g':
+        mult = 1ull << 30;
+        num.pop_back();
+        break;
     }
   }
   uint64_t v;
@@ -162,8 +173,7 @@ void SimDemo(double seconds, toy::ToyBug bug) {
   }
   const auto& s = (*sim)->stats();
   std::printf("  toy redo log, bug %-30s %8lu crash images in %.2f s (%6.0f/s): %s\n",
-              toy::BugName(bug), static_cast<unsigned long>(s.images), elapsed,
-              s.images / elapsed,
+              toy::BugName(bug), static_cast<unsigned long>(s.images), elapsed, s.images / elapsed,
               (*sim)->failed() ? ("CAUGHT: " + (*sim)->failures()[0].message).c_str()
                                : "all recovered correctly");
 }
@@ -223,8 +233,8 @@ absl::StatusOr<Opened> OpenAll(const std::string& path) {
 
 void CrashDemo(const std::string& path) {
   std::printf("\n== epochs + heap: a child builds a persistent list, SIGKILLed mid-epoch ==\n");
-  auto* synced = static_cast<std::atomic<uint64_t>*>(mmap(
-      nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  auto* synced = static_cast<std::atomic<uint64_t>*>(
+      mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   synced->store(0);
   std::fflush(nullptr);
   const pid_t pid = fork();

@@ -133,8 +133,9 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
   // only appends the newly folded live entries to K as a new segment (records of seq new_seq):
   // it never drops a word's newest entry, so older entries of the word left in earlier segments
   // are always followed by a newer one (recovery applies K's records in chain order).
-  const bool full = force_full_ || pressure || incremental_cycles_ >= kMaxIncrementalCycles ||
-                    k_blocks_before * bs >= std::max<uint64_t>(2 * full_k_bytes_, options.log_budget / 8);
+  const bool full =
+      force_full_ || pressure || incremental_cycles_ >= kMaxIncrementalCycles ||
+      k_blocks_before * bs >= std::max<uint64_t>(2 * full_k_bytes_, options.log_budget / 8);
 
   auto k_new = std::make_unique<Chain>();
   Chain& k_out = full ? *k_new : store.chain(kCompactSlot);
@@ -289,7 +290,8 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
       freed.push_back(c.blocks.front());
       c.blocks.pop_front();
     }
-    store.dir()->heads[t.slot].store(store.BlockOffset(c.blocks.front()), std::memory_order_release);
+    store.dir()->heads[t.slot].store(store.BlockOffset(c.blocks.front()),
+                                     std::memory_order_release);
     pool.persister().Flush(txn_detail::kHeadMoveFlush, &store.dir()->heads[t.slot], 8);
   }
   if (!trims.empty()) pool.persister().Fence(txn_detail::kHeadMoveFence);
@@ -374,8 +376,7 @@ void Engine::Impl::BackgroundLoop() {
     const uint64_t used = store.blocks_in_use() * store.block_size();
     // Hysteresis: a cycle rewrites the compacted log, so run one only when the log has grown by
     // a quarter of the budget since the last cycle left it (or is over the budget: writers wait).
-    if (used >= trigger &&
-        (used >= floor + options.log_budget / 4 || used >= options.log_budget)) {
+    if (used >= trigger && (used >= floor + options.log_budget / 4 || used >= options.log_budget)) {
       if (absl::Status st = Reclaim(/*advance=*/true); !st.ok()) {
         std::fprintf(stderr, "pmrt txn: reclamation failed: %s\n", st.ToString().c_str());
       }
@@ -391,11 +392,12 @@ void Engine::Impl::Watchdog() {
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                           std::chrono::steady_clock::now().time_since_epoch())
                           .count();
-  const int64_t limit = std::chrono::duration_cast<std::chrono::nanoseconds>(options.max_open).count();
+  const int64_t limit =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options.max_open).count();
   threads_.ForEach([&](txn_detail::ThreadTx& t) {
     const uint64_t open = t.seq.load(std::memory_order_relaxed);
     if ((open & 1) == 0) return;  // no transaction open
-    if (open != t.watch_seq) {   // a new one: start its clock
+    if (open != t.watch_seq) {    // a new one: start its clock
       t.watch_seq = open;
       t.watch_since = now;
       return;

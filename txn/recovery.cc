@@ -35,8 +35,9 @@ bool DescriptorValid(const Descriptor& d) {
 
 // The key under which a record's words are indexed.
 uint32_t RecordKey(const RecordRef& r) {
-  return r.h->kind == static_cast<uint16_t>(RecordKind::kCompact) ? WordIndex::CompactKey(r.h->stamp)
-                                                                   : WordIndex::KeyOf(r.h->stamp);
+  return r.h->kind == static_cast<uint16_t>(RecordKind::kCompact)
+             ? WordIndex::CompactKey(r.h->stamp)
+             : WordIndex::KeyOf(r.h->stamp);
 }
 
 }  // namespace
@@ -54,7 +55,8 @@ absl::Status Engine::Impl::Recover() {
   //    one (crc) is ignored; the other is then the last one written completely.
   int cur = -1;
   for (int i = 0; i < 2; ++i) {
-    if (DescriptorValid(dir->desc[i]) && (cur < 0 || dir->desc[i].seq > dir->desc[cur].seq)) cur = i;
+    if (DescriptorValid(dir->desc[i]) && (cur < 0 || dir->desc[i].seq > dir->desc[cur].seq))
+      cur = i;
   }
   Descriptor d{};
   if (cur >= 0) d = dir->desc[cur];

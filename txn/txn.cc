@@ -27,9 +27,10 @@ namespace {
 std::atomic<Engine*> g_default{nullptr};
 
 absl::Status NoTransaction(const char* what) {
-  return absl::FailedPreconditionError(absl::StrCat(
-      "txn::", what, ": no transaction is open on this thread (a transaction belongs to the "
-      "thread that began it)"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("txn::", what,
+                   ": no transaction is open on this thread (a transaction belongs to the "
+                   "thread that began it)"));
 }
 
 // Record builder over reserved log space.
@@ -217,7 +218,11 @@ absl::Status Scope::Abort() {
 // ---- Impl: transactions ---------------------------------------------------------------------
 
 Engine::Impl::Impl(Engine& e)
-    : engine(e), pool(e.pool_), epochs(e.epochs_), heap(e.heap_), options(e.options_),
+    : engine(e),
+      pool(e.pool_),
+      epochs(e.epochs_),
+      heap(e.heap_),
+      options(e.options_),
       store(e.pool_, e.epochs_, e.heap_) {
   const size_t limit = options.log_limit != 0 ? options.log_limit : 2 * options.log_budget;
   store.set_limit_blocks(std::max<uint64_t>(4, limit / options.block_size));
@@ -232,7 +237,9 @@ ThreadTx& Engine::Impl::Local() {
   return t;
 }
 
-void* ThreadTx::TxAllocate(size_t size, size_t align) { return impl->TxAllocate(*this, size, align); }
+void* ThreadTx::TxAllocate(size_t size, size_t align) {
+  return impl->TxAllocate(*this, size, align);
+}
 absl::Status ThreadTx::TxFree(void* p) { return impl->TxFree(*this, p); }
 
 absl::Status Engine::Impl::AssignSlot(ThreadTx& t) {
@@ -244,8 +251,8 @@ absl::Status Engine::Impl::AssignSlot(ThreadTx& t) {
       return absl::OkStatus();
     }
   }
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "txn: more than ", txn_internal::kMaxSlots, " threads have run transactions"));
+  return absl::ResourceExhaustedError(
+      absl::StrCat("txn: more than ", txn_internal::kMaxSlots, " threads have run transactions"));
 }
 
 absl::Status Engine::Impl::Doom(ThreadTx& t, absl::Status st) {
@@ -293,8 +300,8 @@ absl::Status Engine::Impl::Add(ThreadTx& t, const void* p, size_t n) {
   if (!t.doom.ok()) return t.doom;
   if (t.Expired()) {
     return Doom(t, absl::DeadlineExceededError(absl::StrCat(
-                       "txn: the transaction has been open longer than ",
-                       options.max_open.count(), " ms (it holds back the epoch boundary)")));
+                       "txn: the transaction has been open longer than ", options.max_open.count(),
+                       " ms (it holds back the epoch boundary)")));
   }
   if (n == 0) return absl::OkStatus();
   if (!pool.contains(p, n)) {
@@ -309,12 +316,12 @@ absl::Status Engine::Impl::Add(ThreadTx& t, const void* p, size_t n) {
   __builtin_prefetch(base + first * 8, 1);
   t.cold.clear();
   for (uint64_t w = first; w <= last; ++w) {
-    if (!t.declared.Insert(w)) continue;  // declared earlier in this transaction
+    if (!t.declared.Insert(w)) continue;               // declared earlier in this transaction
     if (!t.allocs.empty() && InFresh(t, w)) continue;  // recorded whole at commit
     std::atomic<uint64_t>& slot = index->at(w);
     uint64_t v = slot.load(std::memory_order_acquire);
     for (;;) {
-      if (WordIndex::Key(v) == 0) break;  // cold
+      if (WordIndex::Key(v) == 0) break;                                   // cold
       if (WordIndex::Epoch32(v) == static_cast<uint32_t>(t.epoch)) break;  // dirty in this epoch
       // Move the touch epoch forward. The reclaimer's CAS of the old value (to cold) now fails,
       // so the word's newest record stays while this transaction can still fail. Pairs with
@@ -374,7 +381,8 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
     std::vector<uint64_t> part(cold.begin() + static_cast<ptrdiff_t>(i),
                                cold.begin() + static_cast<ptrdiff_t>(j));
     ForEachRun(part, [&](size_t a, size_t b) { w.Data(part[a], b - a, base); });
-    const size_t written = w.Finish(RecordKind::kSnapshot, stamp, t.epoch, store.BlockGen(log.tail));
+    const size_t written =
+        w.Finish(RecordKind::kSnapshot, stamp, t.epoch, store.BlockGen(log.tail));
     pool.persister().Flush(txn_detail::kSnapshotFlush, at, written);
     store.Publish(log, written);
     stamped.emplace_back(i, stamp);
@@ -412,9 +420,9 @@ absl::Status Engine::Impl::Commit(ThreadTx& t) {
   if (t.aborted) {
     st = absl::AbortedError("txn::commit: the transaction was aborted at an inner level");
   } else if (t.Expired()) {
-    st = absl::DeadlineExceededError(absl::StrCat(
-        "txn::commit: the transaction was open longer than ", options.max_open.count(),
-        " ms and was aborted"));
+    st = absl::DeadlineExceededError(
+        absl::StrCat("txn::commit: the transaction was open longer than ", options.max_open.count(),
+                     " ms and was aborted"));
   } else if (!t.doom.ok()) {
     st = t.doom;
   } else if (!t.writes.empty() || !t.allocs.empty() || !t.frees.empty()) {
@@ -457,7 +465,7 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
   //    transaction that commits later (after our unlock) takes a larger one.
   const uint64_t stamp = next_stamp.fetch_add(1, std::memory_order_relaxed);
   txn_internal::Chain& log = store.chain(t.slot);
-  ASSIGN_OR_RETURN(uint8_t* at, store.Reserve(log, t.slot, bytes));
+  ASSIGN_OR_RETURN(uint8_t * at, store.Reserve(log, t.slot, bytes));
   // 3. Write the record; its checksum (computed last, over everything) is the commit mark.
   const uint8_t* base = pool.base();
   RecordWriter w(at);
@@ -542,16 +550,18 @@ void* Engine::Impl::TxAllocate(ThreadTx& t, size_t size, size_t align) {
   const size_t bytes = (size + 7) / 8 * 8;
   // The block is recorded whole in the commit record, with the header and its entry heads.
   if (bytes + sizeof(RecordHeader) + 16 > store.max_record_bytes()) {
-    (void)Doom(t, absl::InvalidArgumentError(absl::StrCat(
-                      "txn: an allocation of ", size, " bytes inside a transaction exceeds what "
-                      "one log record holds (", store.max_record_bytes(), " bytes)")));
+    (void)Doom(t,
+               absl::InvalidArgumentError(absl::StrCat("txn: an allocation of ", size,
+                                                       " bytes inside a transaction exceeds what "
+                                                       "one log record holds (",
+                                                       store.max_record_bytes(), " bytes)")));
     return nullptr;
   }
   void* p = heap.Allocate(size, align);
   if (p == nullptr) {
     (void)Doom(t, absl::ResourceExhaustedError(absl::StrCat(
-                      "txn: allocation of ", size, " bytes failed: ",
-                      alloc::AllocErrorName(alloc::Heap::LastError()))));
+                      "txn: allocation of ", size,
+                      " bytes failed: ", alloc::AllocErrorName(alloc::Heap::LastError()))));
     return nullptr;
   }
   t.allocs.push_back({pool.offset_of(p), bytes, heap.UsableSize(p)});
@@ -584,8 +594,8 @@ void Engine::Impl::WaitForRoom() {
   // The budget is the bound the log keeps under a steady load: above it, new transactions wait
   // for the reclaimer (the records of open ones may still take a block each, and a cycle holds
   // the old and the new compacted log at once until its descriptor switches).
-  const uint64_t stall = std::min<uint64_t>(store.limit_blocks() * 7 / 8,
-                                            options.log_budget / store.block_size());
+  const uint64_t stall =
+      std::min<uint64_t>(store.limit_blocks() * 7 / 8, options.log_budget / store.block_size());
   if (store.blocks_in_use() < stall) return;
   stalls.fetch_add(1, std::memory_order_relaxed);
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);

@@ -54,8 +54,8 @@ inline constexpr uint32_t StateClass(uint64_t s) { return static_cast<uint32_t>(
 inline constexpr uint32_t StateRun(uint64_t s) { return static_cast<uint32_t>(s >> 16); }
 
 struct ChunkMeta {
-  LoggedLine header;               // word[0] = state
-  LoggedLine bits[kBitmapLines];   // allocation bitmap of a kSmall chunk
+  LoggedLine header;              // word[0] = state
+  LoggedLine bits[kBitmapLines];  // allocation bitmap of a kSmall chunk
 };
 static_assert(sizeof(ChunkMeta) == 64 * 23);
 

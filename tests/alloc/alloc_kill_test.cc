@@ -87,8 +87,8 @@ TEST(AllocKillTest, NoLeakNoResurrectionAcrossSigkill) {
     auto pool = Pool::Create(path, kPoolSize, "alloc-kill");
     ASSERT_OK(pool);
   }
-  auto* log = static_cast<OpLog*>(mmap(nullptr, sizeof(OpLog), PROT_READ | PROT_WRITE,
-                                       MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  auto* log = static_cast<OpLog*>(
+      mmap(nullptr, sizeof(OpLog), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(log, MAP_FAILED);
   const char* env = std::getenv("PMRT_KILLS");
   KillLoopOptions o;

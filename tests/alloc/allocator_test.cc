@@ -152,16 +152,16 @@ TEST(HeapTest, MisuseIsRefusedAndChangesNothing) {
   int stack_var = 0;
   EXPECT_THAT(r.heap->Free(&stack_var),
               testing::StatusIs(absl::StatusCode::kInvalidArgument, "not inside the heap"));
-  EXPECT_THAT(r.heap->Free(p + 16),
-              testing::StatusIs(absl::StatusCode::kInvalidArgument, "not the start of a heap block"));
+  EXPECT_THAT(r.heap->Free(p + 16), testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                                      "not the start of a heap block"));
   ASSERT_OK(r.heap->Free(p));
-  EXPECT_THAT(r.heap->Free(p), testing::StatusIs(absl::StatusCode::kFailedPrecondition,
-                                                 "double free"));
+  EXPECT_THAT(r.heap->Free(p),
+              testing::StatusIs(absl::StatusCode::kFailedPrecondition, "double free"));
   EXPECT_EQ(LiveOffsets(*r.heap).size(), before.size() - 1);
   void* ext = r.heap->Allocate(1 << 20);
   ASSERT_OK(r.heap->Free(ext));
-  EXPECT_THAT(r.heap->Free(ext), testing::StatusIs(absl::StatusCode::kFailedPrecondition,
-                                                   "double free"));
+  EXPECT_THAT(r.heap->Free(ext),
+              testing::StatusIs(absl::StatusCode::kFailedPrecondition, "double free"));
   ASSERT_OK(r.heap->Check());
 }
 

@@ -72,10 +72,9 @@ struct Model {
     for (int r = 0; r < kRecords; ++r)
       for (int w = 0; w < kWords; ++w)
         if (got.records[r][w] != epoch_start.records[r][w]) {
-          return absl::DataLossError(absl::StrCat("record ", r, " word ", w, " = ",
-                                                  got.records[r][w], ", expected ",
-                                                  epoch_start.records[r][w],
-                                                  " (the failed epoch's start)", alt));
+          return absl::DataLossError(
+              absl::StrCat("record ", r, " word ", w, " = ", got.records[r][w], ", expected ",
+                           epoch_start.records[r][w], " (the failed epoch's start)", alt));
         }
     for (int i = 0; i < kSlots; ++i)
       if (got.slots[i] != epoch_start.slots[i]) {
@@ -104,8 +103,7 @@ void Operate(Manager& m, Model& model, uint64_t& rng) {
   if (Next(rng) % 3 == 0) {
     const int i = static_cast<int>(Next(rng) % kSlots);
     Slot& w = Slots(m.pool())[i];
-    RecoverOnce(g_recovery_locks, &w, w.epoch, m,
-                [&] { w.Recover(m, m.persister(), dirty); });
+    RecoverOnce(g_recovery_locks, &w, w.epoch, m, [&] { w.Recover(m, m.persister(), dirty); });
     const uint64_t v = Next(rng) % 100000 + 1;
     w.Store(v, g.epoch(), m.persister(), dirty);
     model.state.slots[i] = v;

@@ -85,7 +85,9 @@ Op NextOp(uint64_t& rng) {
   return op;
 }
 
-uint64_t StreamSeed(int iteration) { return 0x5EED0000ull + static_cast<uint64_t>(iteration) * 7919; }
+uint64_t StreamSeed(int iteration) {
+  return 0x5EED0000ull + static_cast<uint64_t>(iteration) * 7919;
+}
 
 // `base` after the first `count` operations of iteration's stream.
 State Replay(State base, int iteration, uint64_t count) {
@@ -110,8 +112,7 @@ std::string Diff(const State& got, const State& want) {
   for (int r = 0; r < kRecords; ++r)
     for (int w = 0; w < kWords; ++w)
       if (got[r][w] != want[r][w]) {
-        return absl::StrCat("record ", r, " word ", w, " = ", got[r][w], ", expected ",
-                            want[r][w]);
+        return absl::StrCat("record ", r, " word ", w, " = ", got[r][w], ", expected ", want[r][w]);
       }
   return "equal";
 }
@@ -254,13 +255,13 @@ absl::StatusOr<std::vector<uint64_t>> AllowedCuts(const KillConfig& cfg,
 
 struct Tally {
   int kills = 0;
-  int unchecked = 0;          // kills whose recovery the next child did
-  int in_pool_open = 0;       // kills before Pool::Open returned (or before it began)
-  int in_recovery = 0;        // kills inside Manager::Open
-  int in_advance = 0;         // kManual: kills inside Advance
-  int rolled_back = 0;        // checked kills whose recovery undid acknowledged operations
-  uint64_t ops = 0;           // acknowledged operations, all kills
-  uint64_t replayed = 0;      // external log entries replayed by the parent's recoveries
+  int unchecked = 0;      // kills whose recovery the next child did
+  int in_pool_open = 0;   // kills before Pool::Open returned (or before it began)
+  int in_recovery = 0;    // kills inside Manager::Open
+  int in_advance = 0;     // kManual: kills inside Advance
+  int rolled_back = 0;    // checked kills whose recovery undid acknowledged operations
+  uint64_t ops = 0;       // acknowledged operations, all kills
+  uint64_t replayed = 0;  // external log entries replayed by the parent's recoveries
 };
 
 // Runs the kill loop of `cfg` on a fresh pool; returns the first oracle failure.
@@ -321,10 +322,10 @@ absl::Status RunKills(const KillConfig& cfg, Tally& tally, int* kills_run) {
         tally.replayed += (*m)->stats().log_entries_replayed;
         const State got = Read(**pool);
         if (std::find(allowed.begin(), allowed.end(), got) == allowed.end()) {
-          return absl::DataLossError(absl::StrCat(
-              "recovered records match none of the ", allowed.size(), " allowed states; vs the ",
-              "first (cut after ", (*cuts)[0], " of ", progress.acked.load(), " operations): ",
-              Diff(got, allowed[0])));
+          return absl::DataLossError(
+              absl::StrCat("recovered records match none of the ", allowed.size(),
+                           " allowed states; vs the ", "first (cut after ", (*cuts)[0], " of ",
+                           progress.acked.load(), " operations): ", Diff(got, allowed[0])));
         }
         if (cfg.clocking == Clocking::kBackground) {
           // The recovered failed-epoch set must name exactly the epochs that were rolled back.
@@ -333,10 +334,10 @@ absl::Status RunKills(const KillConfig& cfg, Tally& tally, int* kills_run) {
           bool found = false;
           for (const State& b : bases) found = found || Replay(b, iteration, kept) == got;
           if (!found) {
-            return absl::DataLossError(absl::StrCat(
-                "the failed-epoch set keeps ", kept, " operations (epochs < ",
-                kept < progress.acked.load() ? op_epochs[kept] : 0,
-                " not failed), but the records are another cut"));
+            return absl::DataLossError(
+                absl::StrCat("the failed-epoch set keeps ", kept, " operations (epochs < ",
+                             kept < progress.acked.load() ? op_epochs[kept] : 0,
+                             " not failed), but the records are another cut"));
           }
         }
         bool newest = false;

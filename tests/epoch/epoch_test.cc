@@ -157,7 +157,7 @@ TEST(EpochTest, AdvanceWaitsForGuardsOfTheOldEpoch) {
     advanced = true;
   });
   while (o.epochs->current() == e) std::this_thread::yield();  // step 1 happened
-  EXPECT_EQ(o.epochs->completed(), e - 1);                       // step 4 did not
+  EXPECT_EQ(o.epochs->completed(), e - 1);                     // step 4 did not
   release = true;
   holder.join();
   advancer.join();
@@ -261,9 +261,8 @@ TEST(EpochTest, ConcurrentGuardsDirtyRangesAndBackgroundAdvances) {
         *w = g.epoch();
         (*epochs)->RecordDirty(w, 8);
         if (i % 100 == 0) {
-          (*epochs)->Retire(&deleted, [](void* p) {
-            static_cast<std::atomic<int>*>(p)->fetch_add(1);
-          });
+          (*epochs)->Retire(&deleted,
+                            [](void* p) { static_cast<std::atomic<int>*>(p)->fetch_add(1); });
         }
       }
     });
@@ -337,8 +336,9 @@ TEST(ExternalLogTest, FullLogFailsLoudlyAndRecoversAfterTheEpoch) {
     }
     auto* mark = reinterpret_cast<std::atomic<uint64_t>*>(heap + blocks * big);
     const uint64_t before = mark->load();
-    EXPECT_THAT(o.epochs->log().Snapshot(heap + blocks * big, big, mark),
-                testing::StatusIs(absl::StatusCode::kResourceExhausted, "external undo log is full"));
+    EXPECT_THAT(
+        o.epochs->log().Snapshot(heap + blocks * big, big, mark),
+        testing::StatusIs(absl::StatusCode::kResourceExhausted, "external undo log is full"));
     EXPECT_EQ(mark->load(), before);
   }
   ASSERT_OK(o.epochs->Advance());

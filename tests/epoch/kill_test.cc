@@ -2,10 +2,9 @@
 // transactions until SIGKILL; the parent reopens the file through Pool::Open, recovers and checks
 // that the store holds exactly the acknowledged transactions (plus possibly the one in flight).
 // Every few iterations the recovery itself is killed and done again.
-#include "epoch/kill_harness.h"
-
 #include <cstdlib>
 
+#include "epoch/kill_harness.h"
 #include "epoch/pool.h"
 #include "gtest/gtest.h"
 #include "tests/epoch/toy_redo_log.h"
@@ -68,8 +67,8 @@ TEST(KillTest, ToyRedoLogSurvivesSigkill) {
         if ((*pool)->was_clean_shutdown()) return absl::InternalError("a kill looked clean");
         ToyStore store((*pool)->region_base(PoolRegion::kHeap), (*pool)->persister());
         store.Recover();
-        Model m = ModelOf(current, 1000 + static_cast<uint64_t>(iteration),
-                          progress.acked.load(), progress.started.load());
+        Model m = ModelOf(current, 1000 + static_cast<uint64_t>(iteration), progress.acked.load(),
+                          progress.started.load());
         if (auto check = m.Check(store.Read()); !check.ok()) return check;
         current = store.Read();
         total_acked += progress.acked.load();

@@ -44,8 +44,8 @@ TEST(SimTest, UnflushedStoreMayBeLostAndFencedStoreNever) {
   });
   w[0] = 1;
   p.Persist(kTestFlush, kTestFence, &w[0], 8);  // crash point: a pending, not yet durable
-  w[64] = 2;                                     // line 8: never flushed
-  p.Fence(kTestFence);                           // crash point: a durable, b maybe evicted
+  w[64] = 2;                                    // line 8: never flushed
+  p.Fence(kTestFence);                          // crash point: a durable, b maybe evicted
   EXPECT_FALSE((*sim)->failed()) << (*sim)->Report();
   EXPECT_EQ(seen_b, (std::set<uint64_t>{0, 2}));  // b both lost and evicted
   EXPECT_EQ((*sim)->stats().crash_points, 2u);
@@ -236,9 +236,8 @@ ToyOutcome RunToy(const ToyConfig& cfg) {
   sim.SetCrashPoints(mode);
   uint64_t rng = sim.options().seed * 2654435761u + 1;
   auto start = std::chrono::steady_clock::now();
-  for (int t = 0; t < cfg.max_transactions && !sim.failed() &&
-                  sim.stats().images < cfg.target_images;
-       ++t) {
+  for (int t = 0;
+       t < cfg.max_transactions && !sim.failed() && sim.stats().images < cfg.target_images; ++t) {
     auto tx = toy::RandomTx(rng);
     model.Begin(tx);
     uint64_t seq = store.Commit(tx);
@@ -299,8 +298,8 @@ TEST_P(PlantedBugTest, IsCaught) {
   cfg.bug = GetParam();
   cfg.target_images = 200000;
   ToyOutcome r = RunToy(cfg);
-  ASSERT_FALSE(r.failures.empty()) << "planted bug " << toy::BugName(cfg.bug) << " survived "
-                                   << r.stats.images << " images";
+  ASSERT_FALSE(r.failures.empty())
+      << "planted bug " << toy::BugName(cfg.bug) << " survived " << r.stats.images << " images";
   std::printf("%s caught after %lu images: %s\n", toy::BugName(cfg.bug), r.stats.images,
               r.failures[0].ToString().c_str());
 }
@@ -382,7 +381,6 @@ TEST(PoolCrashTest, CreateIsAllOrNothing) {
   EXPECT_GT(refused, 0u);
   std::printf("create crash images: %lu refused (not a pool yet), %lu opened\n", refused, opened);
 }
-
 
 // The pool's whole life under the simulator, every fence a crash point: create over an old pool,
 // bind the root, close, reopen, close. What each completed step promises must hold in every

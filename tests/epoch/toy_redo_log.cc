@@ -33,20 +33,26 @@ uint64_t NextRandom(uint64_t& s) {
 
 const char* BugName(ToyBug bug) {
   switch (bug) {
-    case ToyBug::kNone: return "none";
-    case ToyBug::kMissingFlush: return "missing-flush";
-    case ToyBug::kMissingFence: return "missing-fence";
-    case ToyBug::kWrongFlushAddress: return "wrong-flush-address";
-    case ToyBug::kCommitBeforePayloadInLine: return "commit-before-payload-in-line";
-    case ToyBug::kNonIdempotentRecovery: return "non-idempotent-recovery";
+    case ToyBug::kNone:
+      return "none";
+    case ToyBug::kMissingFlush:
+      return "missing-flush";
+    case ToyBug::kMissingFence:
+      return "missing-fence";
+    case ToyBug::kWrongFlushAddress:
+      return "wrong-flush-address";
+    case ToyBug::kCommitBeforePayloadInLine:
+      return "commit-before-payload-in-line";
+    case ToyBug::kNonIdempotentRecovery:
+      return "non-idempotent-recovery";
   }
   return "?";
 }
 
 std::vector<Site> ToyStore::Sites() {
-  return {kEntriesFlush,       kEntriesFence,       kCommitFlush,       kCommitFence,
-          kApplyFlush,         kApplyFence,         kAppliedFlush,      kAppliedFence,
-          kRecoverApplyFlush,  kRecoverApplyFence,  kRecoverAppliedFlush, kRecoverAppliedFence,
+  return {kEntriesFlush,      kEntriesFence,      kCommitFlush,         kCommitFence,
+          kApplyFlush,        kApplyFence,        kAppliedFlush,        kAppliedFence,
+          kRecoverApplyFlush, kRecoverApplyFence, kRecoverAppliedFlush, kRecoverAppliedFence,
           kOrderHeader};
 }
 
@@ -131,8 +137,8 @@ absl::Status Model::Check(const State& recovered) const {
   for (int i = 0; i < kSlots; ++i) {
     if (recovered[i] != states[k][i]) {
       return absl::DataLossError(absl::StrCat(
-          "recovered slot ", i, " = ", recovered[i], ", expected ", states[k][i],
-          " (state after ", k, " committed transactions",
+          "recovered slot ", i, " = ", recovered[i], ", expected ", states[k][i], " (state after ",
+          k, " committed transactions",
           in_flight ? absl::StrCat(", or ", states[k + 1][i], " with the one in flight)") : ")"));
     }
   }

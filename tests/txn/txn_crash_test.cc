@@ -95,15 +95,16 @@ struct Model {
     const State& want = committed;
     for (int i = 0; i < kW; ++i) {
       if (got.words[i] != want.words[i]) {
-        return absl::DataLossError(absl::StrCat("word ", i, " = ", got.words[i], ", expected ",
-                                                want.words[i], committing >= 0 ? " (or the committing transaction's state)" : ""));
+        return absl::DataLossError(
+            absl::StrCat("word ", i, " = ", got.words[i], ", expected ", want.words[i],
+                         committing >= 0 ? " (or the committing transaction's state)" : ""));
       }
     }
     for (int k = 0; k < kO; ++k) {
       if (got.off[k] != want.off[k] || got.obj[k] != want.obj[k]) {
-        return absl::DataLossError(absl::StrCat("object slot ", k, " = offset ", got.off[k],
-                                                " [", got.obj[k][0], "], expected ", want.off[k],
-                                                " [", want.obj[k][0], "]"));
+        return absl::DataLossError(absl::StrCat("object slot ", k, " = offset ", got.off[k], " [",
+                                                got.obj[k][0], "], expected ", want.off[k], " [",
+                                                want.obj[k][0], "]"));
       }
     }
     return absl::DataLossError("state differs");
@@ -156,7 +157,8 @@ absl::Status CheckHeap(testing::Runtime& r, const State& s) {
   for (uint64_t b : got)
     if (!want.count(b)) return absl::DataLossError(absl::StrCat("heap block at ", b, " leaked"));
   for (uint64_t b : want)
-    if (!got.count(b)) return absl::DataLossError(absl::StrCat("block at ", b, " is not allocated"));
+    if (!got.count(b))
+      return absl::DataLossError(absl::StrCat("block at ", b, " is not allocated"));
   return absl::OkStatus();
 }
 
@@ -358,9 +360,8 @@ Outcome RunCrash(const Config& cfg) {
   {
     std::vector<uint64_t> rngs(cfg.threads);
     for (int t = 0; t < cfg.threads; ++t) rngs[t] = sim.options().seed * 7919 + t + 1;
-    pmrt::testing::Lockstep workers(cfg.threads, [&](int t) {
-      Step(engine, *rt->pool, model, t, rngs[t]);
-    });
+    pmrt::testing::Lockstep workers(cfg.threads,
+                                    [&](int t) { Step(engine, *rt->pool, model, t, rngs[t]); });
     uint64_t sched = sim.options().seed + 5;
     while (!sim.failed() && sim.stats().images < cfg.target_images &&
            !::testing::Test::HasFailure()) {
@@ -403,9 +404,11 @@ uint64_t EnvOr(const char* name, uint64_t fallback) {
 }
 
 void Report(const char* what, const Outcome& r) {
-  std::printf("%s: %lu crash points, %lu images (max dirty lines %lu) in %.2f s (%lu commits, %lu snapshots, %lu cycles, %lu full)\n",
-              what, r.stats.crash_points, r.stats.images, r.stats.max_dirty_lines, r.seconds, r.commits, r.snapshots,
-              r.cycles, r.full_cycles);
+  std::printf(
+      "%s: %lu crash points, %lu images (max dirty lines %lu) in %.2f s (%lu commits, %lu "
+      "snapshots, %lu cycles, %lu full)\n",
+      what, r.stats.crash_points, r.stats.images, r.stats.max_dirty_lines, r.seconds, r.commits,
+      r.snapshots, r.cycles, r.full_cycles);
 }
 
 TEST(TxnCrashTest, OneThread) {

@@ -3,6 +3,8 @@
 // chaining and reuse through reclamation, allocation inside transactions across a crash, and the
 // commit-order rule across threads. "Crash" here copies the whole pool while it is open (every
 // store kept, as after a process kill); flush placement is txn_crash_test's job.
+#include "txn/txn.h"
+
 #include <algorithm>
 #include <array>
 #include <condition_variable>
@@ -17,7 +19,6 @@
 #include "gtest/gtest.h"
 #include "tests/txn/txn_runtime.h"
 #include "tests/util/test_util.h"
-#include "txn/txn.h"
 
 namespace pmrt::txn {
 namespace {
@@ -140,7 +141,8 @@ TEST_F(TxnTest, FlatNesting) {
   ASSERT_OK(abort());  // inner abort: the whole transaction, memory restored at once
   EXPECT_EQ(root_->words[0], 1u);
   EXPECT_EQ(root_->words[1], 2u);
-  EXPECT_THAT(write(&root_->words[2], uint64_t{7}), StatusIs(absl::StatusCode::kAborted, "aborted"));
+  EXPECT_THAT(write(&root_->words[2], uint64_t{7}),
+              StatusIs(absl::StatusCode::kAborted, "aborted"));
   EXPECT_EQ(root_->words[2], 0u);
   EXPECT_THAT(commit(), StatusIs(absl::StatusCode::kAborted, "aborted"));
   EXPECT_FALSE(in_transaction());
@@ -214,7 +216,8 @@ TEST_F(TxnTest, TransactionOpenTooLongFails) {
   EXPECT_THAT(commit(), StatusIs(absl::StatusCode::kDeadlineExceeded, "open longer"));
   EXPECT_EQ(root_->words[0], 0u);  // aborted
   EXPECT_EQ(root_->words[1], 0u);
-  ASSERT_OK(txn::Run([&] { return write(&root_->words[0], uint64_t{3}); }));  // the next one is fine
+  ASSERT_OK(
+      txn::Run([&] { return write(&root_->words[0], uint64_t{3}); }));  // the next one is fine
   EXPECT_EQ(root_->words[0], 3u);
 }
 
@@ -232,7 +235,8 @@ TEST_F(TxnTest, ColdThenHotThenColdAgain) {
   EXPECT_EQ(engine().stats().snapshots, 1u);
   // Hot: the previous record is the undo record; one fence, at commit.
   f0 = Fences();
-  for (int i = 0; i < 10; ++i) ASSERT_OK(txn::Run([&] { return write(&root_->words[5], uint64_t(2 + i)); }));
+  for (int i = 0; i < 10; ++i)
+    ASSERT_OK(txn::Run([&] { return write(&root_->words[5], uint64_t(2 + i)); }));
   EXPECT_EQ(Fences() - f0, 10u);
   EXPECT_EQ(engine().stats().snapshots, 1u);
   // Several words in one call: one snapshot record and one fence for all the cold ones.
@@ -423,7 +427,8 @@ TEST_F(TxnTest, CommitOrderAcrossThreads) {
 
 TEST_F(TxnTest, RecoveryIsIdempotent) {
   Open();
-  for (int i = 0; i < 50; ++i) ASSERT_OK(txn::Run([&] { return write(&root_->words[i % 7], uint64_t(i)); }));
+  for (int i = 0; i < 50; ++i)
+    ASSERT_OK(txn::Run([&] { return write(&root_->words[i % 7], uint64_t(i)); }));
   ASSERT_OK(begin());
   ASSERT_OK(write(&root_->words[1], uint64_t{777}));
   Buffer image(kPoolSize);

@@ -82,7 +82,9 @@ class WordSet {
 // read-modify-write.
 struct OwnerCounter {
   std::atomic<uint64_t> v{0};
-  void Add(uint64_t n) { v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  void Add(uint64_t n) {
+    v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
   uint64_t Get() const { return v.load(std::memory_order_relaxed); }
 };
 
@@ -103,8 +105,8 @@ struct ThreadTx final : alloc::TxScope {
   Engine::Impl* impl = nullptr;
   uint32_t slot = txn_internal::kCompactSlot;  // log slot; kCompactSlot until assigned
   int depth = 0;
-  bool aborted = false;            // aborted at an inner level; memory already restored
-  absl::Status doom;               // the first error of the transaction
+  bool aborted = false;  // aborted at an inner level; memory already restored
+  absl::Status doom;     // the first error of the transaction
   std::optional<epoch::Guard> guard;
   alloc::TxScope* outer_scope = nullptr;  // restored at the end (a transaction of another pool)
   uint64_t epoch = 0;
@@ -113,8 +115,8 @@ struct ThreadTx final : alloc::TxScope {
   WordSet declared;
   std::vector<BlockRec> allocs;
   std::vector<BlockRec> frees;
-  std::vector<uint64_t> cold;      // scratch: words to snapshot
-  std::vector<uint64_t> words;     // scratch: the record's words
+  std::vector<uint64_t> cold;   // scratch: words to snapshot
+  std::vector<uint64_t> words;  // scratch: the record's words
   // Watchdog, without a clock read on the hot path: `seq` is odd while a transaction is open
   // (owner: +1 at begin and at end). The background thread notes when it first saw an odd seq
   // and sets `expired` if it is still the same after max_open. Relaxed: advisory, checked at the
@@ -124,7 +126,7 @@ struct ThreadTx final : alloc::TxScope {
   bool Expired() const {
     return expired_seq.load(std::memory_order_relaxed) == seq.load(std::memory_order_relaxed);
   }
-  uint64_t watch_seq = 0;          // background thread only
+  uint64_t watch_seq = 0;  // background thread only
   int64_t watch_since = 0;
   // Statistics of this thread's transactions.
   OwnerCounter commits, aborts, snapshots, snapshot_words, record_bytes;
@@ -196,9 +198,13 @@ class Engine::Impl {
   bool InFresh(const txn_detail::ThreadTx& t, uint64_t word) const;
   void KickIfOverTrigger();
   void WaitForRoom();
+
  public:
   template <class F>
-  void ForEachThread(F&& f) { threads_.ForEach(f); }
+  void ForEachThread(F&& f) {
+    threads_.ForEach(f);
+  }
+
  private:
   void BackgroundLoop();
   void Watchdog();

@@ -40,7 +40,7 @@ inline constexpr size_t kMaxSlots = 128;           // thread logs
 inline constexpr uint32_t kCompactSlot = 0xFFFFu;  // the compacted log's blocks
 inline constexpr size_t kTableOffset = 4096;
 inline constexpr size_t kTableCapacity = (kDirectorySize - kTableOffset) / 8;  // 3584 blocks
-inline constexpr size_t kBlockPayload = 128;       // offset of the first record in a block
+inline constexpr size_t kBlockPayload = 128;  // offset of the first record in a block
 inline constexpr size_t kMinBlockSize = 4096;
 inline constexpr size_t kMaxBlockSize = 32 * 1024;  // the heap's largest small class
 
@@ -100,12 +100,12 @@ enum class RecordKind : uint16_t {
 };
 
 struct RecordHeader {
-  uint16_t words;   // size of the record in 8-byte words, header included
-  uint16_t kind;    // RecordKind
-  uint32_t crc;     // CRC32C of the whole record with this field zero
-  uint64_t stamp;   // commit-order stamp (kCompact: the cycle's seq)
-  uint64_t epoch;   // epoch the record was written in (kCompact: the cycle's horizon)
-  uint64_t gen;     // gen of the block holding the record
+  uint16_t words;  // size of the record in 8-byte words, header included
+  uint16_t kind;   // RecordKind
+  uint32_t crc;    // CRC32C of the whole record with this field zero
+  uint64_t stamp;  // commit-order stamp (kCompact: the cycle's seq)
+  uint64_t epoch;  // epoch the record was written in (kCompact: the cycle's horizon)
+  uint64_t gen;    // gen of the block holding the record
 };
 static_assert(sizeof(RecordHeader) == 32 && std::is_trivially_copyable_v<RecordHeader>);
 

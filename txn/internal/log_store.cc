@@ -27,8 +27,7 @@ uint32_t RecordCrc(const RecordHeader* h) {
   return Crc32c(b + 8, size_t{h->words} * 8 - 8, c);
 }
 
-const RecordHeader* ValidRecord(const uint8_t* block, size_t block_size, uint64_t gen,
-                                size_t pos) {
+const RecordHeader* ValidRecord(const uint8_t* block, size_t block_size, uint64_t gen, size_t pos) {
   if (pos % 8 != 0 || pos + sizeof(RecordHeader) > block_size) return nullptr;
   const auto* h = reinterpret_cast<const RecordHeader*>(block + pos);
   const size_t bytes = size_t{h->words} * 8;
@@ -70,9 +69,9 @@ absl::Status LogStore::Create(size_t block_size) {
   epoch::Guard g(epochs_);
   void* p = heap_.Allocate(kDirectorySize, 64);
   if (p == nullptr) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        pool_.path(), ": no room for the transaction directory (", kDirectorySize, " bytes): ",
-        alloc::AllocErrorName(alloc::Heap::LastError())));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(pool_.path(), ": no room for the transaction directory (", kDirectorySize,
+                     " bytes): ", alloc::AllocErrorName(alloc::Heap::LastError())));
   }
   std::memset(p, 0, kDirectorySize);
   auto* h = static_cast<DirectoryHeader*>(p);
@@ -89,9 +88,9 @@ absl::Status LogStore::Create(size_t block_size) {
 
 absl::Status LogStore::Open(size_t block_size, bool* created) {
   if (!ValidBlockSize(block_size)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "txn: block size ", block_size, " is not a power of two in [", kMinBlockSize, ", ",
-        kMaxBlockSize, "]"));
+    return absl::InvalidArgumentError(absl::StrCat("txn: block size ", block_size,
+                                                   " is not a power of two in [", kMinBlockSize,
+                                                   ", ", kMaxBlockSize, "]"));
   }
   const uint64_t off = pool_.state().txn_directory.value.load(std::memory_order_acquire);
   void* p = off == 0 ? nullptr : pool_.at(off);
@@ -233,9 +232,9 @@ absl::StatusOr<uint32_t> LogStore::Grow(uint32_t slot) {
   // names an unallocated block, which MarkTableAllocated re-marks at the next open.
   const uint32_t b = count_.load(std::memory_order_relaxed);
   if ((slot != kCompactSlot && by_offset_.size() >= limit_blocks_) || b >= kTableCapacity) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        pool_.path(), ": transaction log limit reached (", by_offset_.size(), " blocks of ",
-        block_size_, " bytes)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(pool_.path(), ": transaction log limit reached (", by_offset_.size(),
+                     " blocks of ", block_size_, " bytes)"));
   }
   void* p = heap_.Allocate(block_size_, 64);
   if (p == nullptr) {
@@ -305,9 +304,9 @@ void LogStore::Link(uint32_t from, uint32_t to) {
 
 absl::StatusOr<uint8_t*> LogStore::Reserve(Chain& c, uint32_t slot, size_t bytes) {
   if (bytes > max_record_bytes()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "txn: a record of ", bytes, " bytes does not fit in a log block (at most ",
-        max_record_bytes(), "); split the transaction"));
+    return absl::InvalidArgumentError(absl::StrCat("txn: a record of ", bytes,
+                                                   " bytes does not fit in a log block (at most ",
+                                                   max_record_bytes(), "); split the transaction"));
   }
   if (c.tail != kNoBlock && c.pos + bytes <= block_size_) return BlockAt(c.tail) + c.pos;
   ASSIGN_OR_RETURN(const uint32_t b, Acquire(slot));

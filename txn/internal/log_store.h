@@ -65,8 +65,7 @@ struct RecordRef {
 
 // Returns the record at `pos` of a block whose header has generation `gen`, or null when it is
 // not a valid record (size out of the block, wrong gen or kind, bad checksum, malformed entries).
-const RecordHeader* ValidRecord(const uint8_t* block, size_t block_size, uint64_t gen,
-                                size_t pos);
+const RecordHeader* ValidRecord(const uint8_t* block, size_t block_size, uint64_t gen, size_t pos);
 
 // Calls fn(head, values) for each entry of a valid record (values is null for kAlloc/kFree).
 template <class F>
@@ -104,7 +103,9 @@ class LogStore {
   // Table index of the block at pool offset `off`, or kNoBlock.
   uint32_t IndexOf(uint64_t off) const;
   Chain& chain(uint32_t slot) { return slot == kCompactSlot ? *compact_ : *chains_[slot]; }
-  std::unique_ptr<Chain> TakeCompact() { return std::exchange(compact_, std::make_unique<Chain>()); }
+  std::unique_ptr<Chain> TakeCompact() {
+    return std::exchange(compact_, std::make_unique<Chain>());
+  }
   void SetCompact(std::unique_ptr<Chain> c) { compact_ = std::move(c); }
 
   // Walks the chain that starts at pool offset `head` for `slot`, at open: fills chain(slot) or
