@@ -386,6 +386,7 @@ void Report(const Options& o, const RunResult& r, const EpochFigures& f) {
         f.log_entries * per_epoch, static_cast<double>(f.fences) / static_cast<double>(r.ops));
   }
   std::printf("\n");
+  std::fflush(stdout);
   if (o.json.empty()) return;
   FILE* out = std::fopen(o.json.c_str(), "a");
   if (out == nullptr) Die("cannot open " + o.json);
@@ -604,6 +605,7 @@ void RunBoth(const Options& opts, const Zipfian* zipf) {
                 w, o.zipf ? "zipf" : "uniform",
                 (rd.ops / rd.seconds) / (rt.ops / rt.seconds),
                 (rd.ops / rd.cpu_seconds) / (rt.ops / rt.cpu_seconds), opts.rounds);
+    std::fflush(stdout);
   }
   d.Close();
   if (!opts.keep_pool) unlink(opts.pool.c_str());

@@ -197,7 +197,9 @@ BasicMasstree<A>::BasicMasstree(A alloc)
 template <IsNodeAllocator A>
 BasicMasstree<A>::~BasicMasstree() {
   if constexpr (!kDurable) {
-    Guard g(alloc_);
+    // No Guard: no other thread uses the tree, and a guard held across millions of retires
+    // would keep the allocator's reclamation from advancing (MallocNodeAllocator's Ebr would
+    // rescan an ever longer limbo list: quadratic). Each retire then frees as it goes.
     Writer w{core_, alloc_, 0};
     ds_internal::DestroyNode(w, core_.Root());
   }
