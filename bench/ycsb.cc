@@ -241,8 +241,8 @@ class Zipfian {
     } else if (uz < 1.0 + half_pow_) {
       rank = 1;
     } else {
-      rank = static_cast<uint64_t>(static_cast<double>(n_) *
-                                   std::pow(eta_ * u - eta_ + 1.0, alpha_));
+      rank =
+          static_cast<uint64_t>(static_cast<double>(n_) * std::pow(eta_ * u - eta_ + 1.0, alpha_));
     }
     return Fnv64(std::min(rank, n_ - 1)) % n_;
   }
@@ -326,8 +326,7 @@ struct RunResult {
     if (samples.empty()) return;
     auto at = [&](double q) {
       const size_t k = std::min(samples.size() - 1, static_cast<size_t>(q * samples.size()));
-      std::nth_element(samples.begin(), samples.begin() + static_cast<ptrdiff_t>(k),
-                       samples.end());
+      std::nth_element(samples.begin(), samples.begin() + static_cast<ptrdiff_t>(k), samples.end());
       return static_cast<uint64_t>(samples[k]);
     };
     p50 = at(0.50);
@@ -399,8 +398,9 @@ void Report(const Options& o, const RunResult& r, const EpochFigures& f) {
                "\"flush_ms_per_epoch\":%.3f,\"log_entries_per_epoch\":%.2f,"
                "\"fences_per_op\":%.6f}\n",
                static_cast<int>(getpid()), o.workload, dist, variant, o.threads, o.keys, r.ops,
-               ops_per_sec, r.p50, r.p99, ops_per_cpu_sec, r.cpu_seconds, r.seconds, o.durable ? std::string(BackendName(o.backend)).c_str() : "none",
-               f.epochs, f.lines * per_epoch, f.boundary_ms * per_epoch, f.flush_ms * per_epoch,
+               ops_per_sec, r.p50, r.p99, ops_per_cpu_sec, r.cpu_seconds, r.seconds,
+               o.durable ? std::string(BackendName(o.backend)).c_str() : "none", f.epochs,
+               f.lines * per_epoch, f.boundary_ms * per_epoch, f.flush_ms * per_epoch,
                f.log_entries * per_epoch,
                static_cast<double>(f.fences) / static_cast<double>(std::max<uint64_t>(1, r.ops)));
   std::fclose(out);
@@ -462,12 +462,12 @@ void CreateLoaded(const Options& o) {
   PoolOptions po;
   po.backend = o.backend;
   Durable d;
-  d.pool = Check(Pool::Create(o.pool, o.pool_size != 0 ? o.pool_size : PoolSizeFor(o.keys),
-                              "pmrt-ycsb", po),
-                 "Pool::Create");
-  d.epochs = Check(epoch::Manager::Open(*d.pool, {.interval = std::chrono::milliseconds(
-                                                      o.epoch_ms)}),
-                   "Manager::Open");
+  d.pool = Check(
+      Pool::Create(o.pool, o.pool_size != 0 ? o.pool_size : PoolSizeFor(o.keys), "pmrt-ycsb", po),
+      "Pool::Create");
+  d.epochs =
+      Check(epoch::Manager::Open(*d.pool, {.interval = std::chrono::milliseconds(o.epoch_ms)}),
+            "Manager::Open");
   d.heap = Check(alloc::Heap::Open(*d.pool, *d.epochs), "Heap::Open");
   d.tree = Check(ds::DurableMasstree::Create(*d.pool, *d.epochs, *d.heap), "Create");
   {
@@ -488,8 +488,8 @@ EpochFigures Figures(const epoch::ManagerStats& a, const epoch::ManagerStats& b,
   f.epochs = b.advances - a.advances;
   f.lines = b.lines_flushed - a.lines_flushed;
   f.log_entries = b.log_entries - a.log_entries;
-  f.boundary_ms = std::chrono::duration<double, std::milli>(b.boundary_time - a.boundary_time)
-                      .count();
+  f.boundary_ms =
+      std::chrono::duration<double, std::milli>(b.boundary_time - a.boundary_time).count();
   f.flush_ms = std::chrono::duration<double, std::milli>(b.flush_time - a.flush_time).count();
   f.fences = pb.fences - pa.fences;
   f.flushes = pb.flushes - pa.flushes;
@@ -601,9 +601,8 @@ void RunBoth(const Options& opts, const Zipfian* zipf) {
     od.durable = true;
     Report(ot, rt, {});
     Report(od, rd, Figures(a_sum, b_sum, pa_sum, pb_sum));
-    std::printf("ycsb-%c %-7s durable/transient: %.3f wall, %.3f cpu (%d interleaved rounds)\n",
-                w, o.zipf ? "zipf" : "uniform",
-                (rd.ops / rd.seconds) / (rt.ops / rt.seconds),
+    std::printf("ycsb-%c %-7s durable/transient: %.3f wall, %.3f cpu (%d interleaved rounds)\n", w,
+                o.zipf ? "zipf" : "uniform", (rd.ops / rd.seconds) / (rt.ops / rt.seconds),
                 (rd.ops / rd.cpu_seconds) / (rt.ops / rt.cpu_seconds), opts.rounds);
     std::fflush(stdout);
   }
@@ -675,9 +674,9 @@ void RunRecovery(const Options& o) {
     Durable d;
     d.pool = Check(Pool::Open(o.pool, "pmrt-ycsb", po), "Pool::Open");
     const auto t1 = Clock::now();
-    d.epochs = Check(epoch::Manager::Open(*d.pool, {.interval = std::chrono::milliseconds(
-                                                        o.epoch_ms)}),
-                     "Manager::Open");
+    d.epochs =
+        Check(epoch::Manager::Open(*d.pool, {.interval = std::chrono::milliseconds(o.epoch_ms)}),
+              "Manager::Open");
     const auto t2 = Clock::now();
     d.heap = Check(alloc::Heap::Open(*d.pool, *d.epochs), "Heap::Open");
     const auto t3 = Clock::now();
@@ -694,13 +693,15 @@ void RunRecovery(const Options& o) {
     const uint64_t replayed = d.epochs->stats().log_entries_replayed;
     totals.push_back(Ms(t0, t5));
     std::printf(
-        "recovery keys=%lu pool=%zu MiB threads=%d backend=%s: Pool::Open %.2f ms, Manager::Open %.2f ms "
+        "recovery keys=%lu pool=%zu MiB threads=%d backend=%s: Pool::Open %.2f ms, Manager::Open "
+        "%.2f ms "
         "(%lu log entries replayed), Heap::Open %.2f ms, tree Open %.3f ms, first get %.3f ms "
         "(%s) => %.2f ms to the first answer; then a full scan %.1f ms (%zu keys, %lu leaves "
         "repaired, %lu values and %lu permutations rolled back)\n",
         o.keys, d.pool->size() >> 20, o.threads, std::string(BackendName(o.backend)).c_str(),
-        Ms(t0, t1), Ms(t1, t2), replayed, Ms(t2, t3), Ms(t3, t4), Ms(t4, t5), found ? "found" : "MISSING", Ms(t0, t5),
-        Ms(t5, t6), n, ds.leaves_recovered, ds.values_rolled_back, ds.perms_rolled_back);
+        Ms(t0, t1), Ms(t1, t2), replayed, Ms(t2, t3), Ms(t3, t4), Ms(t4, t5),
+        found ? "found" : "MISSING", Ms(t0, t5), Ms(t5, t6), n, ds.leaves_recovered,
+        ds.values_rolled_back, ds.perms_rolled_back);
     if (n != o.keys) Die(absl::StrCat("recovered tree holds ", n, " keys, expected ", o.keys));
     if (!o.json.empty()) {
       FILE* out = std::fopen(o.json.c_str(), "a");
@@ -712,8 +713,8 @@ void RunRecovery(const Options& o) {
                    "\"heap_open_ms\":%.3f,\"tree_open_ms\":%.3f,\"first_get_ms\":%.3f,"
                    "\"to_first_get_ms\":%.3f,\"full_scan_ms\":%.1f}\n",
                    o.keys, d.pool->size() >> 20, o.threads,
-                   std::string(BackendName(o.backend)).c_str(), Ms(t0, t1), Ms(t1, t2), replayed, Ms(t2, t3), Ms(t3, t4), Ms(t4, t5), Ms(t0, t5),
-                   Ms(t5, t6));
+                   std::string(BackendName(o.backend)).c_str(), Ms(t0, t1), Ms(t1, t2), replayed,
+                   Ms(t2, t3), Ms(t3, t4), Ms(t4, t5), Ms(t0, t5), Ms(t5, t6));
       std::fclose(out);
     }
     d.Close();

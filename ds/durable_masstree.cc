@@ -36,7 +36,8 @@ namespace {
 absl::Status CheckRuntime(Pool& pool, epoch::Manager& epochs, alloc::Heap& heap) {
   if (&heap.pool() != &pool || &heap.epochs() != &epochs || &epochs.pool() != &pool) {
     return absl::InvalidArgumentError(absl::StrCat(
-        pool.path(), ": DurableMasstree: the heap and the epoch manager must be those of the pool"));
+        pool.path(),
+        ": DurableMasstree: the heap and the epoch manager must be those of the pool"));
   }
   return absl::OkStatus();
 }
@@ -82,9 +83,9 @@ absl::StatusOr<std::unique_ptr<DurableMasstree>> DurableMasstree::Open(Pool& poo
                                                                        uint64_t descriptor) {
   if (absl::Status st = CheckRuntime(pool, epochs, heap); !st.ok()) return st;
   if (!AlignedInPool(pool, descriptor, sizeof(MasstreeDescriptor))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        pool.path(), ": DurableMasstree::Open: descriptor offset ", descriptor,
-        " is not a 64-byte aligned offset inside the pool"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(pool.path(), ": DurableMasstree::Open: descriptor offset ", descriptor,
+                     " is not a 64-byte aligned offset inside the pool"));
   }
   auto* desc = static_cast<MasstreeDescriptor*>(pool.at(descriptor));
   if (desc->magic != MasstreeDescriptor::kMagic) {
@@ -104,8 +105,8 @@ absl::StatusOr<std::unique_ptr<DurableMasstree>> DurableMasstree::Open(Pool& poo
                                             ", not a node inside the pool"));
   }
   DurablePolicy policy(pool, epochs, desc);
-  return std::unique_ptr<DurableMasstree>(new DurableMasstree(
-      PoolNodeAllocator(heap), std::move(policy), desc, kUnknownCount));
+  return std::unique_ptr<DurableMasstree>(
+      new DurableMasstree(PoolNodeAllocator(heap), std::move(policy), desc, kUnknownCount));
 }
 
 uint64_t DurableMasstree::descriptor() const {

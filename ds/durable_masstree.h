@@ -84,17 +84,15 @@ class DurableMasstree : public BasicMasstree<PoolNodeAllocator> {
   // A new, empty tree in the pool (a descriptor and a root leaf, allocated in the current
   // epoch: durable once it completes). Errors: kInvalidArgument (heap of another pool or
   // manager), kResourceExhausted (heap full).
-  static absl::StatusOr<std::unique_ptr<DurableMasstree>> Create(Pool& pool,
-                                                                epoch::Manager& epochs,
-                                                                alloc::Heap& heap);
+  static absl::StatusOr<std::unique_ptr<DurableMasstree>> Create(Pool& pool, epoch::Manager& epochs,
+                                                                 alloc::Heap& heap);
   // Reopens the tree whose descriptor() was `descriptor`. REQUIRES: Manager::Open and
   // Heap::Open of this execution are done. Errors: kInvalidArgument (offset outside the pool or
   // misaligned, heap of another pool), kDataLoss (no tree descriptor there, or a root outside
   // the pool), kFailedPrecondition (a newer or different node layout).
-  static absl::StatusOr<std::unique_ptr<DurableMasstree>> Open(Pool& pool,
-                                                              epoch::Manager& epochs,
-                                                              alloc::Heap& heap,
-                                                              uint64_t descriptor);
+  static absl::StatusOr<std::unique_ptr<DurableMasstree>> Open(Pool& pool, epoch::Manager& epochs,
+                                                               alloc::Heap& heap,
+                                                               uint64_t descriptor);
 
   // The pool offset that reopens this tree.
   uint64_t descriptor() const;

@@ -96,8 +96,7 @@ class BasicMasstree {
 
   // Creates an empty transient tree. Aborts if the allocator cannot provide the first node.
   // (The durable tree is created and reopened by DurableMasstree, ds/durable_masstree.h.)
-  explicit BasicMasstree(A alloc = A())
-    requires(!kDurable);
+  explicit BasicMasstree(A alloc = A()) requires(!kDurable);
   // REQUIRES: no other thread uses the tree. The transient tree retires every node and value;
   // the durable tree only detaches (its nodes stay in the pool).
   ~BasicMasstree();
@@ -180,8 +179,7 @@ using Masstree = BasicMasstree<MallocNodeAllocator>;
 // ---- Implementation -------------------------------------------------------------------------
 
 template <IsNodeAllocator A>
-BasicMasstree<A>::BasicMasstree(A alloc)
-  requires(!kDurable)
+BasicMasstree<A>::BasicMasstree(A alloc) requires(!kDurable)
     : alloc_(std::move(alloc)), core_(Policy()) {
   using ds_internal::LeafNode;
   void* mem = alloc_.AllocateNode(sizeof(LeafNode), alignof(LeafNode));

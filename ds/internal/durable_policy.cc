@@ -228,8 +228,7 @@ void DurablePolicy::Relocate(LeafNode* leaf, int slot, int to, uint64_t bits) co
   p_.StoreHint(leaf, kCacheLine);
 }
 
-UpdateKind DurablePolicy::UpdateValue(LeafNode* leaf, int slot, uint64_t bits,
-                                       uint64_t e) const {
+UpdateKind DurablePolicy::UpdateValue(LeafNode* leaf, int slot, uint64_t bits, uint64_t e) const {
   const uint64_t w = leaf->node_epoch.load(std::memory_order_relaxed);
   std::atomic<uint64_t>& log_word = leaf->ValueLogFor(slot);
   const uint64_t old = leaf->lv[slot].load(std::memory_order_relaxed);
@@ -252,8 +251,7 @@ UpdateKind DurablePolicy::UpdateValue(LeafNode* leaf, int slot, uint64_t bits,
     } else if (cur.valid() && cur.index() == static_cast<uint32_t>(slot)) {
       // This slot was logged in e already (every valid log of a node whose epoch is e was
       // written in e): its value as e began is safe.
-    } else if (!cur.valid() &&
-               PackedValLog::TryEncode(static_cast<uint32_t>(slot), old, e, &log)) {
+    } else if (!cur.valid() && PackedValLog::TryEncode(static_cast<uint32_t>(slot), old, e, &log)) {
       write_log = true;
     } else if (const int to = StartFreeSlot(leaf); to >= 0) {
       // The line's one log holds another slot of e: move the key to a slot free since e began
@@ -342,8 +340,7 @@ void DurablePolicy::InitInterior(InteriorNode* in, uint64_t e) const {
 // ---- lazy recovery ---------------------------------------------------------------------------
 
 void DurablePolicy::RecoverLeaf(LeafNode* leaf) const {
-  epoch::RecoverOnce(*locks_, leaf, leaf->node_epoch, ready_leaf_word_,
-                     [&] { RepairLeaf(leaf); });
+  epoch::RecoverOnce(*locks_, leaf, leaf->node_epoch, ready_leaf_word_, [&] { RepairLeaf(leaf); });
 }
 
 void DurablePolicy::RecoverInterior(InteriorNode* in) const {

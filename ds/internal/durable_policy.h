@@ -84,10 +84,10 @@ PMRT_ASSERT_SAME_LINE(LeafNode, lv[13], value_log1);
 
 // Persistence sites and store-order mutants of the durable tree (the mutation gate in
 // tests/ds/durable_masstree_crash_test.cc must kill each).
-inline constexpr Site kLeafStoreOrder{"ds.masstree.leaf.store_order"};    // perm_log, node_epoch
-inline constexpr Site kPermStoreOrder{"ds.masstree.perm.store_order"};    // record, permutation
-inline constexpr Site kValueStoreOrder{"ds.masstree.value.store_order"};  // value log, value
-inline constexpr Site kLeafRecoverOrder{"ds.masstree.leaf.recover_order"};    // R2, R3
+inline constexpr Site kLeafStoreOrder{"ds.masstree.leaf.store_order"};      // perm_log, node_epoch
+inline constexpr Site kPermStoreOrder{"ds.masstree.perm.store_order"};      // record, permutation
+inline constexpr Site kValueStoreOrder{"ds.masstree.value.store_order"};    // value log, value
+inline constexpr Site kLeafRecoverOrder{"ds.masstree.leaf.recover_order"};  // R2, R3
 inline constexpr Site kValueRecoverOrder{"ds.masstree.value.recover_order"};  // V1, V2
 inline constexpr Site kRecoverValueFlush{"ds.masstree.recover.value.flush"};
 inline constexpr Site kRecoverValueFence{"ds.masstree.recover.value.fence"};
@@ -99,7 +99,7 @@ inline constexpr Site kRecoverNodeFence{"ds.masstree.recover.node.fence"};
 
 // Counters of what the durable hooks did (for benchmarks and tests; per policy, relaxed).
 struct DurableStats {
-  uint64_t leaf_log_copies = 0;     // leaves copied to the external log
+  uint64_t leaf_log_copies = 0;  // leaves copied to the external log
   uint64_t interior_log_copies = 0;
   uint64_t parent_log_copies = 0;
   uint64_t relocations = 0;         // updates that moved their key instead of copying the leaf
@@ -138,7 +138,8 @@ class DurablePolicy {
       RecoverLeaf(AsLeaf(n));
     } else {
       // Acquire pairs with the release store of recovered_in in RepairInterior.
-      if (AsInterior(n)->recovered_in.load(std::memory_order_acquire) >= x_) [[likely]] return;
+      if (AsInterior(n)->recovered_in.load(std::memory_order_acquire) >= x_) [[likely]]
+        return;
       RecoverInterior(AsInterior(n));
     }
   }

@@ -9,7 +9,7 @@
 // One layout serves both trees. The transient tree leaves the in-cache-line log fields (InCLL,
 // DESIGN.md section 4) untouched; the durable tree (ds/internal/durable_policy.h) uses them:
 //
-//   leaf      line 0  version | parent | permutation | node_epoch | perm_log | prev | next | low_bound
+//   leaf      line 0  version | parent | permutation | node_epoch | perm_log | prev | next | low
 //             line 1  ikey[0..7]
 //             line 2  ikey[8..13] | keylenx[0..13] | 2 spare bytes
 //             line 3  value_log0 | lv[0..6]
@@ -123,9 +123,9 @@ struct alignas(kCacheLine) LeafNode {
   std::atomic<uint64_t> permutation;  // LeafPermuter value
   std::atomic<uint64_t> node_epoch;   // durable: epoch << 2 | kLogged | kInsertAllowed
   std::atomic<uint64_t> perm_log;     // durable: the permutation when node_epoch began
-  NodeLink<LeafNode> prev;   // left sibling; protected by the left sibling's lock (durable: and ours)
-  NodeLink<LeafNode> next;   // right sibling; protected by this node's lock
-  std::atomic<uint64_t> low_bound;  // lowest slice this leaf may hold; never changes
+  NodeLink<LeafNode> prev;            // left sibling; left sibling's lock (durable: ours too)
+  NodeLink<LeafNode> next;            // right sibling; protected by this node's lock
+  std::atomic<uint64_t> low_bound;    // lowest slice this leaf may hold; never changes
   // Lines 1-2: keys.
   std::atomic<uint64_t> ikey[kLeafWidth];    // slice per slot
   std::atomic<uint8_t> keylenx[kLeafWidth];  // class per slot, or kKeyLenLayer
@@ -161,15 +161,15 @@ struct alignas(kCacheLine) LeafNode {
 };
 
 struct alignas(kCacheLine) InteriorNode {
-  NodeHeader header;                    // version word (volatile: rebuilt at recovery)
-  NodeLink<InteriorNode> parent;        // null at a layer root; protected by the parent's lock
-  std::atomic<uint32_t> nkeys;          // keys in use; nkeys+1 children
+  NodeHeader header;              // version word (volatile: rebuilt at recovery)
+  NodeLink<InteriorNode> parent;  // null at a layer root; protected by the parent's lock
+  std::atomic<uint32_t> nkeys;    // keys in use; nkeys+1 children
   uint32_t spare;
-  std::atomic<uint64_t> logged_epoch;   // durable: the epoch of its last external-log copy
-  std::atomic<uint64_t> recovered_in;   // durable: version rebuilt in the execution starting here
-  std::atomic<uint64_t> ikey[kInteriorWidth];  // separators, strictly ascending
+  std::atomic<uint64_t> logged_epoch;  // durable: the epoch of its last external-log copy
+  std::atomic<uint64_t> recovered_in;  // durable: version rebuilt in the execution starting here
+  std::atomic<uint64_t> ikey[kInteriorWidth];      // separators, strictly ascending
   NodeLink<NodeHeader> child[kInteriorWidth + 1];  // child[i]: slices in [ikey[i-1], ikey[i])
-  std::atomic<uint64_t> created_epoch;  // durable: the epoch that allocated the node
+  std::atomic<uint64_t> created_epoch;             // durable: the epoch that allocated the node
 
   static InteriorNode* Init(void* mem, bool root, bool locked);
 

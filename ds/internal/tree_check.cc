@@ -94,8 +94,8 @@ class Checker {
       Range r{i == 0 ? range.lo : in->ikey[i - 1].load(std::memory_order_relaxed),
               i < nkeys || range.has_hi,
               i < nkeys ? in->ikey[i].load(std::memory_order_relaxed) : range.hi};
-      if (auto s = CheckNode(in->child[i].Load(p_, std::memory_order_relaxed), in, r, depth, level + 1,
-                             leaf_level, leaves);
+      if (auto s = CheckNode(in->child[i].Load(p_, std::memory_order_relaxed), in, r, depth,
+                             level + 1, leaf_level, leaves);
           !s.ok()) {
         return s;
       }
@@ -142,9 +142,10 @@ class Checker {
   absl::Status CheckLeafLogs(LeafNode* leaf, int depth) {
     const uint64_t e = LeafEpoch::Epoch(leaf->node_epoch.load(std::memory_order_relaxed));
     if (e > p_.epochs().current() || e < p_.epochs().execution_first()) {
-      return Fail(leaf, depth, absl::StrCat("node epoch ", e, " outside [execution_first ",
-                                            p_.epochs().execution_first(), ", current ",
-                                            p_.epochs().current(), "]"));
+      return Fail(
+          leaf, depth,
+          absl::StrCat("node epoch ", e, " outside [execution_first ",
+                       p_.epochs().execution_first(), ", current ", p_.epochs().current(), "]"));
     }
     if (!LeafPermuter(leaf->perm_log.load(std::memory_order_relaxed)).IsValid()) {
       return Fail(leaf, depth, "perm_log is not a valid permutation");

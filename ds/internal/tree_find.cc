@@ -146,11 +146,11 @@ const ValueObject* Lookup(const TreeCore<P>& tree, std::string_view key) {
   }
 }
 
-#define PMRT_INSTANTIATE_FIND(P)                                                  \
-  template LeafAndVersion FindLeaf<P>(const P&, NodeHeader*, uint64_t);           \
-  template LeafAndVersion Advance<P>(const P&, LeafNode*, uint64_t);              \
-  template LeafNode* LockLeaf<P>(const P&, NodeHeader*, uint64_t);                \
-  template InteriorNode* LockParent<P>(const P&, NodeHeader*);                    \
+#define PMRT_INSTANTIATE_FIND(P)                                        \
+  template LeafAndVersion FindLeaf<P>(const P&, NodeHeader*, uint64_t); \
+  template LeafAndVersion Advance<P>(const P&, LeafNode*, uint64_t);    \
+  template LeafNode* LockLeaf<P>(const P&, NodeHeader*, uint64_t);      \
+  template InteriorNode* LockParent<P>(const P&, NodeHeader*);          \
   template const ValueObject* Lookup<P>(const TreeCore<P>&, std::string_view);
 PMRT_INSTANTIATE_FIND(TransientPolicy)
 PMRT_INSTANTIATE_FIND(DurablePolicy)

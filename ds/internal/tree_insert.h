@@ -46,18 +46,16 @@ WriteOutcome MakeLayer(Writer<A, P>& w, LeafNode* leaf, int slot, const ValueObj
   KeyCursor rest(old->suffix());  // at least one byte: the key continued past the slice
   void* mem = w.alloc.AllocateNode(sizeof(LeafNode), alignof(LeafNode));
   if (mem == nullptr) return WriteOutcome::kNoMemory;
-  ValueObject* moved =
-      NewValue(w, rest.cls() == kClassSuffix ? rest.suffix() : "", old->value());
+  ValueObject* moved = NewValue(w, rest.cls() == kClassSuffix ? rest.suffix() : "", old->value());
   if (moved == nullptr || !p.LogLeaf(leaf, w.epoch)) {  // the slot changes meaning: a copy
-    w.alloc.RetireNode(mem, sizeof(LeafNode));  // never published
+    w.alloc.RetireNode(mem, sizeof(LeafNode));          // never published
     if (moved == nullptr) return WriteOutcome::kNoMemory;
     w.alloc.RetireValue(moved, moved->size());
     return WriteOutcome::kNoLog;
   }
   LeafNode* sub = LeafNode::Init(mem, /*root=*/true, /*locked=*/false, /*low=*/0);
   LeafPermuter perm;
-  sub->WriteSlot(perm.InsertAt(0), rest.slice(), rest.cls(),
-                 ValueRef::FromObject(p, moved).bits());
+  sub->WriteSlot(perm.InsertAt(0), rest.slice(), rest.cls(), ValueRef::FromObject(p, moved).bits());
   sub->permutation.store(perm.value(), std::memory_order_relaxed);
   p.InitLeaf(sub, w.epoch);
   // The slot changes meaning (value -> layer) in place: readers overlapping it must retry.

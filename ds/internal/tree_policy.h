@@ -89,7 +89,7 @@ struct PolicyOfImpl {
   using type = TransientPolicy;
 };
 template <class A>
-  requires requires { typename A::Policy; }
+requires requires { typename A::Policy; }
 struct PolicyOfImpl<A> {
   using type = typename A::Policy;
 };

@@ -241,8 +241,7 @@ LeafNode* RemoveLayer(Writer<A, P>& w, NodeHeader* entry, const KeyCursor& k, Le
 // with k positioned at that layer) leaves behind: the leaf itself, and layers that become empty,
 // upwards.
 template <class A, class P>
-void CollectEmpty(Writer<A, P>& w, std::vector<NodeHeader*>& entries, KeyCursor k,
-                  LeafNode* leaf) {
+void CollectEmpty(Writer<A, P>& w, std::vector<NodeHeader*>& entries, KeyCursor k, LeafNode* leaf) {
   const P& p = w.p();
   while (leaf != nullptr) {
     LeafNode* prev = leaf->prev.Load(p, std::memory_order_acquire);

@@ -76,8 +76,8 @@ int ChildPosition(const P& p, InteriorNode* parent, NodeHeader* child) {
 // position `pos` on whichever side it belongs. Returns the new right sibling (locked).
 // REQUIRES (durable): leaf and its right sibling logged in w.epoch.
 template <class A, class P>
-LeafNode* SplitLeaf(Writer<A, P>& w, LeafNode* leaf, void* mem, int pos, uint64_t slice,
-                    uint8_t kx, uint64_t bits) {
+LeafNode* SplitLeaf(Writer<A, P>& w, LeafNode* leaf, void* mem, int pos, uint64_t slice, uint8_t kx,
+                    uint64_t bits) {
   const P& p = w.p();
   constexpr int n = kLeafWidth + 1;
   LeafPermuter perm = leaf->perm();
@@ -143,8 +143,7 @@ void InsertChild(const P& p, InteriorNode* in, int i, uint64_t sep, NodeHeader* 
 
 // The combined children of a full `in` with `right` inserted after child index `i`.
 template <class P>
-void CombinedChildren(const P& p, InteriorNode* in, int i, NodeHeader* right,
-                      NodeHeader** kids) {
+void CombinedChildren(const P& p, InteriorNode* in, int i, NodeHeader* right, NodeHeader** kids) {
   for (int j = 0, from = 0; j <= kInteriorWidth + 1; ++j) {
     kids[j] = j == i + 1 ? right : in->child[from++].Load(p, std::memory_order_relaxed);
   }

@@ -35,8 +35,8 @@
 #include "epoch/pool.h"
 #include "epoch/sim.h"
 #include "gtest/gtest.h"
-#include "tests/util/lockstep.h"
 #include "tests/ds/durable_tree_oracle.h"
+#include "tests/util/lockstep.h"
 #include "tests/util/test_util.h"
 
 namespace pmrt::ds {
@@ -240,8 +240,8 @@ absl::Status CheckNested(CrashImage& img, const Model& outer) {
           for (const std::string& k : ChangedKeys(outer)) {
             if (!first.ok() || ++n > 12) break;
             auto it = after.live.find(k);
-            if (r->tree->get(k) != (it == after.live.end() ? std::nullopt
-                                                           : std::optional(it->second))) {
+            if (r->tree->get(k) !=
+                (it == after.live.end() ? std::nullopt : std::optional(it->second))) {
               first = absl::DataLossError(absl::StrCat("nested run: get ", Printable(k)));
             } else if (n % 2 == 1) {
               r->tree->put(k, absl::StrCat("nested", n));
@@ -438,12 +438,12 @@ void Report(const char* what, const Outcome& r) {
       "leaf copies %lu, interior copies %lu, parent-link copies %lu, relocations %lu; %lu hints "
       "%lu flushes\n",
       what, r.ops, r.advances, r.stats.crash_points, r.stats.max_dirty_lines, r.stats.images,
-      r.top_images, r.seconds,
-      r.durable.leaf_log_copies, r.durable.interior_log_copies, r.durable.parent_log_copies,
-      r.durable.relocations, r.stats.store_hints, r.stats.flushes);
-  std::printf("  nested runs %lu (%lu lazy-first): %lu leaves repaired, %lu values and %lu "
-              "permutations rolled back\n",
-              g_nested.runs, g_nested.lazy, g_nested.leaves, g_nested.values, g_nested.perms);
+      r.top_images, r.seconds, r.durable.leaf_log_copies, r.durable.interior_log_copies,
+      r.durable.parent_log_copies, r.durable.relocations, r.stats.store_hints, r.stats.flushes);
+  std::printf(
+      "  nested runs %lu (%lu lazy-first): %lu leaves repaired, %lu values and %lu "
+      "permutations rolled back\n",
+      g_nested.runs, g_nested.lazy, g_nested.leaves, g_nested.values, g_nested.perms);
   g_nested = {};
 }
 
@@ -476,12 +476,11 @@ TEST(DurableMasstreeCrashTest, TwoThreads) {
 // turn: the suite must catch every one.
 TEST(DurableMasstreeCrashTest, MutationGateKillsEverySite) {
   std::map<uint32_t, std::string> sites;
-  for (const Site& s :
-       {ds_internal::kLeafStoreOrder, ds_internal::kPermStoreOrder, ds_internal::kValueStoreOrder,
-        ds_internal::kLeafRecoverOrder, ds_internal::kValueRecoverOrder,
-        ds_internal::kRecoverValueFlush, ds_internal::kRecoverValueFence,
-        ds_internal::kRecoverNodeFlush, ds_internal::kRecoverNodeFence,
-        ds_internal::kRelocateKeepsInsert}) {
+  for (const Site& s : {ds_internal::kLeafStoreOrder, ds_internal::kPermStoreOrder,
+                        ds_internal::kValueStoreOrder, ds_internal::kLeafRecoverOrder,
+                        ds_internal::kValueRecoverOrder, ds_internal::kRecoverValueFlush,
+                        ds_internal::kRecoverValueFence, ds_internal::kRecoverNodeFlush,
+                        ds_internal::kRecoverNodeFence, ds_internal::kRelocateKeepsInsert}) {
     sites[s.id] = s.name;
   }
   Config base;

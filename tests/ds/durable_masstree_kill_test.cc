@@ -85,7 +85,9 @@ Op NextOp(uint64_t& rng) {
   return op;
 }
 
-uint64_t StreamSeed(int iteration) { return 0x7EE00000ull + static_cast<uint64_t>(iteration) * 7919; }
+uint64_t StreamSeed(int iteration) {
+  return 0x7EE00000ull + static_cast<uint64_t>(iteration) * 7919;
+}
 
 void Apply(Contents& c, const Op& op) {
   if (op.put) {
@@ -288,10 +290,10 @@ absl::Status RunKills(Clocking clocking, int kills, uint64_t seed, Tally& tally)
         tally.replayed += r->epochs->stats().log_entries_replayed;
         const Contents got = oracle::Scan(*r->tree);
         if (std::find(allowed.begin(), allowed.end(), got) == allowed.end()) {
-          return absl::DataLossError(absl::StrCat(
-              "recovered tree matches none of the ", allowed.size(), " allowed states; vs the ",
-              "first (cut after ", (*cuts)[0], " of ", progress.acked.load(),
-              " operations): ", oracle::Diff(got, allowed[0])));
+          return absl::DataLossError(
+              absl::StrCat("recovered tree matches none of the ", allowed.size(),
+                           " allowed states; vs the ", "first (cut after ", (*cuts)[0], " of ",
+                           progress.acked.load(), " operations): ", oracle::Diff(got, allowed[0])));
         }
         if (clocking == Clocking::kBackground) {
           // The recovered failed-epoch set names exactly the epochs that were rolled back.

@@ -113,8 +113,8 @@ inline absl::Status CheckHeapMatchesTree(const DurableMasstree& tree, epoch::Man
   }
   for (uint64_t off : reached) {
     if (!live.count(off)) {
-      return absl::DataLossError(absl::StrCat("the tree reaches offset ", off,
-                                              ", which is not a live heap block"));
+      return absl::DataLossError(
+          absl::StrCat("the tree reaches offset ", off, ", which is not a live heap block"));
     }
   }
   return heap.Check();

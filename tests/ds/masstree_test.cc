@@ -6,16 +6,15 @@
 // that boundaries fall inside the workloads).
 #include "ds/masstree.h"
 
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
-#include <cstdio>
-#include <cstring>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -474,7 +473,8 @@ TYPED_TEST(MasstreeTest, RandomVariableKeysMatchStdMap) {
 
 TYPED_TEST(MasstreeTest, RandomIntegerKeysMatchStdMap) {
   std::mt19937_64 rng(21);
-  RunModelTest<TypeParam>(22, 8, Scaled(8000), [&] { return std::string(U64Key(rng() % 20000).view()); });
+  RunModelTest<TypeParam>(22, 8, Scaled(8000),
+                          [&] { return std::string(U64Key(rng() % 20000).view()); });
 }
 
 TYPED_TEST(MasstreeTest, ScanCallbackCanStop) {
@@ -649,9 +649,9 @@ TEST(DurableMasstreeTest, OpenRejectsBadDescriptors) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(DurableMasstree::Open(rt.pool(), rt.epochs(), rt.heap(), where + 8).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(DurableMasstree::Open(rt.pool(), rt.epochs(), rt.heap(), rt.pool().size()).status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      DurableMasstree::Open(rt.pool(), rt.epochs(), rt.heap(), rt.pool().size()).status().code(),
+      absl::StatusCode::kInvalidArgument);
   // A block of the heap that holds something else.
   void* other = rt.heap().Allocate(64, 64);
   ASSERT_NE(other, nullptr);
