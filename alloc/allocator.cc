@@ -77,8 +77,6 @@ std::atomic<Heap*> g_default{nullptr};
 
 uint32_t HeaderCrc(const HeapHeader& h) { return Crc32c(&h, offsetof(HeapHeader, crc)); }
 
-ChunkMeta* Meta(void* meta, uint64_t chunk) { return static_cast<ChunkMeta*>(meta) + chunk; }
-
 bool IsPowerOfTwo(size_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
 // Relaxed add by the owning thread (no read-modify-write: only the owner writes).
@@ -141,7 +139,6 @@ absl::StatusOr<std::unique_ptr<Heap>> Heap::Open(Pool& pool, epoch::Manager& epo
   const RegionDesc r = pool.region(PoolRegion::kHeap);
   h->region_ = static_cast<uint8_t*>(pool.region_base(PoolRegion::kHeap));
   h->region_off_ = r.offset;
-  h->meta_ = h->region_ + alloc_internal::kMetaOffset;
   if (reinterpret_cast<HeapHeader*>(h->region_)->magic == 0) {
     if (auto st = h->Format(); !st.ok()) return st;
   }
@@ -201,6 +198,7 @@ absl::Status Heap::Load() {
   if (h.magic != alloc_internal::kHeapMagic || h.crc != HeaderCrc(h)) {
     return bad("bad magic or checksum");
   }
+  if (h.version == 0) return bad("version 0");
   if (h.version > alloc_internal::kHeapVersion) {
     return absl::FailedPreconditionError(absl::StrCat(pool_.path(), ": heap format version ",
                                                       h.version, " is newer than supported"));
@@ -213,6 +211,19 @@ absl::Status Heap::Load() {
   }
   chunks_ = h.chunk_count;
   data_off_ = r.offset + h.data_offset;
+  uint8_t* meta = region_ + alloc_internal::kMetaOffset;
+  if (h.version >= alloc_internal::kFirstSplitMetaVersion) {
+    // Every header line together, then every bitmap: Load reads chunks_ consecutive lines.
+    headers_ = meta;
+    header_stride_ = sizeof(LoggedLine);
+    bitmaps_ = meta + chunks_ * sizeof(LoggedLine);
+    bitmap_stride_ = kBitmapLines * sizeof(LoggedLine);
+  } else {
+    headers_ = meta;
+    header_stride_ = sizeof(ChunkMeta);
+    bitmaps_ = meta + offsetof(ChunkMeta, bits);
+    bitmap_stride_ = sizeof(ChunkMeta);
+  }
   state_ = std::make_unique<std::atomic<uint64_t>[]>(chunks_);
   small_class_ = std::make_unique<std::atomic<uint8_t>[]>(chunks_);
   vol_ = std::make_unique<std::atomic<ChunkVolatile*>[]>(chunks_);
@@ -220,7 +231,7 @@ absl::Status Heap::Load() {
   uint64_t run_start = 0, run_len = 0;
   for (uint64_t i = 0; i < chunks_; ++i) {
     uint64_t w[alloc_internal::kWordsPerLine];
-    alloc_internal::EffectiveWords(Meta(meta_, i)->header, epochs_, w);
+    alloc_internal::EffectiveWords(HeaderLine(i), epochs_, w);
     const uint64_t s = w[0];
     const ChunkKind kind = StateKind(s);
     if (kind == ChunkKind::kFree) {
@@ -247,11 +258,18 @@ absl::Status Heap::Load() {
   return absl::OkStatus();
 }
 
+LoggedLine& Heap::HeaderLine(uint64_t chunk) const {
+  return *reinterpret_cast<LoggedLine*>(headers_ + chunk * header_stride_);
+}
+
+LoggedLine* Heap::BitmapLines(uint64_t chunk) const {
+  return reinterpret_cast<LoggedLine*>(bitmaps_ + chunk * bitmap_stride_);
+}
+
 absl::Status Heap::Corrupt(uint64_t chunk, const std::string& what) const {
-  return absl::DataLossError(
-      absl::StrCat(pool_.path(), ": heap chunk ", chunk, " (metadata at offset ",
-                   region_off_ + alloc_internal::kMetaOffset + chunk * sizeof(ChunkMeta),
-                   ", data at offset ", ChunkOffset(chunk), "): ", what));
+  return absl::DataLossError(absl::StrCat(
+      pool_.path(), ": heap chunk ", chunk, " (metadata at offset ",
+      pool_.offset_of(&HeaderLine(chunk)), ", data at offset ", ChunkOffset(chunk), "): ", what));
 }
 
 // ---- chunk runs -------------------------------------------------------------------------------
@@ -298,7 +316,7 @@ void Heap::SetChunkState(uint64_t chunk, uint64_t state, uint64_t e) {
   // One writer per header: a fresh chunk is taken under chunk_mu_ by one thread; an extent is
   // claimed by one CAS on the mirror before its header is written.
   const Persister& p = pool_.persister();
-  LineWriter w(Meta(meta_, chunk)->header, e, epochs_, p,
+  LineWriter w(HeaderLine(chunk), e, epochs_, p,
                [this](const LoggedLine* line) { epochs_.RecordDirty(line, sizeof(*line)); });
   w.Set(0, state, p);
   small_class_[chunk].store(
@@ -324,7 +342,7 @@ void Heap::CollectDirty(uint64_t e, std::vector<Range>& out) {
   caches_.ForEach([&](ThreadCache& tc) {
     for (uint32_t chunk : tc.dirty_chunks[e & 1]) {
       ChunkVolatile& v = *vol_[chunk].load(std::memory_order_acquire);
-      ChunkMeta* m = Meta(meta_, chunk);
+      LoggedLine* bits = BitmapLines(chunk);
       for (size_t line = 0; line < kBitmapLines; ++line) {
         uint64_t want[kWordsPerLine], have[kWordsPerLine];
         for (size_t k = 0; k < kWordsPerLine; ++k) {
@@ -334,9 +352,9 @@ void Heap::CollectDirty(uint64_t e, std::vector<Range>& out) {
         for (size_t k = 0; k < kWordsPerLine && line * kWordsPerLine + k < kLiveWords; ++k) {
           v.words[line * kWordsPerLine + k].media = want[k];  // media as of e+1's start
         }
-        alloc_internal::EffectiveWords(m->bits[line], epochs_, have);
+        alloc_internal::EffectiveWords(bits[line], epochs_, have);
         if (std::equal(want, want + kWordsPerLine, have)) continue;
-        LineWriter lw(m->bits[line], e, epochs_, p, dirty_line);
+        LineWriter lw(bits[line], e, epochs_, p, dirty_line);
         for (size_t k = 0; k < kWordsPerLine; ++k)
           if (lw.Get(k) != want[k]) lw.Set(k, want[k], p);
       }
@@ -447,7 +465,7 @@ ChunkVolatile* Heap::LoadChunk(uint64_t chunk, int c, std::vector<uint64_t>* out
   const uint32_t size = SizeClasses::Size(c), blocks = SizeClasses::BlocksPerChunk(c);
   for (size_t line = 0; line < kBitmapLines; ++line) {
     uint64_t w[kWordsPerLine];
-    alloc_internal::EffectiveWords(Meta(meta_, chunk)->bits[line], epochs_, w);
+    alloc_internal::EffectiveWords(BitmapLines(chunk)[line], epochs_, w);
     for (size_t k = 0; k < kWordsPerLine && line * kWordsPerLine + k < kLiveWords; ++k) {
       v->words[line * kWordsPerLine + k].live.store(w[k], std::memory_order_relaxed);
       v->words[line * kWordsPerLine + k].media = w[k];
@@ -631,7 +649,7 @@ absl::Status Heap::MarkAllocated(uint64_t offset) {
   // line directly, logged in the caller's epoch.
   epoch::Guard g(epochs_);
   const Persister& p = pool_.persister();
-  LineWriter w(Meta(meta_, chunk)->bits[block / kBitsPerLine], g.epoch(), epochs_, p,
+  LineWriter w(BitmapLines(chunk)[block / kBitsPerLine], g.epoch(), epochs_, p,
                [this](const LoggedLine* line) { epochs_.RecordDirty(line, sizeof(*line)); });
   const size_t word = (block % kBitsPerLine) / 64;
   w.Set(word, w.Get(word) | uint64_t{1} << (block % 64), p);
@@ -669,9 +687,9 @@ absl::Status Heap::MarkAllocated(uint64_t offset, size_t usable_size) {
     if (block / kBitsPerLine == line) {
       want[(block % kBitsPerLine) / 64] = uint64_t{1} << (block % 64);
     }
-    alloc_internal::EffectiveWords(Meta(meta_, chunk)->bits[line], epochs_, have);
+    alloc_internal::EffectiveWords(BitmapLines(chunk)[line], epochs_, have);
     if (std::equal(want, want + kWordsPerLine, have)) continue;
-    LineWriter w(Meta(meta_, chunk)->bits[line], g.epoch(), epochs_, p, dirty);
+    LineWriter w(BitmapLines(chunk)[line], g.epoch(), epochs_, p, dirty);
     for (size_t k = 0; k < kWordsPerLine; ++k)
       if (w.Get(k) != want[k]) w.Set(k, want[k], p);
   }
@@ -710,7 +728,7 @@ bool Heap::BlockLive(uint64_t chunk, uint32_t block) const {
     return v->words[block / 64].live.load(std::memory_order_relaxed) >> (block % 64) & 1;
   }
   uint64_t w[kWordsPerLine];
-  alloc_internal::EffectiveWords(Meta(meta_, chunk)->bits[block / kBitsPerLine], epochs_, w);
+  alloc_internal::EffectiveWords(BitmapLines(chunk)[block / kBitsPerLine], epochs_, w);
   const uint32_t bit = block % kBitsPerLine;
   return w[bit / 64] >> (bit % 64) & 1;
 }
@@ -779,7 +797,7 @@ HeapStats Heap::Stats() const {
 absl::Status Heap::Check() const {
   for (uint64_t i = 0; i < chunks_; ++i) {
     uint64_t hw[kWordsPerLine];
-    alloc_internal::EffectiveWords(Meta(meta_, i)->header, epochs_, hw);
+    alloc_internal::EffectiveWords(HeaderLine(i), epochs_, hw);
     const uint64_t s = state_[i].load(std::memory_order_acquire);
     const bool tail = s == kTailState;
     if (tail ? hw[0] != MakeState(ChunkKind::kFree, 0, 0) : hw[0] != s) {
@@ -797,7 +815,7 @@ absl::Status Heap::Check() const {
     };
     for (size_t line = 0; line < kBitmapLines; ++line) {
       uint64_t w[kWordsPerLine];
-      alloc_internal::EffectiveWords(Meta(meta_, i)->bits[line], epochs_, w);
+      alloc_internal::EffectiveWords(BitmapLines(i)[line], epochs_, w);
       for (size_t k = 0; k < kWordsPerLine; ++k) {
         const size_t word = line * kWordsPerLine + k;
         const uint64_t live = v != nullptr && word < kLiveWords ? v->words[word].live.load() : 0;

@@ -43,6 +43,10 @@
 #include "epoch/per_thread.h"
 #include "epoch/pool.h"
 
+namespace pmrt::alloc_internal {
+struct LoggedLine;
+}  // namespace pmrt::alloc_internal
+
 namespace pmrt::alloc {
 
 namespace alloc_detail {
@@ -158,6 +162,8 @@ class Heap {
   absl::Status LocateError(const void* p) const;
   bool BlockLive(uint64_t chunk, uint32_t block) const;
   uint64_t ChunkOffset(uint64_t chunk) const { return data_off_ + (chunk << 16); }
+  alloc_internal::LoggedLine& HeaderLine(uint64_t chunk) const;
+  alloc_internal::LoggedLine* BitmapLines(uint64_t chunk) const;
   absl::Status Corrupt(uint64_t chunk, const std::string& what) const;
 
   Pool& pool_;
@@ -166,7 +172,12 @@ class Heap {
   uint64_t region_off_ = 0;    // its pool offset
   uint64_t data_off_ = 0;      // pool offset of chunk 0's data
   uint64_t chunks_ = 0;
-  void* meta_ = nullptr;  // ChunkMeta[chunks_]
+  // Chunk metadata (internal/heap_layout.h): chunk c's header line at headers_ + c *
+  // header_stride_, its bitmap lines at bitmaps_ + c * bitmap_stride_ (version 2: all headers
+  // contiguous, then all bitmaps; version 1: interleaved ChunkMeta records).
+  uint8_t* headers_ = nullptr;
+  uint8_t* bitmaps_ = nullptr;
+  size_t header_stride_ = 0, bitmap_stride_ = 0;
   int flush_source_ = 0;
 
   // Volatile mirror of every chunk's (recovered) state word, and the volatile state of each

@@ -192,6 +192,10 @@ absl::Status Manager::Recover() {
     if (auto st = InitArea(); !st.ok()) return st;
   }
   if (auto st = LoadArea(); !st.ok()) return st;
+  if (auto st = log_->Configure(area_->header.version >= kEpochAreaFirstDirectoryVersion);
+      !st.ok()) {
+    return st;
+  }
   const uint64_t c = completed_.load();
   // 2. A crash: the epoch that was running (c+1) and the one an unfinished advance may have
   //    started (c+2) are failed. Durable before anything is rolled back or restarted.
@@ -204,6 +208,7 @@ absl::Status Manager::Recover() {
   auto replayed = log_->Replay(*this, options_.replay_threads);
   if (!replayed.ok()) return replayed.status();
   stats_.log_entries_replayed = *replayed;
+  stats_.log_blocks_scanned = log_->blocks_scanned();
   // 4. Every epoch before this execution is now durable or failed and rolled back. Moving
   //    `completed` up makes a crash in this execution fail only this execution's epochs; its
   //    fence also makes the replay's block frees durable before any new work starts.

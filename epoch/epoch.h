@@ -71,6 +71,7 @@ struct ManagerStats {
   std::chrono::nanoseconds flush_time{0};     // total time in step 3
   uint64_t log_entries = 0;                   // external log entries written
   uint64_t log_entries_replayed = 0;          // at the last open
+  uint64_t log_blocks_scanned = 0;            // block headers read at the last open
   uint64_t retired = 0, reclaimed = 0;
 };
 

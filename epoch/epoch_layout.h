@@ -8,6 +8,12 @@
 //   line 3.. failed[]         inclusive ranges [lo, hi] of failed epochs, 4 per line
 //
 // External log: the log region is an array of 64 KiB blocks.
+//   Version 2 areas (every pool created since): the first kLogDirectoryBlocks(n) blocks are the
+//   block directory, one bit per block (bit b of word b / 64): set (durably, fenced with the
+//   block's first entry) before a block holds an entry that recovery may need; cleared when the
+//   block's epoch is complete. Recovery reads only the headers of blocks whose bit is set, so
+//   opening does not read one page per block. Version 1 areas have no directory: every block is
+//   a log block and recovery reads every header.
 //   block line 0   LogBlockHeader {epoch, magic, crc}    the epoch the block's entries belong to
 //   then entries, each starting on a line:
 //                  LogEntryHeader {epoch, target, size, crc} + `size` bytes of the object
@@ -25,7 +31,8 @@ namespace pmrt::epoch {
 
 inline constexpr uint64_t kEpochAreaMagic = 0x48434F5045544D50ull;  // "PMTEPOCH"
 inline constexpr uint64_t kLogBlockMagic = 0x4B4C42474F4C4D50ull;   // "PMLOGBLK"
-inline constexpr uint32_t kEpochAreaVersion = 1;
+inline constexpr uint32_t kEpochAreaVersion = 2;  // 2: the log region has a block directory
+inline constexpr uint32_t kEpochAreaFirstDirectoryVersion = 2;
 inline constexpr size_t kMaxFailedRanges = 4000;  // fills a 64 KiB epoch area
 inline constexpr size_t kLogBlockSize = 64 * 1024;
 
@@ -67,6 +74,10 @@ struct LogEntryHeader {
 };
 static_assert(sizeof(LogEntryHeader) == 24);
 inline constexpr size_t kLogEntryAlign = 64;
+// Blocks a directory needs for `blocks` log blocks (each directory block maps 524,288 blocks).
+inline constexpr uint32_t kLogDirectoryBlocks(uint64_t blocks) {
+  return static_cast<uint32_t>((blocks + kLogBlockSize * 8 - 1) / (kLogBlockSize * 8));
+}
 inline constexpr size_t kMaxLoggedObject =
     kLogBlockSize - sizeof(LogBlockHeader) - sizeof(LogEntryHeader);
 

@@ -11,6 +11,7 @@ namespace pmrt::epoch {
 namespace {
 
 constexpr Site kBlockFlush{"epoch.log.block.flush"};
+constexpr Site kDirFlush{"epoch.log.dir.flush"};
 constexpr Site kEntryFlush{"epoch.log.entry.flush"};
 constexpr Site kEntryFence{"epoch.log.entry.fence"};
 constexpr Site kReplayFlush{"epoch.log.replay.flush"};
@@ -37,10 +38,29 @@ ExternalLog::ExternalLog(Pool& pool, Manager& manager)
     : pool_(pool),
       manager_(manager),
       base_(static_cast<uint8_t*>(pool.region_base(PoolRegion::kLog))),
-      blocks_(static_cast<uint32_t>(pool.region(PoolRegion::kLog).size / kLogBlockSize)) {
+      blocks_(static_cast<uint32_t>(pool.region(PoolRegion::kLog).size / kLogBlockSize)) {}
+
+absl::Status ExternalLog::Configure(bool directory) {
+  dir_blocks_ = directory ? kLogDirectoryBlocks(blocks_) : 0;
+  if (blocks_ <= dir_blocks_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        pool_.path(), ": log region at offset ", pool_.region(PoolRegion::kLog).offset, " of ",
+        pool_.region(PoolRegion::kLog).size, " bytes holds no log block beside its directory"));
+  }
   // Every block starts free: Replay (run before any Snapshot) frees the failed ones durably, and
   // a block of a completed epoch is never applied, whatever its header says.
-  for (uint32_t i = blocks_; i > 0; --i) free_.push_back(i - 1);
+  std::lock_guard<std::mutex> l(free_mu_);
+  free_.clear();
+  for (uint32_t i = dir_blocks_; i < blocks_; ++i) free_.push_back(i);
+  return absl::OkStatus();
+}
+
+void ExternalLog::Unmark(const std::vector<uint32_t>& blocks) {
+  // No flush: a bit set on media for a block whose epoch is complete costs Replay one header
+  // read and nothing else (the header's epoch is not failed). The line reaches media with the
+  // next StartBlock that flushes it, or by eviction.
+  if (dir_blocks_ == 0) return;
+  for (uint32_t b : blocks) DirWord(b)->fetch_and(~DirBit(b), std::memory_order_relaxed);
 }
 
 size_t ExternalLog::blocks_free() const {
@@ -76,8 +96,10 @@ absl::Status ExternalLog::StartBlock(ExternalLogCursor& cur, uint64_t epoch) {
           " bytes (log region at offset ", pool_.region(PoolRegion::kLog).offset,
           ") hold entries of epochs not yet complete; create the pool with a larger log area"));
     }
-    block = free_.back();
-    free_.pop_back();
+    // First in, first out: blocks take turns (spreading media writes over the region) instead
+    // of the same few being rewritten every epoch.
+    block = free_.front();
+    free_.pop_front();
   }
   LogBlockHeader* h = Block(block);
   // The header names the epoch whose entries follow. Flushed here, fenced together with the
@@ -89,6 +111,15 @@ absl::Status ExternalLog::StartBlock(ExternalLogCursor& cur, uint64_t epoch) {
   h->pad = 0;
   h->epoch.store(epoch, std::memory_order_release);
   manager_.persister().Flush(kBlockFlush, h, sizeof(*h));
+  // The block's directory bit, flushed here and fenced with the first entry like the header:
+  // any entry recovery relies on (its fence has returned) is in a block whose bit is durable.
+  // Until that fence the bit may or may not be on media; a set bit over a block with no valid
+  // entry of a failed epoch replays nothing.
+  if (dir_blocks_ > 0) {
+    std::atomic<uint64_t>* w = DirWord(block);
+    w->fetch_or(DirBit(block), std::memory_order_relaxed);
+    manager_.persister().Flush(kDirFlush, w, sizeof(*w));
+  }
   // Entries left from the block's earlier use carry that use's epoch, never this one (an epoch
   // number is never reused), so replay stops at the first of them.
   cur.epoch = epoch;
@@ -123,6 +154,9 @@ void ExternalLog::Release(ExternalLogCursor& cur, uint64_t completed_epoch) {
   auto& used = cur.used[completed_epoch & 1];
   if (used.empty()) return;
   if (cur.epoch == completed_epoch) cur.epoch = 0;  // next Snapshot starts a fresh block
+  // Unmarked before the blocks are free again: a later StartBlock's mark of the same block then
+  // follows this clear in the word's modification order and is the value its flush writes back.
+  Unmark(used);
   std::lock_guard<std::mutex> l(free_mu_);
   free_.insert(free_.end(), used.begin(), used.end());
   used.clear();
@@ -151,10 +185,33 @@ uint64_t ExternalLog::ReplayBlock(uint32_t block, const EpochView& view) {
 
 absl::StatusOr<uint64_t> ExternalLog::Replay(const EpochView& view, int threads) {
   // 1. Apply every failed block's entries (independent: one entry per object per epoch).
-  std::vector<uint32_t> failed;
-  for (uint32_t b = 0; b < blocks_; ++b) {
-    uint64_t e = Block(b)->epoch.load(std::memory_order_relaxed);
-    if (e != 0 && view.IsFailed(e)) failed.push_back(b);
+  //    With a directory only the marked blocks can hold an entry that was relied on (their bit
+  //    was fenced with the entry); marked blocks of complete epochs are unmarked on the way.
+  std::vector<uint32_t> failed, stale;
+  auto consider = [&](uint32_t b) {
+    ++blocks_scanned_;
+    const uint64_t e = Block(b)->epoch.load(std::memory_order_relaxed);
+    if (e != 0 && view.IsFailed(e)) {
+      failed.push_back(b);
+    } else {
+      stale.push_back(b);
+    }
+  };
+  blocks_scanned_ = 0;
+  if (dir_blocks_ == 0) {
+    for (uint32_t b = 0; b < blocks_; ++b) consider(b);
+    stale.clear();
+  } else {
+    for (uint32_t w = 0; w < (blocks_ + 63) / 64; ++w) {
+      uint64_t bits =
+          reinterpret_cast<std::atomic<uint64_t>*>(base_)[w].load(std::memory_order_relaxed);
+      while (bits != 0) {
+        const uint32_t b = w * 64 + static_cast<uint32_t>(__builtin_ctzll(bits));
+        bits &= bits - 1;
+        if (b >= dir_blocks_ && b < blocks_) consider(b);
+      }
+    }
+    Unmark(stale);
   }
   if (failed.empty()) return 0;  // no crash, or replayed and freed already: no fence needed
   std::atomic<uint64_t> applied{0};
@@ -182,6 +239,7 @@ absl::StatusOr<uint64_t> ExternalLog::Replay(const EpochView& view, int threads)
     Block(b)->epoch.store(0, std::memory_order_release);
     manager_.persister().Flush(kFreeFlush, Block(b), sizeof(LogBlockHeader));
   }
+  Unmark(failed);  // after the headers: a free block's bit only costs a header read
   return applied.load();
 }
 

@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <vector>
 
@@ -50,6 +51,12 @@ class ExternalLog {
  public:
   ExternalLog(Pool& pool, Manager& manager);
 
+  // Chooses the region's layout from the epoch area's version (before Replay and before any
+  // Snapshot): with a directory (version >= 2) its blocks are reserved and Replay reads only
+  // the blocks it marks; without one (version 1) every block is a log block and Replay reads
+  // every header. Rebuilds the free list (every block free; Replay frees the failed ones).
+  absl::Status Configure(bool directory);
+
   // Undo-logs [obj, obj + size) unless `*mark` already equals the caller's epoch (see above).
   // REQUIRES: the caller holds a Guard; obj is inside the pool; size <= kMaxLoggedObject.
   // Errors: kResourceExhausted (no free block), kInvalidArgument (object too large or outside
@@ -65,7 +72,10 @@ class ExternalLog {
   // Returns the blocks a thread used in a completed epoch to the free list.
   void Release(ExternalLogCursor& cursor, uint64_t completed_epoch);
 
-  size_t blocks_total() const { return blocks_; }
+  // Log blocks (the directory's blocks excluded).
+  size_t blocks_total() const { return blocks_ - dir_blocks_; }
+  // Blocks whose header Replay read at the last open (those marked in the directory).
+  uint64_t blocks_scanned() const { return blocks_scanned_; }
   size_t blocks_free() const;
   uint64_t entries_written() const { return entries_written_.load(std::memory_order_relaxed); }
 
@@ -76,13 +86,22 @@ class ExternalLog {
     return reinterpret_cast<LogBlockHeader*>(base_ + static_cast<size_t>(i) * kLogBlockSize);
   }
   uint64_t ReplayBlock(uint32_t block, const EpochView& view);
+  // The directory word holding block b's bit. REQUIRES: dir_blocks_ > 0.
+  std::atomic<uint64_t>* DirWord(uint32_t b) const {
+    return reinterpret_cast<std::atomic<uint64_t>*>(base_) + b / 64;
+  }
+  static uint64_t DirBit(uint32_t b) { return uint64_t{1} << (b % 64); }
+  // Clears the directory bits of blocks whose entries recovery will never need again.
+  void Unmark(const std::vector<uint32_t>& blocks);
 
   Pool& pool_;
   Manager& manager_;
   uint8_t* base_;
   uint32_t blocks_;
+  uint32_t dir_blocks_ = 0;  // leading blocks that hold the directory (0: version 1, none)
+  uint64_t blocks_scanned_ = 0;
   mutable std::mutex free_mu_;
-  std::vector<uint32_t> free_;  // volatile; rebuilt at open
+  std::deque<uint32_t> free_;  // volatile, in the order blocks are handed out; rebuilt at open
   std::atomic<uint64_t> entries_written_{0};
 };
 

@@ -2,13 +2,17 @@
 // form.
 //
 //   heap region offset 0      HeapHeader (one line; magic, geometry, crc)
-//   + kMetaOffset             ChunkMeta[chunk_count]   (1536 bytes each: metadata apart from data)
+//   + kMetaOffset             chunk metadata, 23 LoggedLines per chunk (metadata apart from data):
+//       version 2:  LoggedLine header[chunk_count], then LoggedLine bits[chunk_count][22]
+//       version 1:  ChunkMeta[chunk_count] = {header, bits[22]} interleaved
 //   + data_offset             chunk data: chunk_count x 64 KiB, each 64 KiB aligned in the pool
 //
-// ChunkMeta = 24 LoggedLines: line 0 is the chunk header, lines 1..23 the allocation bitmap
-// (192 bits a line, bit i = block i allocated). Every LoggedLine carries its own undo copy and
-// epoch tag (in-cache-line logging), so allocation and free never flush or fence: after a
-// crash, a line whose tag names a failed epoch is restored from its undo copy.
+// Per chunk: one header line (its state word) and the allocation bitmap, 22 lines of 192 bits
+// (bit i = block i allocated). Opening reads every chunk's header line: contiguous in version 2
+// (one 64-byte line per 64 KiB chunk: 1/1024 of the heap), one page per ~3 chunks in version 1.
+// Every LoggedLine carries its own undo copy and epoch tag (in-cache-line logging), so allocation
+// and free never flush or fence: after a crash, a line whose tag names a failed epoch is restored
+// from its undo copy.
 //
 // An all-zero heap region (apart from the header) is a valid empty heap: every chunk free.
 #ifndef PMRT_ALLOC_INTERNAL_HEAP_LAYOUT_H_
@@ -21,7 +25,10 @@
 namespace pmrt::alloc_internal {
 
 inline constexpr uint64_t kHeapMagic = 0x5041454854524D50ull;  // "PMRTHEAP"
-inline constexpr uint32_t kHeapVersion = 1;
+// Version 2 keeps every chunk's header line together, then every bitmap (Load reads one
+// contiguous array); version 1 interleaves them as ChunkMeta records. Both are read.
+inline constexpr uint32_t kHeapVersion = 2;
+inline constexpr uint32_t kFirstSplitMetaVersion = 2;
 inline constexpr size_t kChunkSize = 64 * 1024;
 inline constexpr size_t kChunkShift = 16;
 inline constexpr size_t kMinBlock = 16;

@@ -9,6 +9,8 @@
 #include <set>
 #include <thread>
 
+#include "alloc/internal/heap_layout.h"
+#include "epoch/crc32c.h"
 #include "epoch/epoch.h"
 #include "epoch/pool.h"
 #include "gtest/gtest.h"
@@ -326,6 +328,57 @@ TEST(HeapTest, PnewAndPdeleteUseTheDefaultHeap) {
   EXPECT_TRUE(r.pool->contains(p, sizeof(*p)));
   ASSERT_OK(pdelete(p));
   EXPECT_THAT(pdelete(p), testing::StatusIs(absl::StatusCode::kFailedPrecondition, "double free"));
+}
+
+// Heaps written with version 1 interleave each chunk's header and bitmap (ChunkMeta); version 2
+// keeps the headers together. A version 1 heap keeps its layout: its state lands in the
+// interleaved records, survives a crash and a reopen, and allocation continues.
+TEST(HeapTest, VersionOneHeapKeepsTheInterleavedLayout) {
+  Memory a, b;
+  { Runtime r = Open(a, true); }  // formats an empty heap (version 2)
+  {
+    PoolOptions po;
+    po.backend = BackendKind::kEadr;
+    auto pool = Pool::OpenInMemory(a.base(), a.size(), "alloc-test", po);
+    ASSERT_OK(pool);
+    auto* h = static_cast<alloc_internal::HeapHeader*>((*pool)->region_base(PoolRegion::kHeap));
+    h->version = 1;
+    h->crc = Crc32c(h, offsetof(alloc_internal::HeapHeader, crc));
+  }
+  std::set<uint64_t> at_start;
+  {
+    Runtime r = Open(a, false);
+    std::vector<void*> v;
+    for (int i = 0; i < 500; ++i) v.push_back(r.heap->Allocate(16 + i * 13));
+    ASSERT_NE(r.heap->Allocate(300 * 1024), nullptr);
+    ASSERT_OK(r.epochs->Advance());
+    at_start = LiveOffsets(*r.heap);
+    // Every chunk that holds a block has its state in the version 1 record: ChunkMeta c.
+    const auto* region = static_cast<const uint8_t*>(r.pool->region_base(PoolRegion::kHeap));
+    const auto* hh = reinterpret_cast<const alloc_internal::HeapHeader*>(region);
+    for (uint64_t off : at_start) {
+      const uint64_t c = (off - r.pool->region(PoolRegion::kHeap).offset - hh->data_offset) /
+                         alloc_internal::kChunkSize;
+      const auto* meta =
+          reinterpret_cast<const alloc_internal::ChunkMeta*>(region + alloc_internal::kMetaOffset) +
+          c;
+      EXPECT_NE(alloc_internal::StateKind(meta->header.word[0].load()),
+                alloc_internal::ChunkKind::kFree)
+          << "chunk " << c;
+    }
+    for (int i = 0; i < 500; i += 2) ASSERT_OK(r.heap->Free(v[i]));  // the failed epoch
+    for (int i = 0; i < 100; ++i) ASSERT_NE(r.heap->Allocate(48), nullptr);
+    b.CopyFrom(a);  // crash
+  }
+  Runtime r = Open(b, false);
+  EXPECT_EQ(LiveOffsets(*r.heap), at_start);
+  ASSERT_OK(r.heap->Check());
+  for (int i = 0; i < 5000; ++i) {
+    void* p = r.heap->Allocate(16 + i % 900);
+    ASSERT_NE(p, nullptr);
+    ASSERT_EQ(at_start.count(r.pool->offset_of(p)), 0u) << "double allocation";
+  }
+  ASSERT_OK(r.heap->Check());
 }
 
 TEST(HeapTest, CorruptHeaderIsDataLoss) {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <thread>
 
+#include "epoch/crc32c.h"
 #include "epoch/pool.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
@@ -319,6 +320,74 @@ TEST(ExternalLogTest, CrashRestoresTheObjectAsOfTheEpochStart) {
   EXPECT_EQ(r->words[0], 1u);
   EXPECT_EQ(r->words[1], 0u);
   EXPECT_EQ(o.epochs->stats().log_entries_replayed, 1u);
+}
+
+// The block directory: recovery reads the headers of the blocks marked in it (those used in
+// epochs not yet complete), not one header per block of the region.
+TEST(ExternalLogTest, RecoveryReadsOnlyTheBlocksTheDirectoryMarks) {
+  Memory a, b;
+  {
+    Opened o = Open(a, true);
+    ASSERT_GE(o.epochs->log().blocks_total(), 3u);
+    auto* heap = static_cast<uint8_t*>(o.pool->region_base(PoolRegion::kHeap));
+    auto snapshot_blocks = [&](size_t first, size_t n) {
+      Guard g(*o.epochs);
+      for (size_t i = first; i < first + n; ++i) {  // one object fills a block
+        auto* mark = reinterpret_cast<std::atomic<uint64_t>*>(heap + i * kMaxLoggedObject);
+        ASSERT_OK(o.epochs->log().Snapshot(mark, kMaxLoggedObject, mark));
+        heap[i * kMaxLoggedObject + 100] = 7;
+      }
+    };
+    snapshot_blocks(0, 1);  // complete below: its bit is cleared
+    ASSERT_OK(o.epochs->Advance());
+    ASSERT_OK(o.epochs->Advance());
+    snapshot_blocks(1, 2);  // the crashing epoch
+    b.CopyFrom(a);
+  }
+  {
+    Opened o = Open(b, false);
+    const ManagerStats st = o.epochs->stats();
+    EXPECT_EQ(st.log_blocks_scanned, 2u);
+    EXPECT_EQ(st.log_entries_replayed, 2u);
+    auto* heap = static_cast<uint8_t*>(o.pool->region_base(PoolRegion::kHeap));
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(heap[i * kMaxLoggedObject + 100], i < 1 ? 7 : 0);
+    a.CopyFrom(b);  // crash again right after recovery: nothing is left to read
+  }
+  Opened o = Open(a, false);
+  EXPECT_EQ(o.epochs->stats().log_blocks_scanned, 0u);
+  EXPECT_EQ(o.epochs->stats().log_entries_replayed, 0u);
+}
+
+// Pools whose epoch area is version 1 have no directory: every block is a log block and
+// recovery reads every header. They keep working unchanged.
+TEST(ExternalLogTest, VersionOneAreaHasNoDirectoryAndStillRecovers) {
+  Memory a, b;
+  size_t v2_blocks = 0;
+  {
+    Opened o = Open(a, true);
+    v2_blocks = o.epochs->log().blocks_total();
+  }
+  {
+    auto pool = Pool::OpenInMemory(a.base(), kPoolSize, "epoch-test", Eadr());
+    ASSERT_OK(pool);
+    auto* h = static_cast<EpochAreaHeader*>((*pool)->region_base(PoolRegion::kEpoch));
+    h->version = 1;
+    h->crc = Crc32c(h, offsetof(EpochAreaHeader, crc));
+  }
+  Record* rec;
+  {
+    Opened o = Open(a, false);
+    EXPECT_EQ(o.epochs->log().blocks_total(), v2_blocks + 1);  // block 0 is a log block again
+    rec = static_cast<Record*>(o.pool->region_base(PoolRegion::kHeap));
+    Guard g(*o.epochs);
+    ASSERT_OK(o.epochs->log().Snapshot(rec, sizeof(*rec), &rec->logged_epoch));
+    rec->words[0] = 9;
+    b.CopyFrom(a);
+  }
+  Opened o = Open(b, false);
+  EXPECT_EQ(o.epochs->stats().log_blocks_scanned, v2_blocks + 1);
+  EXPECT_EQ(o.epochs->stats().log_entries_replayed, 1u);
+  EXPECT_EQ(static_cast<Record*>(o.pool->region_base(PoolRegion::kHeap))->words[0], 0u);
 }
 
 TEST(ExternalLogTest, FullLogFailsLoudlyAndRecoversAfterTheEpoch) {
