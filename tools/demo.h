@@ -1,9 +1,11 @@
 // `pmrt demo`: the README's main demonstration (what `./run.sh` runs).
 //
-//   pmrt demo [POOL]
+//   pmrt demo [POOL] [--keys N] [--seconds S] [--threads T] [--crash-after S]
 //
-// Creates POOL fresh (default /dev/shm/pmrt-demo.pool), and prints, as it goes, everything it
-// measures. See tools/demo.cc for the stages.
+// Creates POOL fresh (default /dev/shm/pmrt-demo.pool), loads a durable Masstree, compares it
+// with the transient tree on YCSB A, crashes a writing child with SIGKILL and verifies every
+// key after reopening, and prints everything it measures as it goes. The stages are listed at
+// the top of tools/demo.cc; the crash oracle at the top of tools/demo_crash.cc.
 #ifndef PMRT_TOOLS_DEMO_H_
 #define PMRT_TOOLS_DEMO_H_
 

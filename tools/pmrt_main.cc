@@ -21,10 +21,11 @@ namespace {
 constexpr char kDefaultLayout[] = "pmrt";
 
 int Usage() {
-  std::fprintf(stderr,
-               "usage: pmrt create POOL --size BYTES [--layout NAME]\n"
-               "       pmrt info POOL [--layout NAME]\n"
-               "       pmrt demo [POOL]\n");
+  std::fprintf(
+      stderr,
+      "usage: pmrt create POOL --size BYTES [--layout NAME]\n"
+      "       pmrt info POOL [--layout NAME]\n"
+      "       pmrt demo [POOL] [--keys N] [--seconds S] [--threads T] [--crash-after S]\n");
   return 2;
 }
 
