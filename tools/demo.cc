@@ -107,14 +107,11 @@ void ProgressLine::Print() {
   std::fflush(stdout);
 }
 
-}  // namespace demo_internal
-
 namespace {
 
-using namespace demo_internal;  // NOLINT: this file implements the demo
-
-int Usage() {
-  std::fprintf(stderr,
+// Prints the usage to `out`; returns the exit status for a usage error.
+int Usage(FILE* out) {
+  std::fprintf(out,
                "usage: pmrt demo [POOL] [--keys N] [--seconds S] [--threads T] [--crash-after S]\n"
                "  POOL            created fresh (default /dev/shm/pmrt-demo.pool; an existing\n"
                "                  pmrt pool there is replaced, any other file is left alone)\n"
@@ -196,19 +193,25 @@ absl::Status RemoveOldPool(const std::string& path) {
   return absl::OkStatus();
 }
 
-// On tmpfs (/dev/shm) there is no medium behind the page cache: model persistent memory there,
-// as the benchmarks do, by forcing libpmem's answer (PMEM_IS_PMEM_FORCE=1) unless the caller
-// chose. Elsewhere the pool picks its backend as usual (PMRT_BACKEND, pmem_is_pmem, msync).
-// Returns a note for the header. libpmem reads the variable at its first pmem_is_pmem.
-std::string ChooseBackend(const std::string& pool_path) {
-  if (std::getenv("PMRT_BACKEND") != nullptr) return "(PMRT_BACKEND)";
-  if (std::getenv("PMEM_IS_PMEM_FORCE") != nullptr) return "(PMEM_IS_PMEM_FORCE is set)";
-  const size_t slash = pool_path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : pool_path.substr(0, slash + 1);
+// On tmpfs (/dev/shm) there is no medium behind the page cache: the demo models persistent
+// memory there with the pmem backend (clwb + sfence through libpmem), as the benchmarks do with
+// PMEM_IS_PMEM_FORCE=1, unless the environment chooses (PMRT_BACKEND or PMEM_IS_PMEM_FORCE).
+// Elsewhere the pool picks its backend as usual. Sets o->backend and o->backend_note.
+void ChooseBackend(DemoOptions* o) {
+  if (std::getenv("PMRT_BACKEND") != nullptr) {
+    o->backend_note = "(from PMRT_BACKEND)";
+    return;
+  }
+  if (std::getenv("PMEM_IS_PMEM_FORCE") != nullptr) {
+    o->backend_note = "(PMEM_IS_PMEM_FORCE is set)";
+    return;
+  }
+  const size_t slash = o->pool.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : o->pool.substr(0, slash + 1);
   struct statfs fs;
-  if (statfs(dir.c_str(), &fs) != 0 || fs.f_type != TMPFS_MAGIC) return "";
-  setenv("PMEM_IS_PMEM_FORCE", "1", /*overwrite=*/0);
-  return "(PMEM_IS_PMEM_FORCE=1: the pool is on tmpfs, which models persistent memory)";
+  if (statfs(dir.c_str(), &fs) != 0 || fs.f_type != TMPFS_MAGIC) return;
+  o->backend = BackendKind::kPmem;
+  o->backend_note = "(the pool is on tmpfs: persistent memory modelled with clwb + sfence)";
 }
 
 // ---- stage 2: load --------------------------------------------------------------------------
@@ -340,9 +343,9 @@ absl::Status CompareYcsbA(ds::DurableMasstree& durable, ds::Masstree& transient,
 // Stages 2 and 3: creates the pool with its tree, loads both trees, compares them, and closes
 // the pool cleanly (every key at version 0).
 absl::Status LoadAndCompare(const DemoOptions& o) {
-  const std::string backend_note = ChooseBackend(o.pool);
   KvStoreOptions ko;
   ko.create_size = PoolSizeFor(o.keys);
+  ko.pool.backend = o.backend;
   const auto start = Clock::now();
   auto kv = KvStore::Open(o.pool, ko);
   if (!kv.ok()) return kv.status();
@@ -350,7 +353,7 @@ absl::Status LoadAndCompare(const DemoOptions& o) {
   std::printf("pool     %s, %lu MiB, created in %.1f ms\n", pool.path().c_str(),
               static_cast<unsigned long>(pool.size() >> 20), MsSince(start));
   std::printf("backend  %s %s\n", std::string(BackendName(pool.persister().kind())).c_str(),
-              backend_note.c_str());
+              o.backend_note.c_str());
   std::printf("epochs   every 64 ms: work is durable once the next epoch has begun\n");
   std::printf("machine  %u CPUs, load average %s\n", std::thread::hardware_concurrency(),
               [] {
@@ -455,6 +458,8 @@ absl::Status SimDemo(double seconds, toy::ToyBug bug) {
     store.Apply(seq);
     elapsed = MsSince(start) / 1000;
   }
+  // No crash points while the pool closes below: the handler's model goes out of scope first.
+  (*sim)->SetCrashPoints(Sim::CrashPoints::kNone);
   const auto& s = (*sim)->stats();
   const bool caught = (*sim)->failed();
   std::printf(
@@ -481,13 +486,19 @@ absl::Status Extras(const DemoOptions& o) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-int DemoMain(const std::vector<std::string>& args) {
+// The whole demo (DemoMain).
+int Run(const std::vector<std::string>& args) {
   DemoOptions o;
-  if (!ParseOptions(args, &o)) return Usage();
+  for (const std::string& a : args) {
+    if (a == "--help" || a == "-h") {
+      Usage(stdout);
+      return 0;
+    }
+  }
+  if (!ParseOptions(args, &o)) return Usage(stderr);
   const auto start = Clock::now();
   std::printf("== pmrt demo ==\n");
+  ChooseBackend(&o);
   if (auto st = RemoveOldPool(o.pool); !st.ok()) return Fail(st);
   if (auto st = LoadAndCompare(o); !st.ok()) return Fail(st);
   if (auto st = CrashAndRecover(o); !st.ok()) return Fail(st);
@@ -498,5 +509,10 @@ int DemoMain(const std::vector<std::string>& args) {
       MsSince(start) / 1000, o.pool.c_str(), o.pool.c_str());
   return 0;
 }
+
+}  // namespace
+}  // namespace demo_internal
+
+int DemoMain(const std::vector<std::string>& args) { return demo_internal::Run(args); }
 
 }  // namespace pmrt::tools

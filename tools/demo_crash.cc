@@ -156,7 +156,9 @@ void ChildWriter(const DemoOptions& o, int t, ds::DurableMasstree& tree, CrashSh
 
 // The child: opens the pool, starts the writers, and syncs in a loop until killed.
 [[noreturn]] void RunChild(const DemoOptions& o, CrashShared* shared) {
-  auto kv = KvStore::Open(o.pool);
+  KvStoreOptions ko;
+  ko.pool.backend = o.backend;
+  auto kv = KvStore::Open(o.pool, ko);
   if (!kv.ok()) ChildFail(shared, "child: " + kv.status().ToString());
   std::vector<std::thread> writers;
   for (int t = 0; t < o.threads; ++t) {
@@ -331,6 +333,7 @@ absl::Status Recover(const DemoOptions& o, const uint64_t* synced, const uint64_
   // The background advancer stays off while we verify: Heap::Check needs a heap that nothing
   // changes concurrently. It changes nothing in what Open does.
   KvStoreOptions ko;
+  ko.pool.backend = o.backend;
   ko.epochs.interval = std::chrono::milliseconds(0);
   const auto start = Clock::now();
   auto kv = KvStore::Open(o.pool, ko);

@@ -7,11 +7,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "absl/status/status.h"
 #include "ds/masstree.h"
+#include "epoch/persist.h"
 
 namespace pmrt::tools::demo_internal {
 
@@ -25,6 +27,9 @@ struct DemoOptions {
   double seconds = 3;        // YCSB A, per variant
   int threads = 2;           // loaders, YCSB threads, writers of the crashing child
   double crash_after = 1.5;  // the child's run time before SIGKILL
+  // Every open of the pool uses this backend (unset: the pool's own choice); see ChooseBackend.
+  std::optional<BackendKind> backend;
+  std::string backend_note;  // why, for the header
 };
 
 // Milliseconds between two instants, and from `start` to now.
