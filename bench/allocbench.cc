@@ -191,7 +191,7 @@ class PmrtAllocator {
     HeldGuard& g = Held();
     if (g.left-- > 0) return;
     g.guard.reset();
-    g.guard.emplace(*epochs_);
+    g.guard = std::make_unique<epoch::Guard>(*epochs_);
     g.left = guard_batch_ - 1;
   }
   void ThreadDone() {
@@ -242,7 +242,7 @@ class PmrtAllocator {
 
  private:
   struct HeldGuard {
-    std::optional<epoch::Guard> guard;
+    std::unique_ptr<epoch::Guard> guard;  // (std::optional trips GCC 12's maybe-uninitialized)
     int left = 0;
   };
   static HeldGuard& Held() {

@@ -231,17 +231,15 @@ std::vector<ThreadSlot*> Manager::Slots() {
   return out;
 }
 
-Guard::Guard(Manager& m) : m_(m), slot_(&m.LocalSlot()) {
-  if (slot_->depth++ > 0) return;  // nested: stay in the outer guard's epoch
-  const bool asymmetric = Manager::AsymmetricFences();
+void Guard::EnterSlow() {
+  // The inline constructor's fast path failed (an advance is closing the epoch, or it raced
+  // with one), or guards use the seq_cst store-load pair. Our slot announces no epoch here.
+  Manager& m = m_;
+  const bool asymmetric = m.asymmetric_;
   for (int spins = 0;; ++spins) {
     const uint64_t g = m.global_.load(std::memory_order_acquire);
     if ((g & Manager::kClosing) == 0) {
-      // Announce, then re-check: either the advancer sees our announcement of g and waits for
-      // us, or we see its closing mark and step back. The store goes to this thread's own
-      // line; no shared line is written. The store-load order comes from seq_cst, or, with
-      // asymmetric fences, from the advancer's membarrier() between its closing store and its
-      // scan of the slots (pairs with Manager::Advance step 2).
+      // As the inline fast path: announce, then re-check.
       if (asymmetric) {
         slot_->epoch.store(g, std::memory_order_relaxed);
         std::atomic_signal_fence(std::memory_order_seq_cst);
@@ -261,12 +259,6 @@ Guard::Guard(Manager& m) : m_(m), slot_(&m.LocalSlot()) {
       if (spins > 16) m.global_.wait(g, std::memory_order_acquire);
     }
   }
-}
-
-Guard::~Guard() {
-  // Release: everything this guard wrote (dirty lists, retired lists, data) happens-before the
-  // advancer's acquire load that sees the slot leave the epoch.
-  if (--slot_->depth == 0) slot_->epoch.store(0, std::memory_order_release);
 }
 
 void Manager::RecordDirty(const void* addr, size_t len) {

@@ -146,6 +146,7 @@ class Manager : public EpochView {
 
  private:
   friend class Guard;
+  const bool asymmetric_ = AsymmetricFences();  // read by every Guard; fixed per process
   absl::Status InitArea();
   bool ClaimFlush(ThreadSlot& s, uint64_t e);
   void HelpFlush(ThreadSlot& s, uint64_t e);
@@ -196,9 +197,37 @@ class Guard {
   Manager& manager() const { return m_; }
 
  private:
+  void EnterSlow();  // the seq_cst variant, and waiting out an advance
+
   Manager& m_;
   ThreadSlot* slot_;
 };
+
+// Inline: every allocation, free and tree operation opens a guard.
+inline Guard::Guard(Manager& m) : m_(m), slot_(&m.LocalSlot()) {
+  if (slot_->depth++ > 0) return;  // nested: stay in the outer guard's epoch
+  if (m.asymmetric_) {
+    const uint64_t g = m.global_.load(std::memory_order_acquire);
+    if ((g & Manager::kClosing) == 0) {
+      // Announce, then re-check: either the advancer sees our announcement of g and waits for
+      // us, or we see its closing mark and step back. The store goes to this thread's own
+      // line; no shared line is written. The store-load order comes from the advancer's
+      // membarrier() between its closing store and its scan of the slots (pairs with
+      // Manager::Advance step 2).
+      slot_->epoch.store(g, std::memory_order_relaxed);
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+      if (m.global_.load(std::memory_order_acquire) == g) return;
+      slot_->epoch.store(0, std::memory_order_seq_cst);  // never block the advancer
+    }
+  }
+  EnterSlow();
+}
+
+inline Guard::~Guard() {
+  // Release: everything this guard wrote (dirty lists, retired lists, data) happens-before the
+  // advancer's acquire load that sees the slot leave the epoch.
+  if (--slot_->depth == 0) slot_->epoch.store(0, std::memory_order_release);
+}
 
 }  // namespace pmrt::epoch
 
