@@ -9,7 +9,9 @@
 #   ninja -C build-txbench -j2 pmrt-txbench
 #   bench/txbench.sh [build-dir]          # ~3 min; JSON lines in /tmp/txbench-<time>.jsonl
 #
-# Environment: SECONDS_PER_RUN (3), WARMUP (2), BUDGET_MB (64), ARRAY (1048576).
+# Environment: SECONDS_PER_RUN (3), WARMUP (2), BUDGET_MB (64), ARRAY (1048576),
+# STEADY_SECONDS (10; 0 skips the steady-state run; the table counts runs of >= 8 s as the
+# steady-state run), OUT (the JSON lines file, appended to).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-txbench}
@@ -18,7 +20,8 @@ secs=${SECONDS_PER_RUN:-3}
 warm=${WARMUP:-2}
 budget=${BUDGET_MB:-64}
 array=${ARRAY:-1048576}
-out=/tmp/txbench-$(date +%Y%m%d-%H%M%S).jsonl
+steady=${STEADY_SECONDS:-10}
+out=${OUT:-/tmp/txbench-$(date +%Y%m%d-%H%M%S).jsonl}
 export PMEM_IS_PMEM_FORCE=1
 echo "# $(date -Is) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); results in $out" >&2
 run() { "$bin" --json --array "$array" --seconds "$secs" --warmup "$warm" --budget-mb "$budget" "$@" | tail -1 >> "$out"; }
@@ -35,7 +38,9 @@ for dist in uniform zipf; do
   done
 done
 # Steady state of a skewed workload's log (longer run, sampled every 10 ms).
-run --seconds 10 --system pmrt --words 4 --dist zipf --threads 1 --prewarm
+if [ "$steady" != 0 ]; then
+  run --seconds "$steady" --system pmrt --words 4 --dist zipf --threads 1 --prewarm
+fi
 python3 - "$out" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
