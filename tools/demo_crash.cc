@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <string>
 #include <thread>
@@ -46,6 +47,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "ds/durable_masstree.h"
 #include "tools/demo_internal.h"
@@ -191,87 +193,109 @@ struct WriterCheck {
   std::string first_problem;              // names the first lost or corrupt key
 };
 
-// Checks writer t's keys in `tree` against its sequence, `synced` and `attempted` operations
-// into it (the oracle of the file comment).
-WriterCheck CheckWriter(const ds::DurableMasstree& tree, const DemoOptions& o, int t,
-                        uint64_t synced, uint64_t attempted) {
-  WriterCheck c;
-  c.prefix_lo = synced;
-  c.prefix_hi = attempted;
-  // 1. Replay: versions after `synced` operations, then the window up to `attempted`, recording
-  //    for each item the indices of the operations that wrote it in the window.
-  WriterSequence seq(o.keys, o.threads, t);
-  for (uint64_t j = 0; j < synced; ++j) seq.Next();
-  const std::vector<uint32_t> lo_versions = seq.versions();
-  const uint64_t lo_inserts = seq.inserts();
-  std::unordered_map<uint64_t, std::vector<uint64_t>> window;
-  for (uint64_t j = synced; j < attempted; ++j) window[seq.Next().item].push_back(j);
+// The oracle for one writer's keys (the file comment): replays the writer's sequence to
+// `synced` and to `attempted` operations, then checks each of its keys in a tree, narrowing the
+// range of prefix lengths that every key agrees with.
+class WriterOracle {
+ public:
+  WriterOracle(const DemoOptions& o, int t, uint64_t synced, uint64_t attempted);
+  // Checks the writer's original keys (all must be present), then the new keys it began to
+  // insert. REQUIRES: no writer runs on `tree`.
+  WriterCheck Check(const ds::DurableMasstree& tree);
 
-  auto problem = [&](uint64_t item, const std::string& what) {
-    if (c.first_problem.empty()) {
-      c.first_problem = absl::StrCat("writer ", t, ", item ", item, ": ", what);
+ private:
+  enum class Found { kAbsent, kPresent, kMalformed };
+  // Reads `item`'s value; its version in *version. A malformed value is counted as corrupt.
+  Found Read(const ds::DurableMasstree& tree, uint64_t item, uint32_t* version);
+  // Checks a key found at version `found` (0 is absent for a new key) against [lo, hi], and
+  // narrows the prefix range with the window's writes of the key.
+  void CheckVersion(uint64_t item, bool present, uint32_t found, uint32_t lo, uint32_t hi);
+  void Problem(uint64_t item, const std::string& what);
+
+  const int t_;
+  WriterSequence seq_;                 // replayed to `attempted` operations
+  std::vector<uint32_t> lo_versions_;  // versions of the owned originals after `synced` ops
+  uint64_t lo_inserts_ = 0;            // new items inserted by the first `synced` ops
+  // The operations in [synced, attempted) that wrote each item, ascending: the i-th wrote
+  // version lo + i + 1.
+  std::unordered_map<uint64_t, std::vector<uint64_t>> window_;
+  WriterCheck c_;
+  std::string value_;  // read buffer
+};
+
+WriterOracle::WriterOracle(const DemoOptions& o, int t, uint64_t synced, uint64_t attempted)
+    : t_(t), seq_(o.keys, o.threads, t) {
+  for (uint64_t j = 0; j < synced; ++j) seq_.Next();
+  lo_versions_ = seq_.versions();
+  lo_inserts_ = seq_.inserts();
+  for (uint64_t j = synced; j < attempted; ++j) window_[seq_.Next().item].push_back(j);
+  c_.prefix_lo = synced;
+  c_.prefix_hi = attempted;
+}
+
+WriterCheck WriterOracle::Check(const ds::DurableMasstree& tree) {
+  uint32_t version;
+  for (uint64_t k = 0; k < seq_.owned(); ++k) {
+    const uint64_t item = seq_.OwnedItem(k);
+    const Found f = Read(tree, item, &version);
+    if (f == Found::kPresent) {
+      CheckVersion(item, true, version, lo_versions_[k], seq_.version(k));
+    } else if (f == Found::kAbsent) {
+      ++c_.verified;
+      ++c_.lost;
+      Problem(item, "original key missing");
     }
-  };
-  // 2. One key: `found` is its version (0 and absent are the same for a new key). Narrows the
-  //    prefix range with the window's writes of the key: write i of the window produced version
-  //    lo + i + 1.
-  auto check = [&](uint64_t item, bool present, uint32_t found, uint32_t lo, uint32_t hi) {
-    ++c.verified;
-    if (found < lo) {
-      ++c.lost;
-      return problem(item, absl::StrCat("holds version ", found, ", synced version ", lo));
-    }
-    if (found > hi) {
-      ++c.corrupt;
-      return problem(item,
-                     absl::StrCat("holds version ", found, ", never written (last ", hi, ")"));
-    }
-    c.present += present ? 1 : 0;
-    if (lo == hi) return;
-    const std::vector<uint64_t>& writes = window[item];
-    if (found > lo) c.prefix_lo = std::max(c.prefix_lo, writes[found - lo - 1] + 1);
-    if (found < hi) c.prefix_hi = std::min(c.prefix_hi, writes[found - lo]);
-  };
-  // Reads an item's value: false when absent; a malformed value counts as corrupt.
-  std::string value;
-  auto read = [&](uint64_t item, bool* present, uint32_t* version) {
-    *present = tree.get(KeyOf(item), &value);
-    *version = 0;
-    if (!*present) return true;
-    uint64_t v = 0;
-    if (value.size() == sizeof(v)) std::memcpy(&v, value.data(), sizeof(v));
-    if (value.size() != sizeof(v) || !TagMatches(item, v)) {
-      ++c.verified;
-      ++c.corrupt;
-      ++c.present;
-      problem(item, absl::StrCat("holds a value of ", value.size(), " bytes not written for it"));
-      return false;
-    }
-    *version = VersionOf(v);
-    return true;
-  };
-  // 3. The original keys (must be present), then the new keys the writer began to insert.
-  for (uint64_t k = 0; k < seq.owned(); ++k) {
-    const uint64_t item = seq.OwnedItem(k);
-    bool present;
-    uint32_t version;
-    if (!read(item, &present, &version)) continue;
-    if (!present) {
-      ++c.verified;
-      ++c.lost;
-      problem(item, "original key missing");
-      continue;
-    }
-    check(item, true, version, lo_versions[k], seq.version(k));
   }
-  for (uint64_t m = 0; m < seq.inserts(); ++m) {
-    const uint64_t item = seq.NewItem(m);
-    bool present;
-    uint32_t version;
-    if (!read(item, &present, &version)) continue;
-    check(item, present, version, m < lo_inserts ? 1 : 0, 1);
+  for (uint64_t m = 0; m < seq_.inserts(); ++m) {
+    const uint64_t item = seq_.NewItem(m);
+    const Found f = Read(tree, item, &version);
+    if (f != Found::kMalformed) {
+      CheckVersion(item, f == Found::kPresent, version, m < lo_inserts_ ? 1 : 0, 1);
+    }
   }
-  return c;
+  return c_;
+}
+
+WriterOracle::Found WriterOracle::Read(const ds::DurableMasstree& tree, uint64_t item,
+                                       uint32_t* version) {
+  *version = 0;
+  if (!tree.get(KeyOf(item), &value_)) return Found::kAbsent;
+  uint64_t v = 0;
+  if (value_.size() == sizeof(v)) std::memcpy(&v, value_.data(), sizeof(v));
+  if (value_.size() != sizeof(v) || !TagMatches(item, v)) {
+    ++c_.verified;
+    ++c_.corrupt;
+    ++c_.present;
+    Problem(item, absl::StrCat("holds a value of ", value_.size(), " bytes not written for it"));
+    return Found::kMalformed;
+  }
+  *version = VersionOf(v);
+  return Found::kPresent;
+}
+
+void WriterOracle::CheckVersion(uint64_t item, bool present, uint32_t found, uint32_t lo,
+                                uint32_t hi) {
+  ++c_.verified;
+  if (found < lo) {
+    ++c_.lost;
+    return Problem(item, absl::StrCat("holds version ", found, ", synced version ", lo));
+  }
+  if (found > hi) {
+    ++c_.corrupt;
+    return Problem(item, absl::StrCat("holds version ", found, ", never written (last ", hi, ")"));
+  }
+  c_.present += present ? 1 : 0;
+  if (lo == hi) return;
+  // The write that produced `found` is in the prefix; the key's next write is not.
+  const std::vector<uint64_t>& writes = window_[item];
+  if (found > lo) c_.prefix_lo = std::max(c_.prefix_lo, writes[found - lo - 1] + 1);
+  if (found < hi) c_.prefix_hi = std::min(c_.prefix_hi, writes[found - lo]);
+}
+
+void WriterOracle::Problem(uint64_t item, const std::string& what) {
+  if (c_.first_problem.empty()) {
+    c_.first_problem = absl::StrCat("writer ", t_, ", item ", item, ": ", what);
+  }
 }
 
 // Forks the child, lets it write for o.crash_after seconds, and SIGKILLs it. Fills the
@@ -328,42 +352,57 @@ double Ms(std::chrono::nanoseconds ns) {
   return std::chrono::duration<double, std::milli>(ns).count();
 }
 
-// Reopens the pool after the kill and verifies it; prints as it goes.
-absl::Status Recover(const DemoOptions& o, const uint64_t* synced, const uint64_t* attempted) {
+// The pool reopened after the kill, and how long it took.
+struct Reopened {
+  std::unique_ptr<KvStore> kv;
+  double open_ms = 0;       // KvStore::Open
+  double first_get_ms = 0;  // from the start of the open to the first get's answer
+  bool first_found = false;
+};
+
+// Reopens the pool after the kill, timing each step and the first get; prints the times.
+absl::StatusOr<Reopened> ReopenTimed(const DemoOptions& o) {
   // The background advancer stays off while we verify: Heap::Check needs a heap that nothing
   // changes concurrently. It changes nothing in what Open does.
   KvStoreOptions ko;
   ko.pool.backend = o.backend;
   ko.epochs.interval = std::chrono::milliseconds(0);
+  Reopened r;
   const auto start = Clock::now();
   auto kv = KvStore::Open(o.pool, ko);
   if (!kv.ok()) return kv.status();
-  const double open_ms = MsSince(start);
-  const bool first_found = (*kv)->tree().get(KeyOf(0)).has_value();
-  const double first_get_ms = MsSince(start);
-  const KvStore::OpenTimes& ot = (*kv)->open_times();
+  r.open_ms = MsSince(start);
+  r.first_found = (*kv)->tree().get(KeyOf(0)).has_value();
+  r.first_get_ms = MsSince(start);
+  r.kv = std::move(*kv);
+  const KvStore::OpenTimes& ot = r.kv->open_times();
   std::printf(
       "  reopened in %.2f ms: pool %.2f, epochs + undo-log replay %.2f (%lu entries), "
       "heap %.2f, tree %.3f; last shutdown %s\n",
-      open_ms, Ms(ot.pool), Ms(ot.epochs),
-      static_cast<unsigned long>((*kv)->epochs().stats().log_entries_replayed), Ms(ot.heap),
-      Ms(ot.tree), (*kv)->pool().was_clean_shutdown() ? "clean" : "CRASH");
-  std::printf("  first get answered %.2f ms after the open began (key %s)\n", first_get_ms,
-              first_found ? "found" : "MISSING");
+      r.open_ms, Ms(ot.pool), Ms(ot.epochs),
+      static_cast<unsigned long>(r.kv->epochs().stats().log_entries_replayed), Ms(ot.heap),
+      Ms(ot.tree), r.kv->pool().was_clean_shutdown() ? "clean" : "CRASH");
+  std::printf("  first get answered %.2f ms after the open began (key %s)\n", r.first_get_ms,
+              r.first_found ? "found" : "MISSING");
+  return r;
+}
 
-  // Every key, one verifier per writer.
-  const auto verify_start = Clock::now();
+// Checks every key, one oracle per writer, in parallel; prints each writer's prefix. The sum
+// of the writers' checks (keys the tree holds beyond theirs count as corrupt); *inconsistent
+// counts the writers whose keys fit no single prefix.
+WriterCheck VerifyKeys(const KvStore& kv, const DemoOptions& o, const uint64_t* synced,
+                       const uint64_t* attempted, uint64_t* inconsistent) {
   std::vector<WriterCheck> checks(o.threads);
   {
     std::vector<std::thread> verifiers;
     for (int t = 0; t < o.threads; ++t) {
       verifiers.emplace_back(
-          [&, t] { checks[t] = CheckWriter((*kv)->tree(), o, t, synced[t], attempted[t]); });
+          [&, t] { checks[t] = WriterOracle(o, t, synced[t], attempted[t]).Check(kv.tree()); });
     }
     for (auto& v : verifiers) v.join();
   }
   WriterCheck total;
-  uint64_t inconsistent = 0;
+  *inconsistent = 0;
   for (int t = 0; t < o.threads; ++t) {
     const WriterCheck& c = checks[t];
     total.verified += c.verified;
@@ -372,7 +411,7 @@ absl::Status Recover(const DemoOptions& o, const uint64_t* synced, const uint64_
     total.corrupt += c.corrupt;
     if (total.first_problem.empty()) total.first_problem = c.first_problem;
     const bool consistent = c.prefix_lo <= c.prefix_hi;
-    inconsistent += consistent ? 0 : 1;
+    *inconsistent += consistent ? 0 : 1;
     std::printf(
         "  writer %d: %lu writes synced, %lu begun; its keys all show its state after "
         "write %lu%s%s\n",
@@ -382,7 +421,7 @@ absl::Status Recover(const DemoOptions& o, const uint64_t* synced, const uint64_
         consistent ? ", where the interrupted epoch began"
                    : "  INCONSISTENT: no single point fits every key");
   }
-  const size_t size = (*kv)->tree().size();
+  const size_t size = kv.tree().size();
   if (size != total.present) {
     total.corrupt += size > total.present ? size - total.present : total.present - size;
     if (total.first_problem.empty()) {
@@ -390,12 +429,23 @@ absl::Status Recover(const DemoOptions& o, const uint64_t* synced, const uint64_
           absl::StrCat("the tree holds ", size, " keys, the writers account for ", total.present);
     }
   }
+  return total;
+}
+
+// Reopens the pool after the kill and verifies it; prints as it goes.
+absl::Status Recover(const DemoOptions& o, const uint64_t* synced, const uint64_t* attempted) {
+  auto r = ReopenTimed(o);
+  if (!r.ok()) return r.status();
+  KvStore& kv = *r->kv;
+  const auto verify_start = Clock::now();
+  uint64_t inconsistent = 0;
+  const WriterCheck total = VerifyKeys(kv, o, synced, attempted, &inconsistent);
   const double verify_ms = MsSince(verify_start);
 
   ds::TreeShape shape;
-  const absl::Status tree_ok = (*kv)->tree().CheckInvariants(&shape);
-  const absl::Status heap_ok = (*kv)->heap().Check();
-  const ds_internal::DurableStats ds = (*kv)->tree().durable_stats();
+  const absl::Status tree_ok = kv.tree().CheckInvariants(&shape);
+  const absl::Status heap_ok = kv.heap().Check();
+  const ds_internal::DurableStats ds = kv.tree().durable_stats();
   std::printf(
       "  verified in %.0f ms; leaves repaired lazily on first access: %lu (%lu values, %lu "
       "permutations rolled back)\n",
@@ -408,16 +458,16 @@ absl::Status Recover(const DemoOptions& o, const uint64_t* synced, const uint64_
   std::printf(
       "recovered in %.2f ms; first get after %.2f ms; %lu keys verified, %lu lost, %lu "
       "corrupt\n",
-      open_ms, first_get_ms, static_cast<unsigned long>(total.verified),
+      r->open_ms, r->first_get_ms, static_cast<unsigned long>(total.verified),
       static_cast<unsigned long>(total.lost), static_cast<unsigned long>(total.corrupt));
-  if (!first_found || total.lost + total.corrupt + inconsistent != 0) {
+  if (!r->first_found || total.lost + total.corrupt + inconsistent != 0) {
     return absl::DataLossError(absl::StrCat(o.pool, ": after the crash ", total.lost, " lost, ",
                                             total.corrupt, " corrupt, ", inconsistent,
                                             " writers inconsistent; first: ", total.first_problem));
   }
   if (!tree_ok.ok()) return tree_ok;
   if (!heap_ok.ok()) return heap_ok;
-  return (*kv)->Close();
+  return kv.Close();
 }
 
 }  // namespace
