@@ -55,7 +55,8 @@ class Chart:
     columns: the bars of each group (legend entries); rows: [(group label, [value per column])].
     """
 
-    def __init__(self, name, title, ylabel, columns, rows, log=False, scale=1.0):
+    def __init__(self, name, title, ylabel, columns, rows, log=False, scale=1.0, by_design=None,
+                 note=""):
         self.name = name
         self.title = title
         self.ylabel = ylabel
@@ -63,6 +64,14 @@ class Chart:
         self.rows = rows
         self.log = log
         self.scale = scale  # the .dat holds value / scale (e.g. 1e6 for millions)
+        # Notes under the title: `note`, then the missing bars that by_design(group, column)
+        # does not explain (a run that failed or was not made).
+        self.notes = [note] if note else []
+        missing = [f"{col} {label}" for label, values in rows for col, v in zip(columns, values)
+                   if math.isnan(v) and not (by_design and by_design(label, col))]
+        if missing:
+            self.notes.append("no result for " + ", ".join(missing) +
+                              " (see the suite's output in the results directory)")
 
     def data_text(self):
         """The gnuplot data file: a header comment, then one quoted label and the values."""
@@ -81,7 +90,8 @@ class Chart:
         g = [
             'set terminal pngcairo size 1100,520 font "sans,10"',
             f'set output "{png_path}"',
-            f'set title "{self.title}\\n{{/*0.8 {subtitle}}}"',
+            f'set title "{self.title}\\n{{/*0.8 {subtitle}}}' +
+            "".join(f"\\n{{/*0.8 {n}}}" for n in self.notes) + '"',
             f'set ylabel "{self.ylabel}"',
             "set style data histograms",
             f"set style histogram clustered gap {gap}",
@@ -113,6 +123,7 @@ class Chart:
     def summary(self):
         return {
             "title": self.title,
+            "notes": self.notes,
             "unit": self.ylabel,
             "columns": self.columns,
             "rows": [{"group": label,
@@ -157,7 +168,9 @@ def txbench_chart(rows):
             groups.append((label, [median_of([r for r in sel if r["system"] == s], "ops_per_sec")
                                    for s in systems]))
     return Chart("txbench", "Transactions: pmrt vs PMDK libpmemobj, an undo log, and plain stores",
-                 "k transactions/s (wall, log scale)", systems, groups, log=True, scale=1e3)
+                 "k transactions/s (wall, log scale)", systems, groups, log=True, scale=1e3,
+                 by_design=lambda label, col: "T=" in label and col in ("undo", "plain"),
+                 note="T=2: pmrt and PMDK only; pmrt prewarmed (bench/txbench.sh)")
 
 
 def allocbench_chart(rows):

@@ -72,6 +72,17 @@ class ReportChartsTest(unittest.TestCase):
         self.assertEqual(c.columns, ["pmrt", "pmdk"])
         self.assertEqual(rows_of(c), {"zipf K=4": [4000.0, 1000.0]})
         self.assertTrue(c.log)
+        # Only the note that T=2 runs pmrt and PMDK alone; no "no result" line.
+        self.assertEqual(len(c.notes), 1)
+
+    def test_txbench_two_threads_lack_undo_and_plain_by_design(self):
+        rows = TX + [{"system": s, "words": 4, "dist": "zipf", "threads": t, "seconds": 2,
+                      "ops_per_sec": 1.0} for s, t in (("undo", 1), ("pmdk", 2))]
+        c = report_charts.txbench_chart(rows)
+        self.assertTrue(math.isnan(rows_of(c)["zipf K=4 T=2"][2]))  # undo at T=2
+        self.assertEqual([n for n in c.notes if n.startswith("no result")],
+                         ["no result for pmrt zipf K=4 T=2 (see the suite's output in the "
+                          "results directory)"])
 
     def test_allocbench_cpu_figure_and_prodcon_wall(self):
         c = report_charts.allocbench_chart(ALLOC)
@@ -81,6 +92,7 @@ class ReportChartsTest(unittest.TestCase):
         self.assertEqual(r["prodcon T=2"][0], 7e6)
         self.assertTrue(math.isnan(r["prodcon T=2"][1]))
         self.assertNotIn("restart T=1", r)
+        self.assertIn("no result for malloc prodcon T=2", c.notes[0])
 
     def test_server_order(self):
         c = report_charts.server_chart(SERVER)
