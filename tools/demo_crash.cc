@@ -5,9 +5,10 @@
 // of its original keys to their next version, and inserts of new keys. The child's main thread
 // repeatedly reads how many operations each writer has completed, calls Manager::Sync, and then
 // publishes those counts as synced. All counters live in a MAP_SHARED | MAP_ANONYMOUS page that
-// the parent keeps after the child's death. The parent SIGKILLs the child mid-workload, reopens
-// the pool (timing each step), and checks every key against this oracle, per writer t with
-// S = synced and A = attempted (operations begun) at the kill:
+// the parent keeps after the child's death. The parent SIGKILLs the child mid-workload (a few
+// ms after a Sync returned, while the writers run in a fresh epoch), reopens the pool (timing
+// each step), and checks every key against this oracle, per writer t with S = synced and
+// A = attempted (operations begun) at the kill:
 //
 //   * Replaying t's sequence gives, for each of its keys, lo = the version after S operations
 //     and hi = the version after A operations (0 = the loaded value for an original key, absent
@@ -103,6 +104,10 @@ class WriterSequence {
   uint64_t inserts_ = 0;
 };
 
+// The child pauses kSyncPauseMs between Syncs; the parent kills it kKillAfterSyncUs after one.
+constexpr int kSyncPauseMs = 10;
+constexpr int kKillAfterSyncUs = 4000;
+
 // ---- the shared page ------------------------------------------------------------------------
 
 // Lives in a MAP_SHARED | MAP_ANONYMOUS mapping made before fork: the child writes it, the
@@ -180,7 +185,7 @@ void ChildWriter(const DemoOptions& o, int t, ds::DurableMasstree& tree, CrashSh
       shared->writers[t].synced.store(done[t], std::memory_order_release);
     }
     shared->syncs.fetch_add(1, std::memory_order_relaxed);
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(kSyncPauseMs));
   }
 }
 
@@ -324,6 +329,16 @@ absl::Status RunAndKill(const DemoOptions& o, CrashShared* shared, uint64_t* syn
          shared->state.load(std::memory_order_acquire) == CrashShared::kRunning) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  // Aim the kill mid-workload rather than into a boundary (where the writers wait): just after
+  // a Sync returned, in the child's pause between Syncs, while the writers run freely in the
+  // new epoch. (The background advancer may still be at a boundary then; either case is valid.)
+  const uint64_t syncs_seen = shared->syncs.load(std::memory_order_acquire);
+  const auto aim_start = Clock::now();
+  while (shared->syncs.load(std::memory_order_acquire) == syncs_seen && MsSince(aim_start) < 1000 &&
+         shared->state.load(std::memory_order_acquire) == CrashShared::kRunning) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  std::this_thread::sleep_for(std::chrono::microseconds(kKillAfterSyncUs));
   kill(pid, SIGKILL);  // not yet reaped: the pid is still the child's
   *ran_s = MsSince(run_start) / 1000;
   if (waitpid(pid, &status, 0) != pid) {
@@ -479,8 +494,8 @@ absl::Status CrashAndRecover(const DemoOptions& o) {
   std::printf("\n== crash: a child process writes, SIGKILLed mid-workload; reopen and verify ==\n");
   std::printf(
       "  %d writers: 80%% updates (each write a key's next version), 20%% inserts of new "
-      "keys; the child Syncs every ~10 ms and records what is durable\n",
-      o.threads);
+      "keys; the child Syncs every ~%d ms and records what is durable\n",
+      o.threads, kSyncPauseMs);
   void* page =
       mmap(nullptr, sizeof(CrashShared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (page == MAP_FAILED) {
@@ -500,10 +515,12 @@ absl::Status CrashAndRecover(const DemoOptions& o) {
     sum_attempted += attempted[t];
     sum_done += done[t];
   }
-  std::printf("  SIGKILL after %.2f s: %lu writes begun, %lu returned, %lu synced (%lu Syncs)\n",
-              ran_s, static_cast<unsigned long>(sum_attempted),
-              static_cast<unsigned long>(sum_done), static_cast<unsigned long>(sum_synced),
-              static_cast<unsigned long>(syncs));
+  std::printf(
+      "  SIGKILL after %.2f s, %.0f ms after a Sync returned: %lu writes begun, %lu returned, "
+      "%lu synced (%lu Syncs)\n",
+      ran_s, kKillAfterSyncUs / 1000.0, static_cast<unsigned long>(sum_attempted),
+      static_cast<unsigned long>(sum_done), static_cast<unsigned long>(sum_synced),
+      static_cast<unsigned long>(syncs));
   return Recover(o, synced, attempted);
 }
 
