@@ -4,7 +4,7 @@
 # that docs/performance.md embeds ("Charts").
 #
 #   bench/report.sh [--quick] [--no-charts] [--out DIR] [--img DIR] [--only SUITES]
-#     --quick       a smoke run of about two minutes (small sizes, short runs, no restart runs)
+#     --quick       a smoke run of about 1.5 minutes (small sizes, short runs, no restart runs)
 #     --no-charts   JSON and tables only (no gnuplot)
 #     --out DIR     results directory (default $OUT, else bench/results)
 #     --img DIR     where the PNGs go (default docs/img)
@@ -135,7 +135,7 @@ fi
 if want txbench; then
   : >"$out/txbench.jsonl"
   if ((quick)); then
-    run_suite txbench env SECONDS_PER_RUN=0.5 WARMUP=0.2 STEADY_SECONDS=0 \
+    run_suite txbench env SECONDS_PER_RUN=0.3 WARMUP=0.1 STEADY_SECONDS=0 ARRAY=131072 \
       OUT="$out/txbench.jsonl" bench/txbench.sh build/release
   else
     run_suite txbench env SECONDS_PER_RUN=2 WARMUP=1 STEADY_SECONDS=10 \
@@ -144,7 +144,7 @@ if want txbench; then
 fi
 if want allocbench; then
   if ((quick)); then
-    run_suite allocbench env RUN_SECONDS=1 RESTART=0 OUT="$out/allocbench.jsonl" \
+    run_suite allocbench env RUN_SECONDS=0.5 RESTART=0 OUT="$out/allocbench.jsonl" \
       bench/allocbench.sh build/release/bench/pmrt-allocbench
   else
     run_suite allocbench env RUN_SECONDS=3 RESTART=1 RESTART_REPEAT=3 \
