@@ -314,9 +314,9 @@ absl::Status CompareYcsbA(ds::DurableMasstree& durable, ds::Masstree& transient,
   const ScrambledZipfian zipf(o.keys, 0.99);
   std::printf(
       "  Zipfian 0.99 over %lu keys (%.0f ms to set up); %d threads; %d alternating "
-      "chunks of %.2f s per tree\n",
-      static_cast<unsigned long>(o.keys), MsSince(zstart), o.threads, kRounds / 2 * 2,
-      o.seconds / (kRounds / 2));
+      "chunks of %.2f s, %d per tree\n",
+      static_cast<unsigned long>(o.keys), MsSince(zstart), o.threads, kRounds,
+      o.seconds / (kRounds / 2), kRounds / 2);
   YcsbCount d, t;
   for (int round = 0; round < kRounds; ++round) {
     const double chunk = o.seconds / (kRounds / 2);
