@@ -14,6 +14,7 @@
 #include "epoch/persist.h"
 #include "epoch/pool.h"
 #include "tools/demo.h"
+#include "tools/server/serve_main.h"
 
 namespace pmrt {
 namespace {
@@ -25,7 +26,8 @@ int Usage() {
       stderr,
       "usage: pmrt create POOL --size BYTES [--layout NAME]\n"
       "       pmrt info POOL [--layout NAME]\n"
-      "       pmrt demo [POOL] [--keys N] [--seconds S] [--threads T] [--crash-after S]\n");
+      "       pmrt demo [POOL] [--keys N] [--seconds S] [--threads T] [--crash-after S]\n"
+      "       pmrt serve POOL [--port P] [--bind ADDR] [--create-size BYTES] (--help)\n");
   return 2;
 }
 
@@ -117,5 +119,6 @@ int main(int argc, char** argv) {
   if (cmd == "create") return pmrt::Create(args);
   if (cmd == "info") return pmrt::Info(args);
   if (cmd == "demo") return pmrt::tools::DemoMain(args);
+  if (cmd == "serve") return pmrt::tools::ServeMain(args);
   return pmrt::Usage();
 }

@@ -1,0 +1,575 @@
+#include "tools/server/commands.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "tools/server/resp.h"
+
+namespace pmrt::server {
+namespace {
+
+using After = Executor::After;
+
+// A strict unsigned decimal (Redis cursors and counts): 1 to 19 digits, nothing else.
+bool ParseU64(std::string_view s, uint64_t* out) {
+  if (s.empty() || s.size() > 19) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  *out = v;
+  return true;
+}
+
+char Fold(char c, bool nocase) { return nocase ? absl::ascii_tolower(c) : c; }
+
+// Matches the class starting at pattern[*pi] == '[' against c; sets *pi past the class. An
+// unterminated class runs to the end of the pattern, as in Redis.
+bool MatchClass(std::string_view p, size_t* pi, char c, bool nocase) {
+  size_t i = *pi + 1;
+  bool negate = i < p.size() && p[i] == '^';
+  if (negate) ++i;
+  bool match = false;
+  c = Fold(c, nocase);
+  while (i < p.size() && p[i] != ']') {
+    if (p[i] == '\\' && i + 1 < p.size()) {
+      match |= Fold(p[i + 1], nocase) == c;
+      i += 2;
+    } else if (i + 2 < p.size() && p[i + 1] == '-' && p[i + 2] != ']') {
+      unsigned char lo = Fold(p[i], nocase), hi = Fold(p[i + 2], nocase);
+      if (lo > hi) std::swap(lo, hi);
+      const unsigned char uc = static_cast<unsigned char>(c);
+      match |= uc >= lo && uc <= hi;
+      i += 3;
+    } else {
+      match |= Fold(p[i], nocase) == c;
+      ++i;
+    }
+  }
+  *pi = i < p.size() ? i + 1 : i;
+  return match != negate;
+}
+
+std::string Lower(std::string_view s) {
+  std::string r(s);
+  for (char& c : r) c = absl::ascii_tolower(c);
+  return r;
+}
+
+void WrongArity(std::string& out, std::string_view name) {
+  AppendError(out, absl::StrCat("ERR wrong number of arguments for '", Lower(name), "' command"));
+}
+
+// A command name or argument quoted in an error reply, cut to a readable length.
+std::string Quote(std::string_view s) {
+  constexpr size_t kMax = 128;
+  std::string r = "'";
+  r.append(s.substr(0, kMax));
+  r.append(s.size() > kMax ? "...'" : "'");
+  return r;
+}
+
+}  // namespace
+
+bool GlobMatch(std::string_view p, std::string_view s, bool nocase) {
+  // Greedy matching with backtracking to the last '*' only: a later '*' can match everything an
+  // earlier one could, so earlier choices never need revisiting (linear in |p| * |s|).
+  size_t pi = 0, si = 0;
+  size_t star = std::string_view::npos, star_s = 0;
+  while (si < s.size()) {
+    if (pi < p.size()) {
+      const char c = p[pi];
+      if (c == '*') {
+        star = pi++;
+        star_s = si;
+        continue;
+      }
+      if (c == '?') {
+        ++pi;
+        ++si;
+        continue;
+      }
+      if (c == '[') {
+        size_t next = pi;
+        if (MatchClass(p, &next, s[si], nocase)) {
+          pi = next;
+          ++si;
+          continue;
+        }
+      } else {
+        const bool escaped = c == '\\' && pi + 1 < p.size();
+        const char lit = escaped ? p[pi + 1] : c;
+        if (Fold(lit, nocase) == Fold(s[si], nocase)) {
+          pi += escaped ? 2 : 1;
+          ++si;
+          continue;
+        }
+      }
+    }
+    if (star == std::string_view::npos) return false;
+    pi = star + 1;
+    si = ++star_s;
+  }
+  while (pi < p.size() && p[pi] == '*') ++pi;
+  return pi == p.size();
+}
+
+Executor::Executor(tools::KvStore& kv, const ServerOptions& options, const ServerCounters& counters)
+    : kv_(kv), options_(options), counters_(counters) {
+  // Cursors start at a per-run value so that a cursor kept across a restart is most likely
+  // unknown (an error) rather than the handle of some other position.
+  next_cursor_ =
+      (static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) &
+       0xffffffffull)
+          << 16 |
+      1;
+  commands_ = {
+      {"ping", {&Executor::Ping, -1}},        {"echo", {&Executor::Echo, 2}},
+      {"set", {&Executor::Set, -3}},          {"setnx", {&Executor::SetNx, 3}},
+      {"get", {&Executor::Get, 2}},           {"del", {&Executor::Del, -2}},
+      {"unlink", {&Executor::Del, -2}},       {"exists", {&Executor::Exists, -2}},
+      {"mset", {&Executor::MSet, -3}},        {"mget", {&Executor::MGet, -2}},
+      {"dbsize", {&Executor::DbSize, 1}},     {"scan", {&Executor::Scan, -2}},
+      {"pmrt.range", {&Executor::Range, -3}}, {"config", {&Executor::Config, -2}},
+      {"info", {&Executor::Info, -1}},        {"command", {&Executor::Command, -1}},
+      {"pmrt.sync", {&Executor::Sync, 1}},    {"quit", {&Executor::Quit, -1}},
+      {"select", {&Executor::Select, 2}},     {"flushall", {&Executor::FlushAll, -1}},
+      {"flushdb", {&Executor::FlushAll, -1}},
+  };
+}
+
+After Executor::Execute(std::vector<std::string>& argv, std::string* out, uint64_t* sync_epoch) {
+  const std::string& name = argv[0];
+  auto it = name.size() <= 32 ? commands_.find(Lower(name)) : commands_.end();
+  if (it == commands_.end()) {
+    AppendError(*out, absl::StrCat("ERR unknown command ", Quote(name)));
+    return After::kNone;
+  }
+  const int n = static_cast<int>(std::min<size_t>(argv.size(), 1 << 30));
+  const int arity = it->second.arity;
+  if ((arity > 0 && n != arity) || (arity < 0 && n < -arity)) {
+    WrongArity(*out, name);
+    return After::kNone;
+  }
+  return (this->*it->second.fn)(argv, *out, sync_epoch);
+}
+
+bool Executor::KeyOk(std::string_view key, std::string& out) const {
+  if (key.size() <= options_.max_key) return true;
+  AppendError(out, absl::StrCat("ERR key too long: ", key.size(), " bytes (the limit is ",
+                                options_.max_key, ")"));
+  return false;
+}
+
+bool Executor::Put(std::string_view key, std::string_view value, std::string& out) {
+  if (kv_.tree().put(key, value) != ds::PutResult::kNoMemory) return true;
+  AppendError(out, absl::StrCat("OOM pool ", kv_.pool().path(), " has no room for a value of ",
+                                value.size(), " bytes; the key is unchanged"));
+  return false;
+}
+
+After Executor::Ping(Args& a, std::string& out, uint64_t*) {
+  if (a.size() > 2) {
+    WrongArity(out, a[0]);
+  } else if (a.size() == 2) {
+    AppendBulk(out, a[1]);
+  } else {
+    AppendSimple(out, "PONG");
+  }
+  return After::kNone;
+}
+
+After Executor::Echo(Args& a, std::string& out, uint64_t*) {
+  AppendBulk(out, a[1]);
+  return After::kNone;
+}
+
+After Executor::Set(Args& a, std::string& out, uint64_t*) {
+  bool nx = false;
+  for (size_t i = 3; i < a.size(); ++i) {
+    const std::string opt = Lower(a[i]);
+    if (opt == "nx") {
+      nx = true;
+    } else if (opt == "xx" || opt == "get" || opt == "ex" || opt == "px" || opt == "exat" ||
+               opt == "pxat" || opt == "keepttl") {
+      // XX and GET would need a conditional put the tree does not offer atomically; keys never
+      // expire. Refusing is better than an answer that is not what Redis means.
+      AppendError(out, absl::StrCat("ERR SET option ", Quote(a[i]), " is not supported by pmrt"));
+      return After::kNone;
+    } else {
+      AppendError(out, "ERR syntax error");
+      return After::kNone;
+    }
+  }
+  if (!KeyOk(a[1], out)) return After::kNone;
+  if (nx) {
+    switch (kv_.tree().insert_if_absent(a[1], a[2])) {
+      case ds::InsertResult::kInserted:
+        AppendSimple(out, "OK");
+        break;
+      case ds::InsertResult::kExists:
+        AppendNullBulk(out);
+        break;
+      case ds::InsertResult::kNoMemory:
+        AppendError(out,
+                    absl::StrCat("OOM pool ", kv_.pool().path(), " has no room for a value of ",
+                                 a[2].size(), " bytes; the key is unchanged"));
+        break;
+    }
+    return After::kNone;
+  }
+  if (Put(a[1], a[2], out)) AppendSimple(out, "OK");
+  return After::kNone;
+}
+
+After Executor::SetNx(Args& a, std::string& out, uint64_t*) {
+  if (!KeyOk(a[1], out)) return After::kNone;
+  switch (kv_.tree().insert_if_absent(a[1], a[2])) {
+    case ds::InsertResult::kInserted:
+      AppendInteger(out, 1);
+      break;
+    case ds::InsertResult::kExists:
+      AppendInteger(out, 0);
+      break;
+    case ds::InsertResult::kNoMemory:
+      AppendError(out, absl::StrCat("OOM pool ", kv_.pool().path(), " has no room for a value of ",
+                                    a[2].size(), " bytes; the key is unchanged"));
+      break;
+  }
+  return After::kNone;
+}
+
+After Executor::Get(Args& a, std::string& out, uint64_t*) {
+  if (!KeyOk(a[1], out)) return After::kNone;
+  std::string value;
+  if (kv_.tree().get(a[1], &value)) {
+    AppendBulk(out, value);
+  } else {
+    AppendNullBulk(out);
+  }
+  return After::kNone;
+}
+
+After Executor::Del(Args& a, std::string& out, uint64_t*) {
+  int64_t removed = 0;
+  for (size_t i = 1; i < a.size(); ++i) {
+    // A key over the limit cannot be in the tree: nothing to remove.
+    if (a[i].size() <= options_.max_key && kv_.tree().remove(a[i])) ++removed;
+  }
+  AppendInteger(out, removed);
+  return After::kNone;
+}
+
+After Executor::Exists(Args& a, std::string& out, uint64_t*) {
+  int64_t found = 0;
+  std::string scratch;
+  for (size_t i = 1; i < a.size(); ++i) {
+    if (a[i].size() <= options_.max_key && kv_.tree().get(a[i], &scratch)) ++found;
+  }
+  AppendInteger(out, found);
+  return After::kNone;
+}
+
+After Executor::MSet(Args& a, std::string& out, uint64_t*) {
+  if (a.size() % 2 != 1) {
+    WrongArity(out, a[0]);
+    return After::kNone;
+  }
+  // Validate every key first, so that a too-long key rejects the whole command.
+  for (size_t i = 1; i < a.size(); i += 2) {
+    if (!KeyOk(a[i], out)) return After::kNone;
+  }
+  for (size_t i = 1; i < a.size(); i += 2) {
+    if (!Put(a[i], a[i + 1], out)) return After::kNone;
+  }
+  AppendSimple(out, "OK");
+  return After::kNone;
+}
+
+After Executor::MGet(Args& a, std::string& out, uint64_t*) {
+  AppendArrayHeader(out, a.size() - 1);
+  std::string value;
+  for (size_t i = 1; i < a.size(); ++i) {
+    if (a[i].size() <= options_.max_key && kv_.tree().get(a[i], &value)) {
+      AppendBulk(out, value);
+    } else {
+      AppendNullBulk(out);
+    }
+  }
+  return After::kNone;
+}
+
+After Executor::DbSize(Args&, std::string& out, uint64_t*) {
+  AppendInteger(out, static_cast<int64_t>(kv_.tree().size()));
+  return After::kNone;
+}
+
+uint64_t Executor::SaveCursor(std::string next_key) {
+  std::lock_guard<std::mutex> l(cursor_mu_);
+  uint64_t id = next_cursor_++;
+  if (id == 0) id = next_cursor_++;  // 0 means "start" and "done"
+  cursors_.emplace(id, std::move(next_key));
+  cursor_order_.push_back(id);
+  if (cursor_order_.size() > kMaxCursors) {
+    cursors_.erase(cursor_order_.front());
+    cursor_order_.pop_front();
+  }
+  return id;
+}
+
+std::optional<std::string> Executor::LoadCursor(uint64_t cursor) {
+  std::lock_guard<std::mutex> l(cursor_mu_);
+  auto it = cursors_.find(cursor);
+  if (it == cursors_.end()) return std::nullopt;
+  return it->second;
+}
+
+After Executor::Scan(Args& a, std::string& out, uint64_t*) {
+  uint64_t cursor;
+  if (!ParseU64(a[1], &cursor)) {
+    AppendError(out, "ERR invalid cursor");
+    return After::kNone;
+  }
+  std::string from;
+  if (cursor != 0) {
+    auto key = LoadCursor(cursor);
+    if (!key) {
+      AppendError(out, absl::StrCat("ERR invalid cursor: ", cursor, " is not one of the last ",
+                                    kMaxCursors, " cursors this server run returned"));
+      return After::kNone;
+    }
+    from = std::move(*key);
+  }
+  std::optional<std::string> match;
+  uint64_t count = 10;
+  bool strings = true;
+  for (size_t i = 2; i < a.size(); i += 2) {
+    const std::string opt = Lower(a[i]);
+    if (i + 1 >= a.size()) {
+      AppendError(out, "ERR syntax error");
+      return After::kNone;
+    }
+    if (opt == "match") {
+      match = a[i + 1];
+    } else if (opt == "count") {
+      if (!ParseU64(a[i + 1], &count) || count == 0 || count > options_.max_range) {
+        AppendError(out, absl::StrCat("ERR COUNT must be between 1 and ", options_.max_range));
+        return After::kNone;
+      }
+    } else if (opt == "type") {
+      strings = Lower(a[i + 1]) == "string";  // every value is a string
+    } else {
+      AppendError(out, "ERR syntax error");
+      return After::kNone;
+    }
+  }
+  // COUNT keys are examined (as in Redis, MATCH filters after); one more is looked at to
+  // learn where the next call starts.
+  std::vector<std::string> keys;
+  std::string next;
+  bool more = false;
+  uint64_t seen = 0;
+  kv_.tree().scan(from, count + 1, [&](std::string_view k, std::string_view) {
+    if (seen == count) {
+      next.assign(k);
+      more = true;
+      return false;
+    }
+    ++seen;
+    if (strings && (!match || GlobMatch(*match, k))) keys.emplace_back(k);
+    return true;
+  });
+  const uint64_t next_cursor = more ? SaveCursor(std::move(next)) : 0;
+  AppendArrayHeader(out, 2);
+  AppendBulk(out, std::to_string(next_cursor));
+  AppendArrayHeader(out, keys.size());
+  for (const std::string& k : keys) AppendBulk(out, k);
+  return After::kNone;
+}
+
+After Executor::Range(Args& a, std::string& out, uint64_t*) {
+  uint64_t limit = 1000;
+  if (a.size() == 5 && Lower(a[3]) == "limit") {
+    if (!ParseU64(a[4], &limit) || limit == 0 || limit > options_.max_range) {
+      AppendError(out, absl::StrCat("ERR LIMIT must be between 1 and ", options_.max_range));
+      return After::kNone;
+    }
+  } else if (a.size() != 3) {
+    AppendError(out, "ERR syntax error: PMRT.RANGE start end [LIMIT n]");
+    return After::kNone;
+  }
+  // The pairs are encoded into a side buffer first: the array header needs their count.
+  std::string body;
+  uint64_t pairs = 0;
+  auto emit = [&](std::string_view k, std::string_view v) {
+    AppendBulk(body, k);
+    AppendBulk(body, v);
+    return ++pairs < limit;
+  };
+  if (a[2].empty()) {
+    kv_.tree().scan(a[1], limit, emit);  // no upper bound
+  } else {
+    kv_.tree().range(a[1], a[2], emit);
+  }
+  AppendArrayHeader(out, 2 * pairs);
+  out.append(body);
+  return After::kNone;
+}
+
+std::vector<std::pair<std::string, std::string>> Executor::ConfigValues() const {
+  return {
+      {"save", ""},  // no snapshots: the pool is the database
+      {"appendonly", "no"},
+      {"databases", "1"},
+      {"port", std::to_string(options_.port)},
+      {"bind", options_.bind},
+      {"maxclients", std::to_string(options_.max_clients)},
+      {"proto-max-bulk-len", std::to_string(options_.limits.max_bulk)},
+      {"pmrt-max-key-len", std::to_string(options_.max_key)},
+      {"pmrt-epoch-ms", std::to_string(options_.epoch_ms)},
+      {"pmrt-pool", kv_.pool().path()},
+  };
+}
+
+After Executor::Config(Args& a, std::string& out, uint64_t*) {
+  if (Lower(a[1]) != "get") {
+    AppendError(out, absl::StrCat("ERR CONFIG ", Quote(a[1]),
+                                  " is not supported by pmrt (only CONFIG GET)"));
+    return After::kNone;
+  }
+  if (a.size() < 3) {
+    WrongArity(out, "config|get");
+    return After::kNone;
+  }
+  std::vector<std::pair<std::string, std::string>> hits;
+  for (const auto& kv : ConfigValues()) {
+    for (size_t i = 2; i < a.size(); ++i) {
+      if (GlobMatch(a[i], kv.first, /*nocase=*/true)) {
+        hits.push_back(kv);
+        break;
+      }
+    }
+  }
+  AppendArrayHeader(out, 2 * hits.size());
+  for (const auto& [name, value] : hits) {
+    AppendBulk(out, name);
+    AppendBulk(out, value);
+  }
+  return After::kNone;
+}
+
+std::string Executor::InfoText(std::string_view section) const {
+  const bool all =
+      section.empty() || section == "all" || section == "default" || section == "everything";
+  std::string s;
+  auto add = [&](const std::string& name, const std::string& body) {
+    if (!all && section != Lower(name)) return;
+    absl::StrAppend(&s, s.empty() ? "" : "\r\n", "# ", name, "\r\n", body);
+  };
+  const ServerStats st = counters_.Snapshot();
+  const auto uptime = std::chrono::duration_cast<std::chrono::seconds>(
+      std::chrono::steady_clock::now() - counters_.started);
+  add("Server", absl::StrCat("redis_version:7.0.0\r\n",  // what clients check for features
+                             "pmrt_server:1\r\n", "process_id:", getpid(), "\r\n", "tcp_port:",
+                             options_.port, "\r\n", "uptime_in_seconds:", uptime.count(), "\r\n",
+                             "io_threads:", options_.threads, "\r\n"));
+  add("Clients", absl::StrCat("connected_clients:", st.connected_clients, "\r\n",
+                              "maxclients:", options_.max_clients, "\r\n"));
+  add("Stats", absl::StrCat("total_connections_received:", st.connections_received, "\r\n",
+                            "rejected_connections:", st.rejected_connections, "\r\n",
+                            "total_commands_processed:", st.commands_processed, "\r\n",
+                            "protocol_errors:", st.protocol_errors, "\r\n", "pmrt_syncs:", st.syncs,
+                            "\r\n"));
+  Pool& pool = kv_.pool();
+  add("Pool", absl::StrCat("pool_path:", pool.path(), "\r\n", "pool_size:", pool.size(), "\r\n"));
+  epoch::Manager& epochs = kv_.epochs();
+  const epoch::ManagerStats es = epochs.stats();
+  add("Epoch",
+      absl::StrCat("epoch_current:", epochs.current(), "\r\n", "epoch_completed:",
+                   epochs.completed(), "\r\n", "epoch_interval_ms:", options_.epoch_ms, "\r\n",
+                   "epoch_advances:", es.advances, "\r\n", "epoch_lines_flushed:", es.lines_flushed,
+                   "\r\n", "epoch_boundary_time_us:", es.boundary_time.count() / 1000, "\r\n",
+                   "epoch_log_entries:", es.log_entries, "\r\n"));
+  if (all || section == "heap") {
+    const alloc::HeapStats hs = kv_.heap().Stats();
+    add("Heap",
+        absl::StrCat("heap_bytes:", hs.heap_bytes, "\r\n", "heap_used_bytes:", hs.used_bytes,
+                     "\r\n", "heap_free_bytes:", hs.free_bytes, "\r\n", "heap_largest_free_extent:",
+                     hs.largest_free_extent, "\r\n", "heap_live_blocks:", hs.live_blocks, "\r\n"));
+  }
+  if (all || section == "keyspace") {
+    add("Keyspace", absl::StrCat("db0:keys=", kv_.tree().size(), ",expires=0,avg_ttl=0\r\n"));
+  }
+  return s;
+}
+
+After Executor::Info(Args& a, std::string& out, uint64_t*) {
+  AppendBulk(out, InfoText(a.size() > 1 ? Lower(a[1]) : ""));
+  return After::kNone;
+}
+
+After Executor::Command(Args& a, std::string& out, uint64_t*) {
+  // redis-cli asks for COMMAND DOCS at startup to offer hints; an empty answer means "none".
+  if (a.size() > 1 && Lower(a[1]) == "count") {
+    AppendInteger(out, static_cast<int64_t>(commands_.size()));
+  } else {
+    AppendArrayHeader(out, 0);
+  }
+  return After::kNone;
+}
+
+After Executor::Sync(Args&, std::string&, uint64_t* sync_epoch) {
+  // Every write acknowledged before this point (to this client or any other) returned from the
+  // tree before now, so it ran in an epoch <= current(): once that epoch is complete, all of
+  // them are durable.
+  *sync_epoch = kv_.epochs().current();
+  return After::kSync;
+}
+
+After Executor::Quit(Args&, std::string& out, uint64_t*) {
+  AppendSimple(out, "OK");
+  return After::kClose;
+}
+
+After Executor::Select(Args& a, std::string& out, uint64_t*) {
+  if (a[1] == "0") {
+    AppendSimple(out, "OK");
+  } else {
+    AppendError(out, "ERR DB index is out of range (pmrt has one database, 0)");
+  }
+  return After::kNone;
+}
+
+After Executor::FlushAll(Args& a, std::string& out, uint64_t*) {
+  if (a.size() > 2 || (a.size() == 2 && Lower(a[1]) != "sync" && Lower(a[1]) != "async")) {
+    AppendError(out, "ERR syntax error");
+    return After::kNone;
+  }
+  // Batches of keys, removed outside the scan (a scan holds an epoch guard; removal may wait
+  // for the epoch). Each batch starts just after the last key removed, so the loop ends even
+  // while other clients insert: keys inserted behind the sweep survive (not atomic).
+  std::string from;
+  std::vector<std::string> batch;
+  while (true) {
+    batch.clear();
+    kv_.tree().scan(from, 1024, [&](std::string_view k, std::string_view) {
+      batch.emplace_back(k);
+      return true;
+    });
+    if (batch.empty()) break;
+    for (const std::string& k : batch) kv_.tree().remove(k);
+    from = batch.back();
+    from.push_back('\0');  // the smallest key after the last one
+  }
+  AppendSimple(out, "OK");
+  return After::kNone;
+}
+
+}  // namespace pmrt::server

@@ -1,0 +1,101 @@
+// The server's command set: runs one parsed RESP command on a KvStore and encodes its reply.
+// The network layer (server.h) owns connections and ordering; this file owns semantics. The
+// command list and each command's contract are in docs/server.md.
+//
+//   pmrt::server::Executor exec(kv, options, counters);
+//   std::string out;
+//   uint64_t sync_epoch;
+//   if (exec.Execute(argv, &out, &sync_epoch) == Executor::After::kSync) { ...wait... }
+//
+// Thread safety: Execute may run concurrently from every worker (the tree is concurrent; the
+// SCAN cursor table has its own mutex).
+#ifndef PMRT_TOOLS_SERVER_COMMANDS_H_
+#define PMRT_TOOLS_SERVER_COMMANDS_H_
+
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "tools/kv_store.h"
+#include "tools/server/options.h"
+
+namespace pmrt::server {
+
+// Redis's glob-style match (SCAN MATCH, CONFIG GET): '*' any run, '?' any byte, "[abc]",
+// "[^abc]", "[a-z]" classes, '\' escapes the next byte. Bytes, not characters; `nocase`
+// folds ASCII letters.
+bool GlobMatch(std::string_view pattern, std::string_view s, bool nocase = false);
+
+class Executor {
+ public:
+  // What the caller does after Execute.
+  enum class After {
+    kNone,   // the reply is in *out
+    kClose,  // the reply is in *out; close the connection once it is sent (QUIT)
+    kSync,   // nothing in *out yet: reply +OK once epoch *sync_epoch is complete (PMRT.SYNC)
+  };
+
+  Executor(tools::KvStore& kv, const ServerOptions& options, const ServerCounters& counters);
+
+  // Runs argv (argv[0] is the command name, any case; argv is not empty) and appends its reply
+  // (or an -ERR reply) to *out. Arguments may be moved from.
+  After Execute(std::vector<std::string>& argv, std::string* out, uint64_t* sync_epoch);
+
+ private:
+  using Args = std::vector<std::string>;
+  using Handler = After (Executor::*)(Args&, std::string&, uint64_t*);
+  struct Spec {
+    Handler fn;
+    int arity;  // Redis convention: n means exactly n arguments (with the name), -n at least n
+  };
+
+  After Ping(Args& a, std::string& out, uint64_t*);
+  After Echo(Args& a, std::string& out, uint64_t*);
+  After Set(Args& a, std::string& out, uint64_t*);
+  After SetNx(Args& a, std::string& out, uint64_t*);
+  After Get(Args& a, std::string& out, uint64_t*);
+  After Del(Args& a, std::string& out, uint64_t*);
+  After Exists(Args& a, std::string& out, uint64_t*);
+  After MSet(Args& a, std::string& out, uint64_t*);
+  After MGet(Args& a, std::string& out, uint64_t*);
+  After DbSize(Args& a, std::string& out, uint64_t*);
+  After Scan(Args& a, std::string& out, uint64_t*);
+  After Range(Args& a, std::string& out, uint64_t*);
+  After Config(Args& a, std::string& out, uint64_t*);
+  After Info(Args& a, std::string& out, uint64_t*);
+  After Command(Args& a, std::string& out, uint64_t*);
+  After Sync(Args& a, std::string& out, uint64_t*);
+  After Quit(Args& a, std::string& out, uint64_t*);
+  After Select(Args& a, std::string& out, uint64_t*);
+  After FlushAll(Args& a, std::string& out, uint64_t*);
+
+  // False (with an -ERR reply appended) when a key is longer than options_.max_key.
+  bool KeyOk(std::string_view key, std::string& out) const;
+  // Writes `value` under `key`; false with an -OOM reply when the heap is full.
+  bool Put(std::string_view key, std::string_view value, std::string& out);
+  std::string InfoText(std::string_view section) const;
+  std::vector<std::pair<std::string, std::string>> ConfigValues() const;
+  // SCAN cursors: a handle to the key the next call starts at (see docs/server.md).
+  uint64_t SaveCursor(std::string next_key);
+  std::optional<std::string> LoadCursor(uint64_t cursor);
+
+  tools::KvStore& kv_;
+  const ServerOptions& options_;
+  const ServerCounters& counters_;
+  std::unordered_map<std::string, Spec> commands_;
+
+  static constexpr size_t kMaxCursors = 1024;
+  std::mutex cursor_mu_;
+  uint64_t next_cursor_;                               // guarded by cursor_mu_
+  std::unordered_map<uint64_t, std::string> cursors_;  // guarded by cursor_mu_
+  std::deque<uint64_t> cursor_order_;                  // oldest first; guarded by cursor_mu_
+};
+
+}  // namespace pmrt::server
+
+#endif  // PMRT_TOOLS_SERVER_COMMANDS_H_

@@ -1,0 +1,58 @@
+// The server's options and counters, shared by the network layer (server.h) and the command
+// executor (commands.h).
+#ifndef PMRT_TOOLS_SERVER_OPTIONS_H_
+#define PMRT_TOOLS_SERVER_OPTIONS_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "tools/server/resp.h"
+
+namespace pmrt::server {
+
+struct ServerOptions {
+  std::string bind = "127.0.0.1";  // IPv4 address to listen on
+  int port = 7379;                 // 0: an ephemeral port (see Server::port())
+  int threads = 0;                 // workers; 0: one per core
+  int max_clients = 10000;         // connections beyond this get an error and are closed
+  RespLimits limits;               // protocol limits (bulk size, array length, inline size)
+  size_t max_key = 64 << 10;       // bytes in a key
+  size_t output_limit = 1 << 20;   // pending reply bytes that pause reading a connection
+  size_t max_range = 1000000;      // elements of one PMRT.RANGE, keys of one SCAN COUNT
+  int epoch_ms = 64;               // the store's epoch interval (reported by INFO and CONFIG)
+};
+
+// A snapshot of ServerCounters.
+struct ServerStats {
+  uint64_t connections_received = 0;
+  uint64_t rejected_connections = 0;  // over max_clients
+  uint64_t connected_clients = 0;
+  uint64_t commands_processed = 0;
+  uint64_t protocol_errors = 0;
+  uint64_t syncs = 0;  // PMRT.SYNC replies sent
+};
+
+// Live counters, updated by the acceptor and the workers with relaxed increments: each is an
+// independent statistic, read only for reporting (no other memory is published through them).
+struct ServerCounters {
+  std::atomic<uint64_t> connections_received{0};
+  std::atomic<uint64_t> rejected_connections{0};
+  std::atomic<uint64_t> connected_clients{0};
+  std::atomic<uint64_t> commands_processed{0};
+  std::atomic<uint64_t> protocol_errors{0};
+  std::atomic<uint64_t> syncs{0};
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+
+  ServerStats Snapshot() const {
+    auto r = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+    return {r(connections_received), r(rejected_connections), r(connected_clients),
+            r(commands_processed),   r(protocol_errors),      r(syncs)};
+  }
+};
+
+}  // namespace pmrt::server
+
+#endif  // PMRT_TOOLS_SERVER_OPTIONS_H_

@@ -1,0 +1,581 @@
+#include "tools/server/server.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace pmrt::server {
+namespace {
+
+std::string Errno(const std::string& what) { return absl::StrCat(what, ": ", std::strerror(errno)); }
+
+void WakeFd(int fd) {
+  const uint64_t one = 1;
+  // An eventfd write fails only when the counter would overflow, i.e. a wake is pending anyway.
+  (void)!write(fd, &one, sizeof(one));
+}
+
+void DrainFd(int fd) {
+  uint64_t v;
+  (void)!read(fd, &v, sizeof(v));
+}
+
+constexpr char kMaxClientsReply[] = "-ERR max number of clients reached\r\n";
+
+}  // namespace
+
+// One client connection, owned by one worker.
+struct Server::Connection {
+  int fd = -1;
+  RespParser parser;
+  std::string out;  // encoded replies; out[out_pos..] not yet sent
+  size_t out_pos = 0;
+  bool waiting_sync = false;  // a PMRT.SYNC waits for sync_epoch; later commands wait too
+  uint64_t sync_epoch = 0;
+  bool close_after_write = false;  // QUIT or a protocol error: close once `out` is sent
+  bool closed = false;
+  uint32_t events = 0;            // the epoll interest registered now
+  std::vector<std::string> argv;  // the command being run (reused)
+
+  explicit Connection(int f, const RespLimits& limits) : fd(f), parser(limits) {}
+  size_t pending() const { return out.size() - out_pos; }
+};
+
+// Serves PMRT.SYNC: advances the epoch until the highest requested one is complete, then wakes
+// the workers, whose waiting connections check Manager::completed() themselves.
+class Server::Syncer {
+ public:
+  Syncer(epoch::Manager& epochs, std::function<void()> wake_all)
+      : epochs_(epochs), wake_all_(std::move(wake_all)) {}
+  ~Syncer() { Stop(); }
+
+  void Start() {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  // Asks that epoch e become complete; the workers are woken once it is (or an advance failed).
+  void Request(uint64_t e) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      wanted_ = std::max(wanted_, e);
+    }
+    cv_.notify_one();
+  }
+  // The first error of an advance made for a sync (sticky: the epoch layer's own failed mode).
+  absl::Status error() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return error_;
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> l(mu_);
+    while (true) {
+      cv_.wait(l, [&] { return stopping_ || wanted_ > served_; });
+      if (stopping_) return;
+      const uint64_t target = wanted_;
+      l.unlock();
+      // Manager::Sync's loop, for an epoch fixed when the command ran rather than now: an
+      // advance may also be made concurrently by the background advancer (they serialize).
+      absl::Status st;
+      while (st.ok() && epochs_.completed() < target) st = epochs_.Advance();
+      l.lock();
+      if (!st.ok() && error_.ok()) error_ = st;
+      served_ = target;
+      l.unlock();
+      wake_all_();
+      l.lock();
+    }
+  }
+
+  epoch::Manager& epochs_;
+  std::function<void()> wake_all_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t wanted_ = 0;  // highest epoch requested; guarded by mu_
+  uint64_t served_ = 0;  // highest epoch whose request was handled; guarded by mu_
+  bool stopping_ = false;
+  absl::Status error_;  // guarded by mu_
+  std::thread thread_;
+};
+
+// A worker thread: one epoll instance, its connections, and an eventfd for new connections,
+// sync completions and Stop.
+class Server::Worker {
+ public:
+  Worker(Server& server) : server_(server), limit_(server.options_.output_limit) {}
+  ~Worker() {
+    if (epfd_ >= 0) close(epfd_);
+    if (wake_fd_ >= 0) close(wake_fd_);
+  }
+
+  absl::Status Init() {
+    epfd_ = epoll_create1(EPOLL_CLOEXEC);
+    if (epfd_ < 0) return absl::InternalError(Errno("pmrt serve: epoll_create1"));
+    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0) return absl::InternalError(Errno("pmrt serve: eventfd"));
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = nullptr;  // null marks the wake descriptor
+    if (epoll_ctl(epfd_, EPOLL_CTL_ADD, wake_fd_, &ev) != 0)
+      return absl::InternalError(Errno("pmrt serve: epoll_ctl(eventfd)"));
+    return absl::OkStatus();
+  }
+  void Start() {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  void Stop() {
+    stopping_.store(true, std::memory_order_release);  // pairs with the acquire in Loop
+    Wake();
+    if (thread_.joinable()) thread_.join();
+  }
+  // Hands a connected socket to this worker (any thread).
+  void Adopt(int fd) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      incoming_.push_back(fd);
+    }
+    Wake();
+  }
+  void Wake() { WakeFd(wake_fd_); }
+
+ private:
+  void Loop();
+  void AdoptIncoming();
+  void OnEvent(Connection& c, uint32_t ev);
+  bool CanRun(const Connection& c) const {
+    return !c.closed && !c.waiting_sync && !c.close_after_write && c.pending() <= limit_;
+  }
+  bool ReadInput(Connection& c);
+  void Drive(Connection& c);
+  bool Flush(Connection& c);
+  void Progress(Connection& c);
+  void UpdateInterest(Connection& c);
+  void Close(Connection& c);
+  void CheckSyncWaiters();
+  void CloseAll();
+
+  Server& server_;
+  const size_t limit_;
+  int epfd_ = -1;
+  int wake_fd_ = -1;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<int> incoming_;  // guarded by mu_
+  // Everything below is touched by the worker thread only.
+  std::unordered_map<Connection*, std::unique_ptr<Connection>> conns_;
+  std::vector<Connection*> waiters_;                 // connections in PMRT.SYNC
+  std::vector<std::unique_ptr<Connection>> closed_;  // freed after the event batch
+  char read_buf_[64 << 10];
+};
+
+void Server::Worker::Loop() {
+  constexpr int kMaxEvents = 256;
+  epoll_event events[kMaxEvents];
+  while (!stopping_.load(std::memory_order_acquire)) {
+    int n = epoll_wait(epfd_, events, kMaxEvents, -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      std::fprintf(stderr, "%s\n", Errno("pmrt serve: epoll_wait").c_str());
+      break;
+    }
+    for (int i = 0; i < n; ++i) {
+      auto* c = static_cast<Connection*>(events[i].data.ptr);
+      if (c == nullptr) {
+        DrainFd(wake_fd_);
+        AdoptIncoming();
+      } else if (!c->closed) {
+        OnEvent(*c, events[i].events);
+      }
+    }
+    CheckSyncWaiters();
+    closed_.clear();
+  }
+  CloseAll();
+}
+
+void Server::Worker::AdoptIncoming() {
+  std::vector<int> fds;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    fds.swap(incoming_);
+  }
+  for (int fd : fds) {
+    auto conn = std::make_unique<Connection>(fd, server_.options_.limits);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = conn.get();
+    if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      std::fprintf(stderr, "%s\n", Errno("pmrt serve: epoll_ctl(add)").c_str());
+      close(fd);
+      server_.counters_.connected_clients.fetch_sub(1, std::memory_order_relaxed);
+      continue;
+    }
+    conn->events = EPOLLIN;
+    Connection* raw = conn.get();
+    conns_.emplace(raw, std::move(conn));
+  }
+}
+
+void Server::Worker::OnEvent(Connection& c, uint32_t ev) {
+  if (ev & EPOLLERR) return Close(c);
+  // A hang-up while we are not reading (sync wait, full output): nobody will read the replies.
+  if ((ev & EPOLLHUP) && !(c.events & EPOLLIN)) return Close(c);
+  if ((ev & EPOLLOUT) && !Flush(c)) return;
+  if ((ev & (EPOLLIN | EPOLLHUP)) && !ReadInput(c)) return;
+  Progress(c);
+}
+
+bool Server::Worker::ReadInput(Connection& c) {
+  // At most 16 reads per event, so that one busy client cannot starve the others (epoll is
+  // level-triggered: what is left is reported again). Commands run after each read, which
+  // keeps the parser's buffer to about one read plus one partial command.
+  for (int i = 0; i < 16 && CanRun(c); ++i) {
+    ssize_t r = read(c.fd, read_buf_, sizeof(read_buf_));
+    if (r > 0) {
+      c.parser.Feed(read_buf_, static_cast<size_t>(r));
+      Drive(c);
+      if (static_cast<size_t>(r) < sizeof(read_buf_)) break;
+      continue;
+    }
+    if (r == 0) {
+      // The client closed (possibly mid-command): its partial command is dropped, nothing of
+      // it ran. Replies to complete commands are unwanted now.
+      Close(c);
+      return false;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+    Close(c);
+    return false;
+  }
+  return true;
+}
+
+void Server::Worker::Drive(Connection& c) {
+  if (c.out_pos > (64 << 10) && c.out_pos * 2 > c.out.size()) {
+    c.out.erase(0, c.out_pos);
+    c.out_pos = 0;
+  }
+  ServerCounters& counters = server_.counters_;
+  while (CanRun(c)) {
+    RespParser::Result r = c.parser.Next(&c.argv);
+    if (r == RespParser::kIncomplete) break;
+    if (r == RespParser::kError) {
+      // Redis's behaviour: the error, then the connection closes (its framing is lost).
+      AppendError(c.out, c.parser.error());
+      c.close_after_write = true;
+      counters.protocol_errors.fetch_add(1, std::memory_order_relaxed);
+      break;
+    }
+    counters.commands_processed.fetch_add(1, std::memory_order_relaxed);
+    uint64_t epoch = 0;
+    switch (server_.executor_->Execute(c.argv, &c.out, &epoch)) {
+      case Executor::After::kNone:
+        break;
+      case Executor::After::kClose:
+        c.close_after_write = true;
+        break;
+      case Executor::After::kSync:
+        c.waiting_sync = true;
+        c.sync_epoch = epoch;
+        waiters_.push_back(&c);
+        server_.syncer_->Request(epoch);
+        break;
+    }
+  }
+}
+
+bool Server::Worker::Flush(Connection& c) {
+  while (c.pending() > 0) {
+    ssize_t w = send(c.fd, c.out.data() + c.out_pos, c.pending(), MSG_NOSIGNAL);
+    if (w > 0) {
+      c.out_pos += static_cast<size_t>(w);
+      continue;
+    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    Close(c);  // EPIPE, ECONNRESET: the client is gone
+    return false;
+  }
+  if (c.pending() == 0) {
+    if (c.out.capacity() > (4u << 20)) {
+      std::string().swap(c.out);  // give back the memory of one large reply
+    } else {
+      c.out.clear();
+    }
+    c.out_pos = 0;
+    if (c.close_after_write) {
+      Close(c);
+      return false;
+    }
+  }
+  return true;
+}
+
+void Server::Worker::Progress(Connection& c) {
+  // Draining output may have unblocked the connection; running may produce output again.
+  for (int i = 0; i < 4 && !c.closed; ++i) {
+    Drive(c);
+    if (!Flush(c)) return;
+    if (!CanRun(c) || c.pending() > 0 || c.parser.buffered() == 0) break;
+  }
+  if (!c.closed) UpdateInterest(c);
+}
+
+void Server::Worker::UpdateInterest(Connection& c) {
+  uint32_t want = 0;
+  if (CanRun(c)) want |= EPOLLIN;
+  if (c.pending() > 0) want |= EPOLLOUT;
+  if (want == c.events) return;
+  epoll_event ev{};
+  ev.events = want;
+  ev.data.ptr = &c;
+  if (epoll_ctl(epfd_, EPOLL_CTL_MOD, c.fd, &ev) != 0) {
+    std::fprintf(stderr, "%s\n", Errno("pmrt serve: epoll_ctl(mod)").c_str());
+    Close(c);
+    return;
+  }
+  c.events = want;
+}
+
+void Server::Worker::Close(Connection& c) {
+  if (c.closed) return;
+  c.closed = true;
+  epoll_ctl(epfd_, EPOLL_CTL_DEL, c.fd, nullptr);
+  close(c.fd);
+  c.fd = -1;
+  if (c.waiting_sync)
+    waiters_.erase(std::remove(waiters_.begin(), waiters_.end(), &c), waiters_.end());
+  server_.counters_.connected_clients.fetch_sub(1, std::memory_order_relaxed);
+  auto it = conns_.find(&c);
+  if (it != conns_.end()) {
+    // Freed after the event batch: a later event of this batch may still name it.
+    closed_.push_back(std::move(it->second));
+    conns_.erase(it);
+  }
+}
+
+void Server::Worker::CheckSyncWaiters() {
+  if (waiters_.empty()) return;
+  const uint64_t completed = server_.kv_.epochs().completed();
+  std::vector<Connection*> ready;
+  for (Connection* c : waiters_) {
+    if (c->sync_epoch <= completed) ready.push_back(c);
+  }
+  absl::Status error;
+  if (ready.size() < waiters_.size()) {
+    error = server_.syncer_->error();
+    if (!error.ok()) ready = waiters_;  // no sync can succeed any more: answer them all
+  }
+  for (Connection* c : ready) {
+    waiters_.erase(std::remove(waiters_.begin(), waiters_.end(), c), waiters_.end());
+    c->waiting_sync = false;
+    if (c->sync_epoch <= completed) {
+      // Every epoch up to sync_epoch is durably complete: the writes acknowledged before the
+      // PMRT.SYNC ran are durable (see Executor::Sync).
+      AppendSimple(c->out, "OK");
+      server_.counters_.syncs.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      AppendError(c->out, absl::StrCat("ERR PMRT.SYNC failed, writes may not be durable: ",
+                                       error.ToString()));
+    }
+    Progress(*c);
+  }
+}
+
+void Server::Worker::CloseAll() {
+  for (auto& [raw, conn] : conns_) {
+    if (conn->pending() > 0) {
+      // Best effort, without waiting: a reply that does not fit the socket buffer is dropped.
+      (void)!send(conn->fd, conn->out.data() + conn->out_pos, conn->pending(),
+                  MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    close(conn->fd);
+    server_.counters_.connected_clients.fetch_sub(1, std::memory_order_relaxed);
+  }
+  conns_.clear();
+  waiters_.clear();
+  std::lock_guard<std::mutex> l(mu_);
+  for (int fd : incoming_) {
+    close(fd);
+    server_.counters_.connected_clients.fetch_sub(1, std::memory_order_relaxed);
+  }
+  incoming_.clear();
+}
+
+Server::Server(tools::KvStore& kv, ServerOptions options) : kv_(kv), options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Create(tools::KvStore& kv, ServerOptions options) {
+  if (options.threads <= 0) options.threads = std::max(1u, std::thread::hardware_concurrency());
+  if (options.port < 0 || options.port > 65535)
+    return absl::InvalidArgumentError(
+        absl::StrCat("pmrt serve: port ", options.port, " is not in 0..65535"));
+  if (options.max_clients <= 0)
+    return absl::InvalidArgumentError("pmrt serve: --max-clients must be positive");
+  const std::string host = options.bind == "localhost" ? "127.0.0.1" : options.bind;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(options.port));
+  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1)
+    return absl::InvalidArgumentError(
+        absl::StrCat("pmrt serve: --bind ", options.bind, " is not an IPv4 address"));
+  const std::string where = absl::StrCat(options.bind, ":", options.port);
+
+  std::unique_ptr<Server> s(new Server(kv, std::move(options)));
+  s->listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (s->listen_fd_ < 0) return absl::InternalError(Errno("pmrt serve: socket"));
+  int one = 1;
+  setsockopt(s->listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(s->listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+    return absl::UnavailableError(Errno(absl::StrCat("pmrt serve: cannot bind ", where)));
+  if (listen(s->listen_fd_, 4096) != 0)
+    return absl::UnavailableError(Errno(absl::StrCat("pmrt serve: cannot listen on ", where)));
+  socklen_t len = sizeof(addr);
+  if (getsockname(s->listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    return absl::InternalError(Errno("pmrt serve: getsockname"));
+  s->port_ = ntohs(addr.sin_port);
+  s->options_.port = s->port_;
+  s->stop_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (s->stop_fd_ < 0) return absl::InternalError(Errno("pmrt serve: eventfd"));
+  s->reserve_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  s->executor_ = std::make_unique<Executor>(kv, s->options_, s->counters_);
+  return s;
+}
+
+absl::Status Server::Start() {
+  if (started_) return absl::FailedPreconditionError("pmrt serve: already started");
+  syncer_ = std::make_unique<Syncer>(kv_.epochs(), [this] {
+    for (auto& w : workers_) w->Wake();
+  });
+  for (int i = 0; i < options_.threads; ++i) {
+    auto w = std::make_unique<Worker>(*this);
+    if (auto st = w->Init(); !st.ok()) return st;
+    workers_.push_back(std::move(w));
+  }
+  counters_.started = std::chrono::steady_clock::now();
+  syncer_->Start();
+  for (auto& w : workers_) w->Start();
+  acceptor_ = std::thread([this] { AcceptLoop(); });
+  started_ = true;
+  return absl::OkStatus();
+}
+
+void Server::AcceptLoop() {
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  if (ep < 0) {
+    std::fprintf(stderr, "%s\n", Errno("pmrt serve: epoll_create1").c_str());
+    return;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = listen_fd_;
+  epoll_ctl(ep, EPOLL_CTL_ADD, listen_fd_, &ev);
+  ev.data.fd = stop_fd_;
+  epoll_ctl(ep, EPOLL_CTL_ADD, stop_fd_, &ev);
+  bool stopping = false;
+  while (!stopping) {
+    epoll_event events[2];
+    int n = epoll_wait(ep, events, 2, -1);
+    if (n < 0 && errno != EINTR) {
+      std::fprintf(stderr, "%s\n", Errno("pmrt serve: epoll_wait").c_str());
+      break;
+    }
+    for (int i = 0; i < n; ++i) {
+      if (events[i].data.fd == stop_fd_) {
+        stopping = true;
+      } else {
+        Accept();
+      }
+    }
+  }
+  close(ep);
+}
+
+void Server::Accept() {
+  // Accepts every pending connection (level-triggered: a backlog left over is reported again).
+  for (int i = 0; i < 1024; ++i) {
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if ((errno == EMFILE || errno == ENFILE) && reserve_fd_ >= 0) {
+        // Out of descriptors: give up the spare one to accept and refuse this client, instead
+        // of leaving it in the backlog, where it would wake this loop forever.
+        close(reserve_fd_);
+        fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd >= 0) {
+          (void)!send(fd, kMaxClientsReply, sizeof(kMaxClientsReply) - 1,
+                      MSG_NOSIGNAL | MSG_DONTWAIT);
+          close(fd);
+          counters_.rejected_connections.fetch_add(1, std::memory_order_relaxed);
+        }
+        reserve_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        continue;
+      }
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        std::fprintf(stderr, "%s\n", Errno("pmrt serve: accept").c_str());
+      return;
+    }
+    counters_.connections_received.fetch_add(1, std::memory_order_relaxed);
+    if (counters_.connected_clients.load(std::memory_order_relaxed) >=
+        static_cast<uint64_t>(options_.max_clients)) {
+      (void)!send(fd, kMaxClientsReply, sizeof(kMaxClientsReply) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      close(fd);
+      counters_.rejected_connections.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    counters_.connected_clients.fetch_add(1, std::memory_order_relaxed);
+    workers_[next_worker_]->Adopt(fd);
+    next_worker_ = (next_worker_ + 1) % workers_.size();
+  }
+}
+
+void Server::Stop() {
+  if (started_) {
+    WakeFd(stop_fd_);
+    if (acceptor_.joinable()) acceptor_.join();
+    for (auto& w : workers_) w->Stop();
+    syncer_->Stop();
+    started_ = false;
+  }
+  for (int* fd : {&listen_fd_, &stop_fd_, &reserve_fd_}) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+  }
+}
+
+Server::~Server() {
+  Stop();
+  workers_.clear();  // before the syncer: its wake callback names them
+  syncer_.reset();
+}
+
+ServerStats Server::stats() const { return counters_.Snapshot(); }
+
+}  // namespace pmrt::server
