@@ -23,7 +23,9 @@
 namespace pmrt::server {
 namespace {
 
-std::string Errno(const std::string& what) { return absl::StrCat(what, ": ", std::strerror(errno)); }
+std::string Errno(const std::string& what) {
+  return absl::StrCat(what, ": ", std::strerror(errno));
+}
 
 void WakeFd(int fd) {
   const uint64_t one = 1;
@@ -170,7 +172,9 @@ class Server::Worker {
     return !c.closed && !c.waiting_sync && !c.close_after_write && c.pending() <= limit_;
   }
   bool ReadInput(Connection& c);
-  void Drive(Connection& c);
+  // Runs the connection's buffered commands while it can run; true when it stopped because
+  // the parser needs more input.
+  bool Drive(Connection& c);
   bool Flush(Connection& c);
   void Progress(Connection& c);
   void UpdateInterest(Connection& c);
@@ -263,8 +267,12 @@ bool Server::Worker::ReadInput(Connection& c) {
       continue;
     }
     if (r == 0) {
-      // The client closed (possibly mid-command): its partial command is dropped, nothing of
-      // it ran. Replies to complete commands are unwanted now.
+      // The client closed its side (possibly mid-command): a partial command is dropped,
+      // nothing of it ran. Replies already encoded get one non-blocking attempt (a client
+      // that half-closed may still read them), then the connection closes.
+      if (c.pending() > 0) {
+        (void)!send(c.fd, c.out.data() + c.out_pos, c.pending(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      }
       Close(c);
       return false;
     }
@@ -276,7 +284,7 @@ bool Server::Worker::ReadInput(Connection& c) {
   return true;
 }
 
-void Server::Worker::Drive(Connection& c) {
+bool Server::Worker::Drive(Connection& c) {
   if (c.out_pos > (64 << 10) && c.out_pos * 2 > c.out.size()) {
     c.out.erase(0, c.out_pos);
     c.out_pos = 0;
@@ -284,7 +292,7 @@ void Server::Worker::Drive(Connection& c) {
   ServerCounters& counters = server_.counters_;
   while (CanRun(c)) {
     RespParser::Result r = c.parser.Next(&c.argv);
-    if (r == RespParser::kIncomplete) break;
+    if (r == RespParser::kIncomplete) return true;
     if (r == RespParser::kError) {
       // Redis's behaviour: the error, then the connection closes (its framing is lost).
       AppendError(c.out, c.parser.error());
@@ -308,6 +316,7 @@ void Server::Worker::Drive(Connection& c) {
         break;
     }
   }
+  return false;
 }
 
 bool Server::Worker::Flush(Connection& c) {
@@ -338,11 +347,14 @@ bool Server::Worker::Flush(Connection& c) {
 }
 
 void Server::Worker::Progress(Connection& c) {
-  // Draining output may have unblocked the connection; running may produce output again.
-  for (int i = 0; i < 4 && !c.closed; ++i) {
-    Drive(c);
+  // Draining output may unblock the connection, and running may produce output again: go on
+  // until it waits for input, for the client to read, or for a sync. Every command buffered is
+  // run here or after a later event (EPOLLOUT, a sync's wake): input already read never waits
+  // for more input to arrive.
+  while (!c.closed) {
+    const bool needs_input = Drive(c);
     if (!Flush(c)) return;
-    if (!CanRun(c) || c.pending() > 0 || c.parser.buffered() == 0) break;
+    if (needs_input || !CanRun(c) || c.pending() > 0) break;
   }
   if (!c.closed) UpdateInterest(c);
 }

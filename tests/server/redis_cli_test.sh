@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The real Redis clients (Debian's redis-tools) against `pmrt serve`: redis-cli for each
+# command, redis-cli --scan, and redis-benchmark -t set,get with and without pipelining, with
+# zero errors and the values checked afterwards; then a clean SIGTERM shutdown.
+# Usage: redis_cli_test.sh PMRT_BINARY. Exit 77 (skipped) when redis-cli is not installed.
+set -euo pipefail
+pmrt=$1
+if ! command -v redis-cli >/dev/null || ! command -v redis-benchmark >/dev/null; then
+  echo "SKIP: redis-cli or redis-benchmark not installed (apt-get install redis-tools)"
+  exit 77
+fi
+base=/dev/shm
+[[ -d $base && -w $base ]] || base=${TMPDIR:-/tmp}
+dir=$(mktemp -d "$base/pmrt-redis-cli-XXXXXX")
+server_pid=
+cleanup() {
+  [[ -n $server_pid ]] && kill -9 "$server_pid" 2>/dev/null
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL: $*" >&2
+  [[ -f $dir/server.out ]] && sed 's/^/  server: /' "$dir/server.out" >&2
+  exit 1
+}
+
+"$pmrt" serve "$dir/kv.pool" --create-size 256M --port 0 >"$dir/server.out" 2>&1 &
+server_pid=$!
+port=
+for _ in $(seq 600); do
+  port=$(sed -n 's/.*listening on [0-9.]*:\([0-9]*\),.*/\1/p' "$dir/server.out")
+  [[ -n $port ]] && break
+  kill -0 "$server_pid" 2>/dev/null || fail "the server exited"
+  sleep 0.1
+done
+[[ -n $port ]] || fail "no listening line"
+echo "server on port $port"
+
+cli() { redis-cli -p "$port" "$@"; }
+# expect WANT CMD...: the command's output (redis-cli's plain, non-tty format) is exactly WANT.
+expect() {
+  local want=$1
+  shift
+  local got
+  got=$(cli "$@" 2>&1) || fail "redis-cli $* exited with $?"
+  [[ $got == "$want" ]] || fail "redis-cli $*: got '$got', want '$want'"
+}
+
+expect PONG PING
+expect hello PING hello
+expect "a b" ECHO "a b"
+expect OK SET k1 v1
+expect v1 GET k1
+expect "" GET missing
+expect OK MSET k2 v2 k3 v3
+expect $'v1\n\nv3' MGET k1 nope k3
+expect 2 EXISTS k1 k2 nope
+expect 3 DBSIZE
+expect 1 DEL k2 nope
+expect 2 DBSIZE
+expect $'k1\nv1\nk3\nv3' PMRT.RANGE k "" LIMIT 10
+expect $'k1\nv1' PMRT.RANGE k1 k3
+expect save CONFIG GET save
+expect $'appendonly\nno' CONFIG GET appendonly
+expect OK PMRT.SYNC
+expect OK SELECT 0
+expect "ERR unknown command 'NOSUCHCMD'" NOSUCHCMD a b
+expect "ERR wrong number of arguments for 'get' command" GET
+cli INFO | grep -q '^epoch_completed:' || fail "INFO has no epoch_completed"
+cli INFO | grep -q '^pool_path:' || fail "INFO has no pool_path"
+cli INFO | grep -q '^heap_used_bytes:' || fail "INFO has no heap_used_bytes"
+cli INFO keyspace | grep -q '^db0:keys=2' || fail "INFO keyspace"
+
+# SCAN through redis-cli's own cursor loop, with and without a pattern.
+for i in $(seq 1 300); do echo "SET scan:$i x"; done | cli >/dev/null
+n=$(cli --scan | grep -c '^scan:') || true
+[[ $n == 300 ]] || fail "redis-cli --scan found $n of 300 keys"
+n=$(cli --scan --pattern 'scan:1*' | wc -l)
+[[ $n == 111 ]] || fail "redis-cli --scan --pattern found $n of 111 keys"
+
+# redis-benchmark: zero errors, and the values landed.
+expect OK FLUSHALL
+for pipeline in 16 1; do
+  out=$(redis-benchmark -p "$port" -t set,get -n 20000 -P $pipeline -r 1000 -q 2>&1) ||
+    fail "redis-benchmark -P $pipeline exited with $?: $out"
+  echo "$out" | tr '\r' '\n' | grep -E '^(SET|GET):' | grep -v rps= || true
+  if echo "$out" | grep -qi 'error'; then fail "redis-benchmark -P $pipeline: $out"; fi
+  echo "$out" | grep -q 'SET: [0-9]' || fail "redis-benchmark -P $pipeline printed no SET result"
+  echo "$out" | grep -q 'GET: [0-9]' || fail "redis-benchmark -P $pipeline printed no GET result"
+done
+keys=$(cli DBSIZE)
+((keys > 900 && keys <= 1000)) || fail "after redis-benchmark -r 1000: DBSIZE is $keys"
+v=$(cli GET key:000000000042)
+[[ ${#v} == 3 ]] || fail "GET key:000000000042 after redis-benchmark: '$v'"
+expect OK PMRT.SYNC
+
+kill -TERM "$server_pid"
+wait "$server_pid" || fail "the server exited with $? after SIGTERM"
+server_pid=
+grep -q 'closed cleanly' "$dir/server.out" || fail "no clean shutdown line"
+echo "PASS"

@@ -1,0 +1,280 @@
+#include "tests/server/resp_client.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace pmrt::server::testing {
+
+std::string Reply::ToString() const {
+  switch (type) {
+    case '+':
+      return "+" + str;
+    case '-':
+      return "-" + str;
+    case ':':
+      return absl::StrCat(":", integer);
+    case '$':
+      return null ? "(nil)" : "\"" + str + "\"";
+    case '*': {
+      if (null) return "(nil array)";
+      std::vector<std::string> parts;
+      for (const Reply& e : elements) parts.push_back(e.ToString());
+      return "[" + absl::StrJoin(parts, ", ") + "]";
+    }
+    default:
+      return "(no reply)";
+  }
+}
+
+std::string Encode(const std::vector<std::string>& argv) {
+  std::string s = absl::StrCat("*", argv.size(), "\r\n");
+  for (const std::string& a : argv) absl::StrAppend(&s, "$", a.size(), "\r\n", a, "\r\n");
+  return s;
+}
+
+Client::Client(int port) {
+  fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) return;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd_);
+    fd_ = -1;
+    return;
+  }
+  int one = 1;
+  setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+Client::Client(Client&& o) noexcept : fd_(o.fd_), buf_(std::move(o.buf_)), pos_(o.pos_) {
+  o.fd_ = -1;
+}
+
+Client::~Client() { Close(); }
+
+void Client::Close() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+}
+
+void Client::ShutdownWrite() {
+  if (fd_ >= 0) shutdown(fd_, SHUT_WR);
+}
+
+bool Client::Send(std::string_view bytes) {
+  while (!bytes.empty()) {
+    ssize_t w = send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    bytes.remove_prefix(static_cast<size_t>(w));
+  }
+  return true;
+}
+
+bool Client::Fill(int timeout_ms) {
+  if (fd_ < 0) return false;
+  pollfd p{fd_, POLLIN, 0};
+  int r;
+  do {
+    r = poll(&p, 1, timeout_ms);
+  } while (r < 0 && errno == EINTR);
+  if (r <= 0) return false;
+  char tmp[64 << 10];
+  ssize_t n;
+  do {
+    n = recv(fd_, tmp, sizeof(tmp), 0);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) return false;
+  if (pos_ > 0 && pos_ == buf_.size()) {
+    buf_.clear();
+    pos_ = 0;
+  }
+  buf_.append(tmp, static_cast<size_t>(n));
+  return true;
+}
+
+namespace {
+constexpr int kIncomplete = -1;
+}
+
+// Parses one reply at *pos; nullopt with *pos == kIncomplete-marker handled by the caller.
+std::optional<Reply> Client::Parse(size_t* pos, int depth) {
+  if (depth > 8) return std::nullopt;
+  size_t eol = buf_.find("\r\n", *pos);
+  if (eol == std::string::npos) {
+    *pos = static_cast<size_t>(kIncomplete);
+    return std::nullopt;
+  }
+  Reply r;
+  r.type = buf_[*pos];
+  std::string line = buf_.substr(*pos + 1, eol - *pos - 1);
+  *pos = eol + 2;
+  switch (r.type) {
+    case '+':
+    case '-':
+      r.str = line;
+      return r;
+    case ':':
+      if (!absl::SimpleAtoi(line, &r.integer)) return std::nullopt;
+      return r;
+    case '$': {
+      int64_t n;
+      if (!absl::SimpleAtoi(line, &n)) return std::nullopt;
+      if (n < 0) {
+        r.null = true;
+        return r;
+      }
+      if (buf_.size() - *pos < static_cast<size_t>(n) + 2) {
+        *pos = static_cast<size_t>(kIncomplete);
+        return std::nullopt;
+      }
+      r.str = buf_.substr(*pos, static_cast<size_t>(n));
+      *pos += static_cast<size_t>(n) + 2;
+      return r;
+    }
+    case '*': {
+      int64_t n;
+      if (!absl::SimpleAtoi(line, &n)) return std::nullopt;
+      if (n < 0) {
+        r.null = true;
+        return r;
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        auto e = Parse(pos, depth + 1);
+        if (!e) return std::nullopt;
+        r.elements.push_back(std::move(*e));
+      }
+      return r;
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
+std::optional<Reply> Client::Read(int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    size_t pos = pos_;
+    if (pos < buf_.size()) {
+      auto r = Parse(&pos, 0);
+      if (r) {
+        pos_ = pos;
+        return r;
+      }
+      if (pos != static_cast<size_t>(kIncomplete)) return std::nullopt;  // malformed
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0 || !Fill(static_cast<int>(left.count()))) return std::nullopt;
+  }
+}
+
+std::optional<Reply> Client::Call(const std::vector<std::string>& argv) {
+  if (!Send(Encode(argv))) return std::nullopt;
+  return Read();
+}
+
+bool Client::WaitClosed(int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    char tmp[64 << 10];
+    ssize_t n = recv(fd_, tmp, sizeof(tmp), 0);
+    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) return true;
+  }
+}
+
+ServerProcess::ServerProcess(const std::string& binary, const std::string& pool,
+                             const std::vector<std::string>& extra) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return;
+  std::vector<std::string> args = {binary, "serve", pool, "--port", "0"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  pid_ = fork();
+  if (pid_ == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  out_fd_ = fds[0];
+  if (pid_ < 0) return;
+  // Reads the listening line: "pmrt serve: listening on 127.0.0.1:PORT, ...".
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (output_.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{out_fd_, POLLIN, 0};
+    if (poll(&p, 1, 1000) <= 0) continue;
+    char tmp[4096];
+    ssize_t n = read(out_fd_, tmp, sizeof(tmp));
+    if (n <= 0) break;
+    output_.append(tmp, static_cast<size_t>(n));
+  }
+  const std::string marker = "listening on ";
+  size_t at = output_.find(marker);
+  if (at == std::string::npos) return;
+  size_t colon = output_.find(':', at + marker.size());
+  size_t comma = output_.find(',', colon);
+  if (colon == std::string::npos || comma == std::string::npos) return;
+  int port;
+  if (absl::SimpleAtoi(output_.substr(colon + 1, comma - colon - 1), &port)) port_ = port;
+}
+
+ServerProcess::~ServerProcess() {
+  Kill();
+  if (out_fd_ >= 0) close(out_fd_);
+}
+
+void ServerProcess::Kill() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  int status;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+}
+
+int ServerProcess::Terminate() {
+  if (pid_ <= 0) return -1;
+  kill(pid_, SIGTERM);
+  int status;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+uint64_t RaiseFileLimit() {
+  rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  return rl.rlim_cur;
+}
+
+}  // namespace pmrt::server::testing

@@ -1,0 +1,273 @@
+// Protocol fuzzing (seeded, bounded): random command streams, encoded as multibulk or inline,
+// then mutated (flipped, inserted, deleted, duplicated bytes, rewritten lengths, truncation),
+// go (1) to the parser in random pieces, which must never crash, overread (ASan) or return a
+// command beyond its limits, and must agree with a one-piece parse; and (2) to a live server
+// over sockets, which must answer or close each connection and afterwards still answer PING
+// on a fresh connection with every key it acknowledged before the fuzzing intact, and pass
+// the tree's and heap's checks.
+//
+// PMRT_SERVER_FUZZ_CASES scales both (default: 20000 parser streams, 1/20 of that live).
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/server/resp_client.h"
+#include "tests/util/test_util.h"
+#include "tools/kv_store.h"
+#include "tools/server/resp.h"
+#include "tools/server/server.h"
+
+namespace pmrt::server {
+namespace {
+
+using Rng = std::mt19937_64;
+
+int Cases() {
+  const char* e = std::getenv("PMRT_SERVER_FUZZ_CASES");
+  int n = e != nullptr ? std::atoi(e) : 0;
+  return n > 0 ? n : 20000;
+}
+
+size_t Uniform(Rng& rng, size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); }
+
+std::string RandomBytes(Rng& rng, size_t n, bool printable) {
+  std::string s(n, 'x');
+  for (char& c : s)
+    c = printable ? static_cast<char>('a' + Uniform(rng, 26))
+                  : static_cast<char>(Uniform(rng, 256));
+  return s;
+}
+
+std::vector<std::string> RandomCommand(Rng& rng) {
+  auto key = [&] { return absl::StrCat("f:", Uniform(rng, 40)); };
+  auto value = [&] {
+    return RandomBytes(rng, Uniform(rng, 8) == 0 ? Uniform(rng, 5000) : Uniform(rng, 40),
+                       Uniform(rng, 2) == 0);
+  };
+  switch (Uniform(rng, 18)) {
+    case 0:
+      return {"SET", key(), value()};
+    case 1:
+      return {"GET", key()};
+    case 2:
+      return {"DEL", key(), key()};
+    case 3:
+      return {"MSET", key(), value(), key(), value()};
+    case 4:
+      return {"MGET", key(), key(), key()};
+    case 5:
+      return {"EXISTS", key()};
+    case 6:
+      return {"PING"};
+    case 7:
+      return {"ECHO", value()};
+    case 8:
+      return {"SCAN", "0", "COUNT", absl::StrCat(1 + Uniform(rng, 20)), "MATCH", "f:*"};
+    case 9:
+      return {"PMRT.RANGE", "f:", "f;", "LIMIT", absl::StrCat(1 + Uniform(rng, 50))};
+    case 10:
+      return {"DBSIZE"};
+    case 11:
+      return {"INFO", Uniform(rng, 2) ? "keyspace" : "epoch"};
+    case 12:
+      return {"CONFIG", "GET", "*"};
+    case 13:
+      return {"SETNX", key(), value()};
+    case 14:
+      return {"PMRT.SYNC"};
+    case 15:
+      return {Uniform(rng, 2) ? "QUIT" : "SELECT", "0"};
+    case 16:
+      return {"COMMAND", "DOCS"};
+    default:
+      return {RandomBytes(rng, 1 + Uniform(rng, 10), true), value()};
+  }
+}
+
+std::string EncodeInline(const std::vector<std::string>& argv) {
+  std::string s;
+  for (const std::string& a : argv) {
+    s += s.empty() ? "\"" : " \"";
+    for (char c : a) {
+      if (c == '"' || c == '\\') {
+        s += '\\';
+        s += c;
+      } else if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) {
+        static const char kHex[] = "0123456789abcdef";
+        s += "\\x";
+        s += kHex[(c >> 4) & 15];
+        s += kHex[c & 15];
+      } else {
+        s += c;
+      }
+    }
+    s += '"';
+  }
+  return s + "\r\n";
+}
+
+std::string RandomStream(Rng& rng) {
+  std::string s;
+  const size_t n = 1 + Uniform(rng, 12);
+  for (size_t i = 0; i < n; ++i) {
+    auto argv = RandomCommand(rng);
+    size_t bytes = 0;
+    for (const std::string& a : argv) bytes += a.size();
+    // Inline only while the escaped line stays under the inline limit (4 bytes per byte).
+    s += bytes < 900 && Uniform(rng, 4) == 0 ? EncodeInline(argv) : testing::Encode(argv);
+  }
+  return s;
+}
+
+void Mutate(Rng& rng, std::string& s) {
+  const size_t n = 1 + Uniform(rng, 4);
+  for (size_t i = 0; i < n && !s.empty(); ++i) {
+    const size_t at = Uniform(rng, s.size());
+    switch (Uniform(rng, 7)) {
+      case 0:
+        s[at] = static_cast<char>(s[at] ^ (1 << Uniform(rng, 8)));
+        break;
+      case 1:
+        s.insert(at, 1, static_cast<char>(Uniform(rng, 256)));
+        break;
+      case 2:
+        s.erase(at, 1 + Uniform(rng, 16));
+        break;
+      case 3:
+        s.insert(at, s.substr(at, 1 + Uniform(rng, 64)));
+        break;
+      case 4: {  // rewrite the next length field
+        size_t h = s.find_first_of("*$", at);
+        if (h == std::string::npos) break;
+        static const char* kLengths[] = {
+            "-1", "-2", "0", "99999999999",          "1048577", "1000000",
+            "7",  "",   "x", "18446744073709551616", "+3"};
+        size_t end = s.find("\r\n", h);
+        if (end == std::string::npos) end = s.size();
+        s.replace(h + 1, end - h - 1, kLengths[Uniform(rng, std::size(kLengths))]);
+        break;
+      }
+      case 5:
+        s.resize(at);
+        break;
+      default:
+        s.insert(at, Uniform(rng, 2) ? "\r\n" : "\n");
+        break;
+    }
+  }
+}
+
+TEST(ServerFuzz, Parser) {
+  Rng rng(20261130);
+  RespLimits limits;
+  limits.max_bulk = 1 << 20;
+  limits.max_args = 1000;
+  limits.max_inline = 4096;
+  const int cases = Cases();
+  std::vector<std::string> argv;
+  for (int c = 0; c < cases; ++c) {
+    std::string stream = RandomStream(rng);
+    const bool mutated = Uniform(rng, 4) != 0;
+    if (mutated) Mutate(rng, stream);
+    // The reference: one piece. Exact copies of the stream into separate heap blocks make
+    // ASan catch any read past what was fed.
+    std::vector<std::vector<std::string>> whole;
+    RespParser::Result whole_end;
+    {
+      RespParser p(limits);
+      p.Feed(stream);
+      while ((whole_end = p.Next(&argv)) == RespParser::kCommand) whole.push_back(argv);
+    }
+    RespParser p(limits);
+    std::vector<std::vector<std::string>> pieces;
+    RespParser::Result r = RespParser::kIncomplete;
+    for (size_t at = 0; at < stream.size() && r != RespParser::kError;) {
+      const size_t len = 1 + Uniform(rng, std::min<size_t>(stream.size() - at, 64));
+      auto piece = std::make_unique<char[]>(len);
+      std::copy(stream.data() + at, stream.data() + at + len, piece.get());
+      p.Feed(piece.get(), len);
+      at += len;
+      while ((r = p.Next(&argv)) == RespParser::kCommand) {
+        ASSERT_FALSE(argv.empty());
+        ASSERT_LE(argv.size(), limits.max_args);
+        for (const std::string& a : argv) ASSERT_LE(a.size(), limits.max_bulk);
+        pieces.push_back(argv);
+      }
+    }
+    if (r == RespParser::kError) {
+      ASSERT_EQ(p.Next(&argv), RespParser::kError);
+      ASSERT_TRUE(p.failed());
+    }
+    // The split never changes what is parsed (the error, if any, comes at the same command).
+    ASSERT_EQ(pieces, whole) << "case " << c;
+    ASSERT_EQ(r == RespParser::kError, whole_end == RespParser::kError) << "case " << c;
+    if (!mutated) {
+      ASSERT_EQ(r, RespParser::kIncomplete) << p.error();
+    }
+  }
+}
+
+TEST(ServerFuzz, LiveServer) {
+  pmrt::testing::TempDir dir;
+  tools::KvStoreOptions kv_opt;
+  kv_opt.create_size = 128 << 20;
+  auto kv = tools::KvStore::Open(dir.File("kv.pool"), kv_opt);
+  ASSERT_THAT(kv, pmrt::testing::IsOk());
+  ServerOptions opt;
+  opt.port = 0;
+  opt.threads = 2;
+  opt.limits.max_bulk = 1 << 20;
+  opt.limits.max_args = 1000;
+  opt.limits.max_inline = 4096;
+  auto server = Server::Create(**kv, opt);
+  ASSERT_THAT(server, pmrt::testing::IsOk());
+  ASSERT_THAT((*server)->Start(), pmrt::testing::IsOk());
+  const int port = (*server)->port();
+
+  // Acknowledged keys the fuzzing never names (its keys are "f:N").
+  {
+    testing::Client c(port);
+    for (int i = 0; i < 100; ++i) {
+      auto r = c.Call({"SET", absl::StrCat("fixed:", i), absl::StrCat("value-", i)});
+      ASSERT_TRUE(r && r->IsOk());
+    }
+  }
+  Rng rng(7);
+  const int cases = std::max(20, Cases() / 20);
+  for (int c = 0; c < cases; ++c) {
+    std::string stream = RandomStream(rng);
+    if (Uniform(rng, 4) != 0) Mutate(rng, stream);
+    testing::Client client(port);
+    ASSERT_TRUE(client.connected()) << "case " << c;
+    const bool abandon = Uniform(rng, 8) == 0;  // disconnect without reading anything
+    for (size_t at = 0; at < stream.size();) {
+      const size_t len = 1 + Uniform(rng, std::min<size_t>(stream.size() - at, 512));
+      if (!client.Send(std::string_view(stream).substr(at, len))) break;  // QUIT, error close
+      at += len;
+    }
+    if (abandon) continue;
+    client.ShutdownWrite();
+    ASSERT_TRUE(client.WaitClosed()) << "case " << c << ": the server did not close";
+  }
+
+  testing::Client fresh(port);
+  auto pong = fresh.Call({"PING"});
+  ASSERT_TRUE(pong);
+  EXPECT_EQ(pong->ToString(), "+PONG");
+  for (int i = 0; i < 100; ++i) {
+    auto r = fresh.Call({"GET", absl::StrCat("fixed:", i)});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->str, absl::StrCat("value-", i));
+  }
+  (*server)->Stop();
+  EXPECT_THAT((*kv)->tree().CheckInvariants(), pmrt::testing::IsOk());
+  EXPECT_THAT((*kv)->heap().Check(), pmrt::testing::IsOk());
+  EXPECT_THAT((*kv)->Close(), pmrt::testing::IsOk());
+}
+
+}  // namespace
+}  // namespace pmrt::server

@@ -1,0 +1,373 @@
+// The server in-process (tools/server/server.h) over real sockets: each command's exact reply,
+// pipelining, PMRT.SYNC, and bad input: oversized and negative lengths, garbage, a client that
+// disconnects mid-command, a slow reader, thousands of idle connections, --max-clients. After
+// each bad client the server must still serve a fresh connection and have lost nothing.
+#include "tools/server/server.h"
+
+#include <sys/socket.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/server/resp_client.h"
+#include "tests/util/test_util.h"
+#include "tools/kv_store.h"
+#include "tools/server/commands.h"
+
+namespace pmrt::server {
+namespace {
+
+using testing::Client;
+using ::testing::HasSubstr;
+using testing::Reply;
+using ::testing::StartsWith;
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { StartServer({}); }
+  void TearDown() override { StopServer(); }
+
+  void StartServer(ServerOptions opt) {
+    tools::KvStoreOptions kv_opt;
+    kv_opt.create_size = 128 << 20;
+    auto kv = tools::KvStore::Open(dir_.File("kv.pool"), kv_opt);
+    ASSERT_THAT(kv, pmrt::testing::IsOk());
+    kv_ = std::move(*kv);
+    opt.port = 0;
+    opt.threads = 2;
+    auto s = Server::Create(*kv_, opt);
+    ASSERT_THAT(s, pmrt::testing::IsOk());
+    server_ = std::move(*s);
+    ASSERT_THAT(server_->Start(), pmrt::testing::IsOk());
+  }
+  void StopServer() {
+    if (server_) server_->Stop();
+    server_.reset();
+    if (kv_) {
+      EXPECT_THAT(kv_->tree().CheckInvariants(), pmrt::testing::IsOk());
+      EXPECT_THAT(kv_->heap().Check(), pmrt::testing::IsOk());
+      EXPECT_THAT(kv_->Close(), pmrt::testing::IsOk());
+    }
+    kv_.reset();
+  }
+  Client Connect() {
+    Client c(server_->port());
+    EXPECT_TRUE(c.connected());
+    return c;
+  }
+  std::string Call(Client& c, const std::vector<std::string>& argv) {
+    auto r = c.Call(argv);
+    return r ? r->ToString() : "(no reply)";
+  }
+  // A fresh connection answers PING and the sentinel key is intact.
+  void ExpectHealthy() {
+    Client c = Connect();
+    EXPECT_EQ(Call(c, {"PING"}), "+PONG");
+    EXPECT_EQ(Call(c, {"GET", "sentinel"}), "\"kept\"");
+  }
+
+  pmrt::testing::TempDir dir_;
+  std::unique_ptr<tools::KvStore> kv_;
+  std::unique_ptr<Server> server_;
+};
+
+TEST_F(ServerTest, EveryCommand) {
+  Client c = Connect();
+  EXPECT_EQ(Call(c, {"PING"}), "+PONG");
+  EXPECT_EQ(Call(c, {"ping", "hi"}), "\"hi\"");
+  EXPECT_EQ(Call(c, {"ECHO", std::string("a\0b", 3)}), "\"" + std::string("a\0b", 3) + "\"");
+  EXPECT_EQ(Call(c, {"SET", "k1", "v1"}), "+OK");
+  EXPECT_EQ(Call(c, {"GET", "k1"}), "\"v1\"");
+  EXPECT_EQ(Call(c, {"GET", "nope"}), "(nil)");
+  EXPECT_EQ(Call(c, {"SET", "k1", "v2", "NX"}), "(nil)");
+  EXPECT_EQ(Call(c, {"SET", "k2", "v2", "nx"}), "+OK");
+  EXPECT_EQ(Call(c, {"SETNX", "k2", "x"}), ":0");
+  EXPECT_EQ(Call(c, {"SETNX", "k3", "v3"}), ":1");
+  EXPECT_THAT(Call(c, {"SET", "k1", "v", "XX"}), HasSubstr("not supported"));
+  EXPECT_THAT(Call(c, {"SET", "k1", "v", "EX", "10"}), HasSubstr("not supported"));
+  EXPECT_EQ(Call(c, {"SET", "k1", "v", "bogus"}), "-ERR syntax error");
+  EXPECT_EQ(Call(c, {"MSET", "a", "1", "b", "2"}), "+OK");
+  EXPECT_THAT(Call(c, {"MSET", "a", "1", "b"}), HasSubstr("wrong number of arguments"));
+  EXPECT_EQ(Call(c, {"MGET", "a", "zz", "b"}), "[\"1\", (nil), \"2\"]");
+  EXPECT_EQ(Call(c, {"EXISTS", "a", "a", "zz"}), ":2");
+  EXPECT_EQ(Call(c, {"DBSIZE"}), ":5");
+  EXPECT_EQ(Call(c, {"DEL", "a", "zz", "b"}), ":2");
+  EXPECT_EQ(Call(c, {"UNLINK", "a"}), ":0");
+  EXPECT_EQ(Call(c, {"DBSIZE"}), ":3");
+  EXPECT_EQ(Call(c, {"PMRT.RANGE", "k1", "k3"}), "[\"k1\", \"v1\", \"k2\", \"v2\"]");
+  EXPECT_EQ(Call(c, {"PMRT.RANGE", "k2", ""}), "[\"k2\", \"v2\", \"k3\", \"v3\"]");
+  EXPECT_EQ(Call(c, {"PMRT.RANGE", "", "", "LIMIT", "1"}), "[\"k1\", \"v1\"]");
+  EXPECT_THAT(Call(c, {"PMRT.RANGE", "", "", "LIMIT", "0"}), HasSubstr("LIMIT must be"));
+  EXPECT_THAT(Call(c, {"PMRT.RANGE", "a", "b", "c"}), HasSubstr("syntax error"));
+  EXPECT_EQ(Call(c, {"CONFIG", "GET", "save"}), "[\"save\", \"\"]");
+  EXPECT_EQ(Call(c, {"CONFIG", "GET", "appendonly"}), "[\"appendonly\", \"no\"]");
+  EXPECT_EQ(Call(c, {"CONFIG", "GET", "nothing-like-this"}), "[]");
+  EXPECT_THAT(Call(c, {"CONFIG", "SET", "save", ""}), StartsWith("-ERR"));
+  auto info = c.Call({"INFO"});
+  ASSERT_TRUE(info);
+  for (const char* field :
+       {"# Pool", "pool_path:", "epoch_current:", "epoch_completed:", "epoch_advances:",
+        "heap_used_bytes:", "heap_free_bytes:", "db0:keys=3", "connected_clients:1"}) {
+    EXPECT_THAT(info->str, HasSubstr(field));
+  }
+  info = c.Call({"INFO", "keyspace"});
+  ASSERT_TRUE(info);
+  EXPECT_THAT(info->str, StartsWith("# Keyspace"));
+  EXPECT_THAT(info->str, ::testing::Not(HasSubstr("# Pool")));
+  EXPECT_EQ(Call(c, {"COMMAND", "DOCS"}), "[]");
+  EXPECT_EQ(Call(c, {"SELECT", "0"}), "+OK");
+  EXPECT_THAT(Call(c, {"SELECT", "1"}), StartsWith("-ERR DB index"));
+  EXPECT_EQ(Call(c, {"PMRT.SYNC"}), "+OK");
+  EXPECT_EQ(Call(c, {"NOSUCH", "x"}), "-ERR unknown command 'NOSUCH'");
+  EXPECT_THAT(Call(c, {"GET"}), "-ERR wrong number of arguments for 'get' command");
+  EXPECT_THAT(Call(c, {"SET", std::string(70000, 'k'), "v"}), HasSubstr("key too long"));
+  EXPECT_EQ(Call(c, {"FLUSHALL"}), "+OK");
+  EXPECT_EQ(Call(c, {"DBSIZE"}), ":0");
+  EXPECT_EQ(Call(c, {"QUIT"}), "+OK");
+  EXPECT_TRUE(c.WaitClosed());
+}
+
+TEST_F(ServerTest, ScanVisitsEveryKeyOnceInOrder) {
+  Client c = Connect();
+  std::string batch;
+  for (int i = 0; i < 1000; ++i)
+    batch += testing::Encode({"SET", absl::StrCat("key:", 10000 + i), "v"});
+  ASSERT_TRUE(c.Send(batch));
+  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(c.Read());
+  std::vector<std::string> seen;
+  std::string cursor = "0";
+  do {
+    auto r = c.Call({"SCAN", cursor, "COUNT", "37"});
+    ASSERT_TRUE(r && r->type == '*' && r->elements.size() == 2) << (r ? r->ToString() : "");
+    cursor = r->elements[0].str;
+    for (const Reply& k : r->elements[1].elements) seen.push_back(k.str);
+  } while (cursor != "0");
+  ASSERT_EQ(seen.size(), 1000u);
+  for (int i = 0; i < 1000; ++i) EXPECT_EQ(seen[i], absl::StrCat("key:", 10000 + i));
+  // MATCH filters the examined keys.
+  auto r = c.Call({"SCAN", "0", "MATCH", "key:1000?", "COUNT", "1000"});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->elements[1].elements.size(), 10u);
+  EXPECT_THAT(Call(c, {"SCAN", "12345"}), StartsWith("-ERR invalid cursor"));
+  EXPECT_THAT(Call(c, {"SCAN", "abc"}), StartsWith("-ERR invalid cursor"));
+}
+
+TEST_F(ServerTest, PipelinedAndInline) {
+  Client c = Connect();
+  std::string batch;
+  for (int i = 0; i < 5000; ++i) {
+    batch += testing::Encode({"SET", absl::StrCat("p", i), absl::StrCat("v", i)});
+    batch += testing::Encode({"GET", absl::StrCat("p", i)});
+  }
+  ASSERT_TRUE(c.Send(batch));
+  for (int i = 0; i < 5000; ++i) {
+    auto set = c.Read();
+    auto get = c.Read();
+    ASSERT_TRUE(set && get);
+    EXPECT_TRUE(set->IsOk());
+    EXPECT_EQ(get->str, absl::StrCat("v", i));
+  }
+  ASSERT_TRUE(c.Send("SET inl \"a b\"\r\nGET inl\nPING\r\n"));
+  EXPECT_EQ(c.Read()->ToString(), "+OK");
+  EXPECT_EQ(c.Read()->ToString(), "\"a b\"");
+  EXPECT_EQ(c.Read()->ToString(), "+PONG");
+}
+
+TEST_F(ServerTest, SyncMakesEarlierWritesDurable) {
+  Client a = Connect();
+  Client b = Connect();
+  EXPECT_EQ(Call(a, {"SET", "x", "1"}), "+OK");
+  const uint64_t before = kv_->epochs().current();
+  // b's sync covers a's acknowledged write.
+  EXPECT_EQ(Call(b, {"PMRT.SYNC"}), "+OK");
+  EXPECT_GE(kv_->epochs().completed(), before);
+  // Commands pipelined after a sync wait for it and keep their order.
+  ASSERT_TRUE(b.Send(testing::Encode({"SET", "y", "2"}) + testing::Encode({"PMRT.SYNC"}) +
+                     testing::Encode({"GET", "y"})));
+  EXPECT_EQ(b.Read()->ToString(), "+OK");
+  EXPECT_EQ(b.Read()->ToString(), "+OK");
+  EXPECT_EQ(b.Read()->ToString(), "\"2\"");
+  EXPECT_EQ(server_->stats().syncs, 2u);
+}
+
+TEST_F(ServerTest, ProtocolErrorsCloseOnlyThatConnection) {
+  Client setter = Connect();
+  ASSERT_EQ(Call(setter, {"SET", "sentinel", "kept"}), "+OK");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"*2\r\n$3\r\nGET\r\n$999999999999\r\n", "invalid bulk length"},
+      {"*2\r\n$3\r\nGET\r\n$-7\r\n", "invalid bulk length"},
+      {"*99999999\r\n", "invalid multibulk length"},
+      {"*-99999999999999999999\r\n", "invalid multibulk length"},
+      {"*1\r\n+PING\r\n", "expected '$'"},
+      {"*1\r\n$4\r\nPINGxx", "expected CRLF"},
+      {"SET \"unbalanced\r\n", "unbalanced quotes"},
+      {std::string(70 << 10, 'g'), "too big inline request"},
+  };
+  for (const auto& [input, error] : cases) {
+    Client c = Connect();
+    ASSERT_TRUE(c.Send(input));
+    auto r = c.Read();
+    ASSERT_TRUE(r) << input.substr(0, 40);
+    EXPECT_TRUE(r->IsError());
+    EXPECT_THAT(r->str, HasSubstr("Protocol error: " + error));
+    EXPECT_TRUE(c.WaitClosed());
+    // The other connection is unaffected.
+    EXPECT_EQ(Call(setter, {"PING"}), "+PONG");
+  }
+  EXPECT_EQ(server_->stats().protocol_errors, cases.size());
+  ExpectHealthy();
+}
+
+TEST_F(ServerTest, DisconnectMidCommandRunsNothingOfIt) {
+  Client setter = Connect();
+  ASSERT_EQ(Call(setter, {"SET", "sentinel", "kept"}), "+OK");
+  for (size_t cut : {1, 5, 14, 20, 30, 40}) {
+    Client c = Connect();
+    const std::string full = testing::Encode({"SET", "half", std::string(1000, 'h')});
+    ASSERT_TRUE(c.Send(full.substr(0, cut)));
+    c.Close();
+  }
+  EXPECT_EQ(Call(setter, {"GET", "half"}), "(nil)");
+  // A complete command before the cut runs; the partial one after it does not.
+  {
+    Client c = Connect();
+    ASSERT_TRUE(c.Send(testing::Encode({"SET", "whole", "1"}) + "*3\r\n$3\r\nSET\r\n$4\r\nhalf"));
+    EXPECT_EQ(c.Read()->ToString(), "+OK");
+  }
+  EXPECT_EQ(Call(setter, {"GET", "whole"}), "\"1\"");
+  EXPECT_EQ(Call(setter, {"GET", "half"}), "(nil)");
+  ExpectHealthy();
+}
+
+TEST_F(ServerTest, ThousandsOfIdleConnections) {
+  testing::RaiseFileLimit();
+  Client worker = Connect();
+  ASSERT_EQ(Call(worker, {"SET", "sentinel", "kept"}), "+OK");
+  std::vector<Client> idle;
+  for (int i = 0; i < 2000; ++i) {
+    idle.emplace_back(server_->port());
+    ASSERT_TRUE(idle.back().connected()) << i;
+    if (i % 500 == 0) {
+      EXPECT_EQ(Call(worker, {"SET", absl::StrCat("w", i), "x"}), "+OK");
+    }
+  }
+  // Every idle connection is live, and served in turn.
+  for (Client& c : idle) ASSERT_TRUE(c.Send(testing::Encode({"PING"})));
+  for (Client& c : idle) {
+    auto r = c.Read();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->ToString(), "+PONG");
+  }
+  EXPECT_EQ(Call(worker, {"GET", "w1500"}), "\"x\"");
+  EXPECT_GE(server_->stats().connected_clients, 2001u);
+  idle.clear();
+  ExpectHealthy();
+}
+
+TEST_F(ServerTest, SlowReaderDoesNotStallOthers) {
+  Client setter = Connect();
+  ASSERT_EQ(Call(setter, {"SET", "sentinel", "kept"}), "+OK");
+  ASSERT_EQ(Call(setter, {"SET", "big", std::string(1 << 20, 'b')}), "+OK");
+  // 64 MiB of replies requested, none read yet: the server stops reading this client once its
+  // output passes the limit, and keeps serving the other one.
+  Client slow = Connect();
+  std::string batch;
+  for (int i = 0; i < 64; ++i) batch += testing::Encode({"GET", "big"});
+  std::thread sender([&] { slow.Send(batch); });
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(Call(setter, {"PING"}), "+PONG");
+  for (int i = 0; i < 64; ++i) {
+    auto r = slow.Read();
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->str.size(), 1u << 20);
+  }
+  sender.join();
+  ExpectHealthy();
+}
+
+TEST_F(ServerTest, LargeValueRoundTrip) {
+  Client c = Connect();
+  const std::string v(8 << 20, 'L');
+  EXPECT_EQ(Call(c, {"SET", "large", v}), "+OK");
+  auto r = c.Call({"GET", "large"});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->str, v);
+}
+
+TEST(ServerLimits, MaxClientsRefusesTheRest) {
+  pmrt::testing::TempDir dir;
+  tools::KvStoreOptions kv_opt;
+  kv_opt.create_size = 32 << 20;
+  auto kv = tools::KvStore::Open(dir.File("kv.pool"), kv_opt);
+  ASSERT_THAT(kv, pmrt::testing::IsOk());
+  ServerOptions opt;
+  opt.port = 0;
+  opt.max_clients = 4;
+  opt.threads = 1;
+  auto server = Server::Create(**kv, opt);
+  ASSERT_THAT(server, pmrt::testing::IsOk());
+  ASSERT_THAT((*server)->Start(), pmrt::testing::IsOk());
+  std::vector<Client> clients;
+  for (int i = 0; i < 4; ++i) {
+    clients.emplace_back((*server)->port());
+    ASSERT_EQ(clients.back().Call({"PING"})->ToString(), "+PONG");
+  }
+  Client extra((*server)->port());
+  auto r = extra.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->ToString(), "-ERR max number of clients reached");
+  EXPECT_TRUE(extra.WaitClosed());
+  EXPECT_EQ((*server)->stats().rejected_connections, 1u);
+  // A slot frees when a client leaves.
+  clients.pop_back();
+  bool served = false;
+  for (int attempt = 0; attempt < 1000 && !served; ++attempt) {
+    Client again((*server)->port());
+    auto pong = again.Call({"PING"});
+    served = pong && pong->ToString() == "+PONG";
+    if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(served);
+  (*server)->Stop();
+}
+
+TEST(ServerLimits, BadOptions) {
+  pmrt::testing::TempDir dir;
+  tools::KvStoreOptions kv_opt;
+  kv_opt.create_size = 32 << 20;
+  auto kv = tools::KvStore::Open(dir.File("kv.pool"), kv_opt);
+  ASSERT_THAT(kv, pmrt::testing::IsOk());
+  ServerOptions opt;
+  opt.bind = "not-an-address";
+  EXPECT_THAT(Server::Create(**kv, opt).status().message(), HasSubstr("not-an-address"));
+  opt.bind = "127.0.0.1";
+  opt.port = 0;
+  auto first = Server::Create(**kv, opt);
+  ASSERT_THAT(first, pmrt::testing::IsOk());
+  opt.port = (*first)->port();
+  auto second = Server::Create(**kv, opt);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(GlobMatch, Patterns) {
+  EXPECT_TRUE(GlobMatch("*", ""));
+  EXPECT_TRUE(GlobMatch("a*c", "abbbc"));
+  EXPECT_FALSE(GlobMatch("a*c", "abbbd"));
+  EXPECT_TRUE(GlobMatch("a?c", "abc"));
+  EXPECT_TRUE(GlobMatch("[a-c]x", "bx"));
+  EXPECT_TRUE(GlobMatch("[c-a]x", "bx"));
+  EXPECT_FALSE(GlobMatch("[^a-c]x", "bx"));
+  EXPECT_TRUE(GlobMatch("\\*", "*"));
+  EXPECT_FALSE(GlobMatch("\\*", "a"));
+  EXPECT_TRUE(GlobMatch("*a*b*", "xxaxxbxx"));
+  EXPECT_TRUE(GlobMatch("SAVE", "save", /*nocase=*/true));
+  EXPECT_FALSE(GlobMatch("[abc", "d"));
+  EXPECT_TRUE(GlobMatch("[abc", "a"));
+}
+
+}  // namespace
+}  // namespace pmrt::server
