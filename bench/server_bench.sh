@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# The server comparison of docs/performance.md ("Server"): redis-benchmark -t set,get against
+# `pmrt serve` and against Debian's redis-server, persistence off and with its closest durability
+# setting (appendonly yes, appendfsync everysec), on the same machine with the same flags:
+#
+#   redis-benchmark -p PORT -t set,get -n N -P PIPELINE -q --csv      (50 clients, the default)
+#
+# for each PIPELINE. Every server keeps its data under one temporary directory on /dev/shm
+# (tmpfs): pmrt's pool with PMEM_IS_PMEM_FORCE=1 (the pmem backend: cache-line flushes and
+# fences, as on real persistent memory), redis's append-only file. Each figure is the median of
+# REPEAT runs, each against a fresh server. Prints a table; with --json FILE, also appends one
+# JSON line per figure: {"bench":"server","system":...,"test":"SET","pipeline":16,"rps":...}.
+#
+#   bench/server_bench.sh [--json FILE] [PMRT_BINARY]
+#     PMRT_BINARY   default build/release/tools/pmrt
+#   environment: N=200000 PIPELINES="1 16" REPEAT=3 EPOCH_MS=64 THREADS=0 (0: one per core)
+#
+# Needs redis-benchmark (redis-tools); the redis-server rows need redis-server (skipped, with a
+# note, when it is not installed: apt-get install redis-server).
+set -u -o pipefail
+
+JSON=
+BIN=build/release/tools/pmrt
+while (($#)); do
+  case $1 in
+    --json)
+      JSON=$2
+      shift 2
+      ;;
+    -h | --help)
+      sed -n '2,20p' "$0"
+      exit 0
+      ;;
+    *)
+      BIN=$1
+      shift
+      ;;
+  esac
+done
+N=${N:-200000}
+PIPELINES=${PIPELINES:-"1 16"}
+REPEAT=${REPEAT:-3}
+EPOCH_MS=${EPOCH_MS:-64}
+THREADS=${THREADS:-0}
+
+if ! command -v redis-benchmark >/dev/null; then
+  echo "server_bench.sh: redis-benchmark not found (apt-get install redis-tools)" >&2
+  exit 2
+fi
+if [[ ! -x $BIN ]]; then
+  echo "server_bench.sh: $BIN not found; build it: cmake --preset release &&" \
+    "cmake --build build/release -j2 --target pmrt-cli" >&2
+  exit 2
+fi
+base=/dev/shm
+[[ -d $base && -w $base ]] || base=${TMPDIR:-/tmp}
+dir=$(mktemp -d "$base/pmrt-server-bench-XXXXXX")
+pid=
+cleanup() {
+  [[ -n $pid ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+
+# A free TCP port on loopback.
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+wait_ready() {
+  local port=$1
+  for _ in $(seq 300); do
+    [[ $(redis-cli -p "$port" PING 2>/dev/null) == PONG ]] && return 0
+    sleep 0.1
+  done
+  echo "server_bench.sh: the server on port $port did not answer" >&2
+  return 1
+}
+
+# start SYSTEM: starts a fresh server of that kind in $dir/run, sets pid and port.
+start() {
+  rm -rf "$dir/run"
+  mkdir -p "$dir/run"
+  port=$(free_port)
+  case $1 in
+    pmrt)
+      PMEM_IS_PMEM_FORCE=1 "$BIN" serve "$dir/run/kv.pool" --create-size 1G --port "$port" \
+        --epoch-ms "$EPOCH_MS" $( ((THREADS > 0)) && echo --threads "$THREADS") \
+        >"$dir/run/log" 2>&1 &
+      ;;
+    redis-nopersist)
+      redis-server --port "$port" --bind 127.0.0.1 --dir "$dir/run" --save '' \
+        --appendonly no >"$dir/run/log" 2>&1 &
+      ;;
+    redis-aof-everysec)
+      redis-server --port "$port" --bind 127.0.0.1 --dir "$dir/run" --save '' \
+        --appendonly yes --appendfsync everysec >"$dir/run/log" 2>&1 &
+      ;;
+  esac
+  pid=$!
+  wait_ready "$port"
+}
+
+stop() {
+  kill "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  pid=
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print "n/a"}'; }
+
+systems=(pmrt)
+if command -v redis-server >/dev/null; then
+  systems+=(redis-nopersist redis-aof-everysec)
+else
+  echo "# redis-server not installed: only pmrt is measured (apt-get install redis-server)"
+fi
+
+echo "# machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1)," \
+  "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# redis-benchmark -t set,get -n $N -P {$PIPELINES} -q (50 clients); median of $REPEAT;" \
+  "$(redis-server --version 2>/dev/null | cut -d' ' -f1-3)"
+declare -A results
+for sys in "${systems[@]}"; do
+  for p in $PIPELINES; do
+    for rep in $(seq "$REPEAT"); do
+      start "$sys" || exit 1
+      # --csv: "SET","434782.59",... (redis 7 adds latency columns; the second is requests/s).
+      redis-benchmark -p "$port" -t set,get -n "$N" -P "$p" -q --csv 2>"$dir/err" |
+        tr -d '"' | awk -F, '$1=="SET"||$1=="GET" {print $1, $2}' >"$dir/out"
+      if [[ -s $dir/err ]] || [[ $(wc -l <"$dir/out") != 2 ]]; then
+        echo "server_bench.sh: redis-benchmark against $sys failed: $(cat "$dir/err")" >&2
+      fi
+      while read -r test rps; do
+        results[$sys,$test,$p]+="$rps "
+      done <"$dir/out"
+      stop
+    done
+  done
+done
+
+printf '%-20s %-5s %9s %14s\n' system test pipeline requests/s
+for sys in "${systems[@]}"; do
+  for p in $PIPELINES; do
+    for test in SET GET; do
+      rps=$(tr ' ' '\n' <<<"${results[$sys,$test,$p]:-}" | grep . | median)
+      printf '%-20s %-5s %9s %14s\n' "$sys" "$test" "$p" "$rps"
+      if [[ -n $JSON && $rps != n/a ]]; then
+        printf '{"bench":"server","system":"%s","test":"%s","pipeline":%d,"rps":%s,"n":%d,"clients":50,"repeat":%d}\n' \
+          "$sys" "$test" "$p" "$rps" "$N" "$REPEAT" >>"$JSON"
+      fi
+    done
+  done
+done
