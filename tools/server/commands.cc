@@ -479,7 +479,7 @@ std::string Executor::InfoText(std::string_view section) const {
   add("Server", absl::StrCat("redis_version:7.0.0\r\n",  // what clients check for features
                              "pmrt_server:1\r\n", "process_id:", getpid(), "\r\n", "tcp_port:",
                              options_.port, "\r\n", "uptime_in_seconds:", uptime.count(), "\r\n",
-                             "io_threads:", options_.threads, "\r\n"));
+                             "pmrt_threads:", options_.threads, "\r\n"));
   add("Clients", absl::StrCat("connected_clients:", st.connected_clients, "\r\n",
                               "maxclients:", options_.max_clients, "\r\n"));
   add("Stats", absl::StrCat("total_connections_received:", st.connections_received, "\r\n",

@@ -128,7 +128,7 @@ class Server::Syncer {
 // sync completions and Stop.
 class Server::Worker {
  public:
-  Worker(Server& server) : server_(server), limit_(server.options_.output_limit) {}
+  explicit Worker(Server& server) : server_(server), limit_(server.options_.output_limit) {}
   ~Worker() {
     if (epfd_ >= 0) close(epfd_);
     if (wake_fd_ >= 0) close(wake_fd_);
