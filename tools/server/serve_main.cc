@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <string_view>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -39,8 +40,11 @@ constexpr char kUsage[] =
     "last epoch or two, and never leaves a write half done. PMRT.SYNC replies +OK once every\n"
     "write acknowledged before it (to any client) is durable.\n";
 
+// A usage error: the synopsis only (--help prints everything).
 int Usage() {
-  std::fputs(kUsage, stderr);
+  const std::string_view usage(kUsage);
+  std::fprintf(stderr, "%.*s(pmrt serve --help for more)\n",
+               static_cast<int>(usage.find("\n\n") + 1), usage.data());
   return 2;
 }
 
