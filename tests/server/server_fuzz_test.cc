@@ -6,7 +6,7 @@
 // on a fresh connection with every key it acknowledged before the fuzzing intact, and pass
 // the tree's and heap's checks.
 //
-// PMRT_SERVER_FUZZ_CASES scales both (default: 20000 parser streams, 1/20 of that live).
+// PMRT_SERVER_FUZZ_CASES scales both (default: 100000 parser streams, 1/20 of that live).
 #include <cstdlib>
 #include <memory>
 #include <random>
@@ -29,7 +29,7 @@ using Rng = std::mt19937_64;
 int Cases() {
   const char* e = std::getenv("PMRT_SERVER_FUZZ_CASES");
   int n = e != nullptr ? std::atoi(e) : 0;
-  return n > 0 ? n : 20000;
+  return n > 0 ? n : 100000;
 }
 
 size_t Uniform(Rng& rng, size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); }
