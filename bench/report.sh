@@ -22,9 +22,9 @@
 #
 # Output, in the results directory: SUITE.jsonl (the JSON lines), SUITE.txt (the script's
 # output and tables), charts/NAME.{dat,gp} (gnuplot data and scripts), summary.json (machine,
-# commit, and per suite when it ran, the load average, run time, mode and status, merged with
-# an earlier summary there, so that `--only SUITE` refreshes one suite; and every charted value),
-# and the PNGs in the image directory: ycsb.png, txbench.png, allocbench.png, server.png. Each
+# the last run's commit, and per suite when it ran, its commit, the load average, run time,
+# mode and status, merged with an earlier summary there, so that `--only SUITE` refreshes one
+# suite; and every charted value), and the PNGs in the image directory: ycsb.png, txbench.png, allocbench.png, server.png. Each
 # chart's subtitle gives the date, machine and load of its own suite's run.
 # Builds what it runs (build/release, -j2); installs gnuplot-nox (and redis-tools/redis-server
 # for the server suite) with apt-get when missing and running as root.
@@ -97,7 +97,8 @@ mkdir -p "$out"
 export PMEM_IS_PMEM_FORCE=1
 machine="$(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1)"
 mode=$( ((quick)) && echo quick || echo full)
-meta=(--meta "machine=$machine" --meta "commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)")
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+meta=(--meta "machine=$machine" --meta "commit=$commit")
 
 # run_suite NAME COMMAND...: runs one suite with its output in $out/NAME.txt (and on stdout),
 # records when it ran, the load average before and after, its run time, mode and status (the
@@ -109,7 +110,8 @@ run_suite() {
   say "$name: $*"
   t0=$(date +%s)
   load0=$(cut -d' ' -f1-3 /proc/loadavg)
-  meta+=(--meta "${name}_date=$(date -u '+%Y-%m-%d %H:%M UTC')" --meta "${name}_mode=$mode")
+  meta+=(--meta "${name}_date=$(date -u '+%Y-%m-%d %H:%M UTC')" --meta "${name}_mode=$mode"
+    --meta "${name}_commit=$commit")
   "$@" 2>&1 | tee "$out/$name.txt" || rc=$?
   local secs=$(($(date +%s) - t0))
   meta+=(--meta "${name}_load=$load0 before, $(cut -d' ' -f1-3 /proc/loadavg) after"
