@@ -82,6 +82,8 @@ class U64Key {
 
 // What CheckInvariants found: keys, layers, border and interior nodes, height.
 using TreeShape = ds_internal::TreeShape;
+// What CheckInvariants can show a caller: every node and value object of the tree.
+using TreeVisitor = ds_internal::TreeVisitor;
 
 // Receives each key and value of a scan, in ascending key order; returns false to stop. The
 // views are valid only during the call.
@@ -138,8 +140,9 @@ class BasicMasstree {
   size_t size() const;
 
   // Structural check (ds/internal/tree_check.h), including size() against the keys found;
-  // fills *shape when given. REQUIRES: no writer runs concurrently.
-  absl::Status CheckInvariants(TreeShape* shape = nullptr) const;
+  // fills *shape when given; `visitor` (may be null) sees every node and value object the
+  // check reaches. REQUIRES: no writer runs concurrently.
+  absl::Status CheckInvariants(TreeShape* shape = nullptr, TreeVisitor* visitor = nullptr) const;
 
   A& allocator() { return alloc_; }
   const Policy& policy() const { return core_.policy; }
@@ -343,10 +346,10 @@ size_t BasicMasstree<A>::size() const {
 }
 
 template <IsNodeAllocator A>
-absl::Status BasicMasstree<A>::CheckInvariants(TreeShape* shape) const {
+absl::Status BasicMasstree<A>::CheckInvariants(TreeShape* shape, TreeVisitor* visitor) const {
   Guard g(alloc_);
   TreeShape found;
-  if (absl::Status s = ds_internal::CheckTree(core_, &found); !s.ok()) return s;
+  if (absl::Status s = ds_internal::CheckTree(core_, &found, visitor); !s.ok()) return s;
   if (shape != nullptr) *shape = found;
   if (found.keys != size()) {
     return absl::InternalError(

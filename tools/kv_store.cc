@@ -70,8 +70,7 @@ absl::StatusOr<std::unique_ptr<KvStore>> KvStore::Open(const std::string& path,
     epoch::Guard g(*kv->epochs_);
     auto tree = ds::DurableMasstree::Create(*kv->pool_, *kv->epochs_, *kv->heap_);
     if (!tree.ok()) return tree.status();
-    if (auto st = kv->epochs_->log().Snapshot(r, sizeof(*r), &r->logged_epoch); !st.ok())
-      return st;
+    if (auto st = kv->epochs_->log().Snapshot(r, sizeof(*r), &r->logged_epoch); !st.ok()) return st;
     r->tree = (*tree)->descriptor();
     r->magic = KvRoot::kMagic;
     kv->tree_ = std::move(*tree);

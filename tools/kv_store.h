@@ -37,9 +37,9 @@ inline constexpr char kKvLayout[] = "pmrt";
 // The root object of a KvStore pool.
 struct KvRoot {
   static constexpr uint64_t kMagic = 0x31564b54524d50ull;  // "PMRTKV1"
-  std::atomic<uint64_t> logged_epoch;  // the external log's in-object mark
-  uint64_t magic;                      // kMagic once a tree is published
-  uint64_t tree;                       // the tree's descriptor offset
+  std::atomic<uint64_t> logged_epoch;                      // the external log's in-object mark
+  uint64_t magic;                                          // kMagic once a tree is published
+  uint64_t tree;                                           // the tree's descriptor offset
 };
 
 struct KvStoreOptions {

@@ -1,10 +1,14 @@
 // pmrt: the command-line tool.
 //
 //   pmrt create POOL --size BYTES [--layout NAME]   create a pool file
-//   pmrt info POOL [--layout NAME]                   print the header and state of a pool
+//   pmrt info POOL [--json] [--layout NAME]          header, epochs, log, heap, tree (inspect.h)
+//   pmrt check POOL [--layout NAME]                  deep check: healthy (0) or not (1)
+//   pmrt dump POOL [--limit N] [--from KEY] [--hex | --json]   keys and values in order
+//   pmrt bench [YCSB options] [--json FILE]          the YCSB driver (tools/bench_cmd.h)
 //   pmrt demo [POOL]                                 the README's demo (tools/demo.h)
 //
-// Errors print one line naming the file and the problem, and exit with status 1 (2 for usage).
+// docs/tool.md describes each. Errors print one line naming the file and the problem, and exit
+// with status 1 (2 for usage; 3 when info, check or dump cannot open the pool).
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -13,7 +17,9 @@
 #include "absl/strings/numbers.h"
 #include "epoch/persist.h"
 #include "epoch/pool.h"
+#include "tools/bench_cmd.h"
 #include "tools/demo.h"
+#include "tools/inspect.h"
 #include "tools/server/serve_main.h"
 
 namespace pmrt {
@@ -22,12 +28,13 @@ namespace {
 constexpr char kDefaultLayout[] = "pmrt";
 
 int Usage() {
-  std::fprintf(
-      stderr,
-      "usage: pmrt create POOL --size BYTES [--layout NAME]\n"
-      "       pmrt info POOL [--layout NAME]\n"
-      "       pmrt demo [POOL] [--keys N] [--seconds S] [--threads T] [--crash-after S]\n"
-      "       pmrt serve POOL [--port P] [--bind ADDR] [--create-size BYTES] (--help)\n");
+  std::fprintf(stderr,
+               "usage: pmrt create POOL --size BYTES [--layout NAME]\n"
+               "%s"
+               "%s"
+               "       pmrt demo [POOL] [--keys N] [--seconds S] [--threads T] [--crash-after S]\n"
+               "       pmrt serve POOL [--port P] [--bind ADDR] [--create-size BYTES] (--help)\n",
+               tools::kInspectUsage, tools::kBenchUsage);
   return 2;
 }
 
@@ -101,14 +108,6 @@ int Create(const std::vector<std::string>& args) {
   return 0;
 }
 
-int Info(const std::vector<std::string>& args) {
-  if (args.empty()) return Usage();
-  auto pool = Pool::Open(args[0], Flag(args, "--layout", kDefaultLayout));
-  if (!pool.ok()) return Fail(pool.status());
-  PrintInfo(**pool);
-  return 0;
-}
-
 }  // namespace
 }  // namespace pmrt
 
@@ -117,7 +116,10 @@ int main(int argc, char** argv) {
   std::string cmd = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
   if (cmd == "create") return pmrt::Create(args);
-  if (cmd == "info") return pmrt::Info(args);
+  if (cmd == "info") return pmrt::tools::InfoCommand(args);
+  if (cmd == "check") return pmrt::tools::CheckCommand(args);
+  if (cmd == "dump") return pmrt::tools::DumpCommand(args);
+  if (cmd == "bench") return pmrt::tools::BenchCommand(args);
   if (cmd == "demo") return pmrt::tools::DemoMain(args);
   if (cmd == "serve") return pmrt::tools::ServeMain(args);
   return pmrt::Usage();

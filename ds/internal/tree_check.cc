@@ -1,20 +1,32 @@
 #include "ds/internal/tree_check.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "ds/internal/durable_policy.h"
 #include "ds/internal/node_layout.h"
+#include "epoch/pool.h"
 
 namespace pmrt::ds_internal {
 namespace {
 
 constexpr uint64_t kBadBits = NodeVersion::kLocked | NodeVersion::kDirty | NodeVersion::kDeleted;
 
-std::string Where(const void* node, int depth) {
-  return absl::StrCat("node ", reinterpret_cast<uintptr_t>(node), " in layer ", depth, ": ");
+// Names a node: by pool offset in the durable tree (what an operator can look up with the
+// pool's tools), by address in the transient one.
+template <class P>
+std::string Where(const P& p, const void* node, int depth) {
+  if constexpr (P::kDurable) {
+    return absl::StrCat("node at offset ", EncodeLink(p, node), " in layer ", depth, ": ");
+  } else {
+    return absl::StrCat("node ", reinterpret_cast<uintptr_t>(node), " in layer ", depth, ": ");
+  }
 }
+
+// Bytes the checker reads of a node before it knows its kind.
+constexpr size_t kNodeBytes = std::max(sizeof(LeafNode), sizeof(InteriorNode));
 
 // The key range a subtree covers: [lo, hi), hi absent for the rightmost subtree.
 struct Range {
@@ -27,7 +39,23 @@ struct Range {
 template <class P>
 class Checker {
  public:
-  explicit Checker(const P& p) : p_(p) {}
+  Checker(const P& p, TreeVisitor* visitor) : p_(p), visitor_(visitor) {}
+
+  // The durable tree's links are pool offsets that a corrupt pool may set to anything: each is
+  // checked to lie inside the pool (`bytes` from the target on) before it is read through.
+  absl::Status CheckLink(const void* from, int depth, const void* to, size_t bytes, size_t align,
+                         const char* what) const {
+    if constexpr (P::kDurable) {
+      const Pool& pool = p_.epochs().pool();
+      const uint64_t off = EncodeLink(p_, to);
+      if (off < kPoolHeaderSize || off % align != 0 || !pool.contains(to, bytes)) {
+        return Fail(from, depth,
+                    absl::StrCat(what, " link to offset ", off, " is not a ", align,
+                                 "-byte aligned object of ", bytes, " bytes inside the pool"));
+      }
+    }
+    return absl::OkStatus();
+  }
 
   absl::Status CheckLayer(NodeHeader* entry, int depth) {
     NodeHeader* root = entry;
@@ -35,6 +63,7 @@ class Checker {
     for (int climbs = 0; !NodeVersion::IsRoot(root->version.Load()); ++climbs) {
       InteriorNode* up = ParentOf(p_, root);
       if (up == nullptr || climbs > 64) return Fail(root, depth, "non-root without a parent");
+      if (auto s = CheckLink(root, depth, up, kNodeBytes, kCacheLine, "parent"); !s.ok()) return s;
       root = HeaderOf(up);
       p_.Ready(root);
     }
@@ -56,8 +85,8 @@ class Checker {
   const TreeShape& shape() const { return shape_; }
 
  private:
-  static absl::Status Fail(const void* node, int depth, const std::string& what) {
-    return absl::InternalError(absl::StrCat(Where(node, depth), what));
+  absl::Status Fail(const void* node, int depth, const std::string& what) const {
+    return absl::InternalError(absl::StrCat(Where(p_, node, depth), what));
   }
 
   absl::Status CheckNode(NodeHeader* n, InteriorNode* parent, Range range, int depth, int level,
@@ -67,6 +96,13 @@ class Checker {
     if (v & kBadBits) return Fail(n, depth, "version locked, dirty or deleted");
     if (NodeVersion::IsRoot(v) != (parent == nullptr)) return Fail(n, depth, "root bit wrong");
     if (ParentOf(p_, n) != parent) return Fail(n, depth, "parent link wrong");
+    if (visitor_ != nullptr) {
+      const bool leaf = NodeVersion::IsLeaf(v);
+      if (auto s = visitor_->Node(n, leaf ? sizeof(LeafNode) : sizeof(InteriorNode), leaf, depth);
+          !s.ok()) {
+        return s;
+      }
+    }
     if (NodeVersion::IsLeaf(v)) {
       if (*leaf_level >= 0 && *leaf_level != level) return Fail(n, depth, "leaves at two depths");
       *leaf_level = level;
@@ -89,6 +125,9 @@ class Checker {
     for (int i = 0; i <= kInteriorWidth; ++i) {
       NodeHeader* c = in->child[i].Load(p_, std::memory_order_relaxed);
       if ((c != nullptr) != (i <= nkeys)) return Fail(n, depth, "child slots wrong");
+      if (c != nullptr) {
+        if (auto s = CheckLink(n, depth, c, kNodeBytes, kCacheLine, "child"); !s.ok()) return s;
+      }
     }
     for (int i = 0; i <= nkeys; ++i) {
       Range r{i == 0 ? range.lo : in->ikey[i - 1].load(std::memory_order_relaxed),
@@ -129,10 +168,27 @@ class Checker {
     const uint64_t bits = leaf->lv[slot].load(std::memory_order_relaxed);
     if (kx > kKeyLenLayer) return Fail(leaf, depth, "bad keylenx");
     if (bits == 0) return Fail(leaf, depth, "null value or layer link");
-    if (kx == kKeyLenLayer) return CheckLayer(DecodeLink<NodeHeader>(p_, bits), depth + 1);
+    if (kx == kKeyLenLayer) {
+      NodeHeader* layer = DecodeLink<NodeHeader>(p_, bits);
+      if (auto s = CheckLink(leaf, depth, layer, kNodeBytes, kCacheLine, "layer"); !s.ok()) {
+        return s;
+      }
+      return CheckLayer(layer, depth + 1);
+    }
     const ValueObject* value = ValueRef::FromBits(bits).get(p_);
+    if (auto s = CheckLink(leaf, depth, value, sizeof(ValueObject), ValueObject::kAlign, "value");
+        !s.ok()) {
+      return s;
+    }
+    if (auto s = CheckLink(leaf, depth, value, value->size(), ValueObject::kAlign, "value");
+        !s.ok()) {
+      return s;
+    }
     if ((kx == kKeyLenSuffix) != (value->suffix_len > 0)) {
       return Fail(leaf, depth, "suffix present iff the key continues past the slice");
+    }
+    if (visitor_ != nullptr) {
+      if (auto s = visitor_->Value(value, value->size(), leaf, slot); !s.ok()) return s;
     }
     ++shape_.keys;
     return absl::OkStatus();
@@ -173,16 +229,18 @@ class Checker {
   }
 
   const P& p_;
+  TreeVisitor* visitor_;
   TreeShape shape_;
 };
 
 }  // namespace
 
 template <class P>
-absl::Status CheckTree(const TreeCore<P>& tree, TreeShape* shape) {
-  Checker<P> checker(tree.policy);
+absl::Status CheckTree(const TreeCore<P>& tree, TreeShape* shape, TreeVisitor* visitor) {
+  Checker<P> checker(tree.policy, visitor);
   NodeHeader* root = tree.Root();
   if (root == nullptr) return absl::InternalError("tree has no root");
+  if (auto s = checker.CheckLink(root, 0, root, kNodeBytes, kCacheLine, "root"); !s.ok()) return s;
   tree.policy.Ready(root);
   if (!NodeVersion::IsRoot(root->version.Load())) {
     return absl::InternalError("the tree's root word does not name the layer-0 root");
@@ -192,7 +250,9 @@ absl::Status CheckTree(const TreeCore<P>& tree, TreeShape* shape) {
   return s;
 }
 
-template absl::Status CheckTree<TransientPolicy>(const TreeCore<TransientPolicy>&, TreeShape*);
-template absl::Status CheckTree<DurablePolicy>(const TreeCore<DurablePolicy>&, TreeShape*);
+template absl::Status CheckTree<TransientPolicy>(const TreeCore<TransientPolicy>&, TreeShape*,
+                                                 TreeVisitor*);
+template absl::Status CheckTree<DurablePolicy>(const TreeCore<DurablePolicy>&, TreeShape*,
+                                               TreeVisitor*);
 
 }  // namespace pmrt::ds_internal

@@ -3,6 +3,7 @@
 #define PMRT_DS_INTERNAL_TREE_CHECK_H_
 
 #include <cstddef>
+#include <cstdint>
 
 #include "absl/status/status.h"
 #include "ds/internal/tree_core.h"
@@ -19,6 +20,22 @@ struct TreeShape {
   int height = 0;           // levels of layer 0 (1: a single border node)
 };
 
+// Receives every object a checked tree links to, each time the checker reaches it, after the
+// checker has read it (for the durable tree, once the link is known to lie inside the pool): for
+// tools that cross-check the tree against its allocator (`pmrt check`: every node and value is
+// a live heap block, every live block is reachable). Nodes are reached before their children,
+// layers in key order. A visitor that returns an error stops the check with that error (for
+// example on an object reached twice: a corrupt tree may link a node from two places, or in a
+// cycle that the structural checks alone would follow forever).
+class TreeVisitor {
+ public:
+  // A node: an interior or a border node of layer `layer` (0 is the top), `bytes` long.
+  virtual absl::Status Node(const void* node, size_t bytes, bool leaf, int layer) = 0;
+  // A value object (its size() bytes) in slot `slot` of border node `leaf`.
+  virtual absl::Status Value(const void* value, size_t bytes, const void* leaf, int slot) = 0;
+  virtual ~TreeVisitor() = default;
+};
+
 // Checks, for every layer: root flags and parent links; interior separators strictly ascending
 // and inside the range the parent gives; children non-null exactly up to nkeys; all leaves at
 // one depth; every border node's permutation valid, its keys strictly ascending and inside its
@@ -28,10 +45,14 @@ struct TreeShape {
 // null). Returns kInternal with the first violation found.
 // The durable tree adds, per border node: the node epoch is not ahead of the current epoch,
 // perm_log is a valid permutation, and each valid value log names a slot of its own line.
+// The durable tree also checks that every link it follows (child, layer, value, leaf chain) lies
+// inside the pool, 64-byte aligned for nodes, before reading through it, and names nodes by
+// pool offset in its errors ("node at offset N"); the transient tree names them by address.
+// `visitor` (may be null) sees every node and value object reached (see TreeVisitor).
 // REQUIRES: no thread modifies the tree during the call; inside a Guard (the durable tree
 // repairs nodes on first access). Instantiated in tree_check.cc for both policies.
 template <class P>
-absl::Status CheckTree(const TreeCore<P>& tree, TreeShape* shape);
+absl::Status CheckTree(const TreeCore<P>& tree, TreeShape* shape, TreeVisitor* visitor = nullptr);
 
 }  // namespace pmrt::ds_internal
 

@@ -1,0 +1,367 @@
+#include "tools/inspect.h"
+
+#include <cstdint>
+#include <cstdio>
+#include <ctime>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "alloc/size_class.h"
+#include "tools/bytes_format.h"
+#include "tools/json_writer.h"
+#include "tools/kv_store.h"
+#include "tools/pool_view.h"
+
+namespace pmrt::tools {
+
+const char kInspectUsage[] =
+    "       pmrt info POOL [--json] [--layout NAME]\n"
+    "       pmrt check POOL [--layout NAME]\n"
+    "       pmrt dump POOL [--limit N] [--from KEY] [--hex | --json] [--layout NAME]\n";
+
+namespace {
+
+// The parsed command line of one subcommand: the pool path and the flags it allows.
+struct Args {
+  std::string pool;
+  std::string layout = kKvLayout;
+  bool json = false, hex = false;
+  uint64_t limit = 100;
+  std::optional<std::string> from;
+};
+
+// Parses `args` allowing the flags in `allowed` (a space-separated list such as "--json
+// --layout"); on a usage error prints it and returns nullopt.
+std::optional<Args> Parse(const char* cmd, const std::vector<std::string>& args,
+                          std::string_view allowed) {
+  Args a;
+  auto usage = [&](const std::string& what) -> std::optional<Args> {
+    std::fprintf(stderr, "pmrt %s: %s\nusage:\n%s", cmd, what.c_str(), kInspectUsage);
+    return std::nullopt;
+  };
+  auto allows = [&](std::string_view flag) {
+    for (std::string_view rest = allowed; !rest.empty();) {
+      const size_t sp = rest.find(' ');
+      if (rest.substr(0, sp) == flag) return true;
+      rest = sp == std::string_view::npos ? std::string_view() : rest.substr(sp + 1);
+    }
+    return false;
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg.rfind("--", 0) != 0) {
+      if (!a.pool.empty()) return usage(absl::StrCat("unexpected argument ", arg));
+      a.pool = arg;
+      continue;
+    }
+    if (!allows(arg)) return usage(absl::StrCat("unknown option ", arg));
+    const bool takes_value = arg == "--layout" || arg == "--limit" || arg == "--from";
+    if (takes_value && i + 1 == args.size()) return usage(absl::StrCat(arg, " needs a value"));
+    if (arg == "--json") {
+      a.json = true;
+    } else if (arg == "--hex") {
+      a.hex = true;
+    } else if (arg == "--layout") {
+      a.layout = args[++i];
+    } else if (arg == "--limit") {
+      if (!absl::SimpleAtoi(args[++i], &a.limit)) {
+        return usage(absl::StrCat("--limit needs a number, not ", args[i]));
+      }
+    } else if (arg == "--from") {
+      a.from = UnescapeBytes(args[++i]);
+      if (!a.from.has_value()) {
+        return usage(
+            absl::StrCat("--from ", args[i], ": bad escape (use \\\\, \\t, \\n, \\r, \\xHH)"));
+      }
+    }
+  }
+  if (a.pool.empty()) return usage("missing POOL");
+  if (a.json && a.hex) return usage("--hex and --json exclude each other");
+  return a;
+}
+
+// Opens the pool; on failure prints the one-line error and sets *exit_status.
+std::unique_ptr<PoolView> OpenOrReport(const char* cmd, const Args& a, int* exit_status) {
+  auto view = PoolView::Open(a.pool, a.layout);
+  if (view.ok()) return std::move(*view);
+  // Pool errors already start with the path; others (none today) get it prepended.
+  std::string msg(view.status().message());
+  if (msg.rfind(a.pool, 0) != 0) msg = absl::StrCat(a.pool, ": ", msg);
+  std::fprintf(stderr, "pmrt %s: %s\n", cmd, msg.c_str());
+  *exit_status = ExitStatusForOpenError(view.status());
+  return nullptr;
+}
+
+std::string Ranges(const EpochRanges& ranges, size_t max_listed) {
+  std::string out;
+  const size_t skip = ranges.size() > max_listed ? ranges.size() - max_listed : 0;
+  if (skip > 0) absl::StrAppend(&out, "... ");
+  for (size_t i = skip; i < ranges.size(); ++i) {
+    absl::StrAppend(&out, i > skip ? " " : "", ranges[i].first, "..", ranges[i].second);
+  }
+  return out;
+}
+
+// "N bytes (X.Y MiB)".
+std::string Bytes(uint64_t n) {
+  const double d = static_cast<double>(n);
+  if (n >= (uint64_t{1} << 30)) return absl::StrFormat("%d bytes (%.1f GiB)", n, d / (1 << 30));
+  if (n >= (uint64_t{1} << 20)) return absl::StrFormat("%d bytes (%.1f MiB)", n, d / (1 << 20));
+  if (n >= (uint64_t{1} << 10)) return absl::StrFormat("%d bytes (%.1f KiB)", n, d / (1 << 10));
+  return absl::StrCat(n, " bytes");
+}
+
+std::string Time(uint64_t ns) {
+  const time_t secs = static_cast<time_t>(ns / 1000000000);
+  struct tm tm;
+  gmtime_r(&secs, &tm);
+  char buf[64];
+  strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+std::string RecoveryLine(const PoolReport& r) {
+  if (r.clean_shutdown) return "none needed (the last run closed the pool)";
+  return absl::StrCat("done by this open: epochs ", Ranges(r.failed_at_open, 4),
+                      " recorded failed and rolled back, ", r.log_entries_replayed,
+                      " external-log entries replayed (the tree's in-line logs are repaired "
+                      "lazily, at each node's first access)");
+}
+
+void PrintText(const PoolReport& r) {
+  std::printf("pool            %s\n", r.path.c_str());
+  std::printf("format          %u.%u\n", r.format_major, r.format_minor);
+  std::printf("layout          %s\n", r.layout.c_str());
+  std::printf("size            %s\n", Bytes(r.size).c_str());
+  std::printf("uuid            %s\n", r.uuid.c_str());
+  std::printf("created         %s\n", Time(r.create_time_ns).c_str());
+  std::printf("backend         %s\n", r.backend.c_str());
+  std::printf("last shutdown   %s\n",
+              r.clean_shutdown ? "clean" : "CRASH (recovered by this open)");
+  std::printf("opens           %lu (this one included)\n",
+              static_cast<unsigned long>(r.open_count));
+  for (const auto& g : r.regions) {
+    std::printf("region %-8s offset %12lu  size %s\n", g.name, static_cast<unsigned long>(g.offset),
+                Bytes(g.size).c_str());
+  }
+  if (!r.has_epochs) {
+    std::printf("epochs          not initialized (no epoch layer in this pool)\n");
+    return;
+  }
+  std::printf(
+      "epochs          current %lu, completed %lu (was %lu before this open), this "
+      "execution began at %lu\n",
+      static_cast<unsigned long>(r.current), static_cast<unsigned long>(r.completed),
+      static_cast<unsigned long>(r.completed_before),
+      static_cast<unsigned long>(r.execution_first));
+  std::printf("failed epochs   %zu range%s%s%s\n", r.failed.size(), r.failed.size() == 1 ? "" : "s",
+              r.failed.empty() ? "" : ": ", Ranges(r.failed, 8).c_str());
+  std::printf("recovery        %s\n", RecoveryLine(r).c_str());
+  std::printf("external log    %lu blocks of %lu KiB, %lu free\n",
+              static_cast<unsigned long>(r.log_blocks_total),
+              static_cast<unsigned long>(r.log_block_size >> 10),
+              static_cast<unsigned long>(r.log_blocks_free));
+  if (!r.has_heap) {
+    std::printf("heap            not formatted (no heap in this pool)\n");
+    return;
+  }
+  const alloc::HeapStats& h = r.heap;
+  std::printf("heap            %s: %s used in %lu blocks (%lu extents), %s free\n",
+              Bytes(h.heap_bytes).c_str(), Bytes(h.used_bytes).c_str(),
+              static_cast<unsigned long>(h.live_blocks), static_cast<unsigned long>(h.live_extents),
+              Bytes(h.free_bytes).c_str());
+  std::printf(
+      "heap chunks     %lu of 64 KiB: %lu free, %lu small-block, %lu extent; largest free "
+      "extent %s\n",
+      static_cast<unsigned long>(h.chunks), static_cast<unsigned long>(h.free_chunks),
+      static_cast<unsigned long>(h.small_chunks), static_cast<unsigned long>(h.extent_chunks),
+      Bytes(h.largest_free_extent).c_str());
+  std::string classes;
+  for (int c = 0; c < alloc::SizeClasses::kCount; ++c) {
+    if (h.live_per_class[c] == 0) continue;
+    absl::StrAppend(&classes, classes.empty() ? "" : ", ", alloc::SizeClasses::kSizes[c], " B x ",
+                    h.live_per_class[c]);
+  }
+  std::printf("heap classes    %s\n", classes.empty() ? "no small blocks" : classes.c_str());
+  if (!r.kv) return;
+  if (!r.has_tree) {
+    std::printf("tree            none yet (a key-value pool gets its tree at its first write)\n");
+    return;
+  }
+  std::printf(
+      "tree            %lu keys; height %d, %zu border and %zu interior nodes, %zu layers "
+      "(descriptor at offset %lu)\n",
+      static_cast<unsigned long>(r.keys), r.shape.height, r.shape.leaves, r.shape.interiors,
+      r.shape.layers, static_cast<unsigned long>(r.tree_descriptor));
+  if (!r.tree_error.empty()) {
+    std::printf("tree check      FAILED: %s (run pmrt check)\n", r.tree_error.c_str());
+  }
+}
+
+std::string Json(const PoolReport& r) {
+  JsonWriter j;
+  j.BeginObject();
+  j.Key("path").Str(r.path).Key("format").BeginObject();
+  j.Key("major").Uint(r.format_major).Key("minor").Uint(r.format_minor).EndObject();
+  j.Key("layout").Str(r.layout).Key("size").Uint(r.size).Key("uuid").Str(r.uuid);
+  j.Key("create_time_ns").Uint(r.create_time_ns).Key("backend").Str(r.backend);
+  j.Key("clean_shutdown").Bool(r.clean_shutdown).Key("open_count").Uint(r.open_count);
+  j.Key("regions").BeginArray();
+  for (const auto& g : r.regions) {
+    j.BeginObject().Key("name").Str(g.name).Key("offset").Uint(g.offset);
+    j.Key("size").Uint(g.size).EndObject();
+  }
+  j.EndArray();
+  auto ranges = [&](const EpochRanges& v) {
+    j.BeginArray();
+    for (const auto& [lo, hi] : v) j.BeginArray().Uint(lo).Uint(hi).EndArray();
+    j.EndArray();
+  };
+  j.Key("epochs");
+  if (r.has_epochs) {
+    j.BeginObject().Key("current").Uint(r.current).Key("completed").Uint(r.completed);
+    j.Key("completed_before_open").Uint(r.completed_before);
+    j.Key("execution_first").Uint(r.execution_first);
+    j.Key("failed");
+    ranges(r.failed);
+    j.Key("failed_at_open");
+    ranges(r.failed_at_open);
+    j.Key("log_entries_replayed").Uint(r.log_entries_replayed).EndObject();
+    j.Key("log").BeginObject().Key("blocks_total").Uint(r.log_blocks_total);
+    j.Key("blocks_free").Uint(r.log_blocks_free).Key("block_size").Uint(r.log_block_size);
+    j.EndObject();
+  } else {
+    j.Null().Key("log").Null();
+  }
+  j.Key("heap");
+  if (r.has_heap) {
+    const alloc::HeapStats& h = r.heap;
+    j.BeginObject().Key("heap_bytes").Uint(h.heap_bytes).Key("used_bytes").Uint(h.used_bytes);
+    j.Key("free_bytes").Uint(h.free_bytes).Key("largest_free_extent").Uint(h.largest_free_extent);
+    j.Key("live_blocks").Uint(h.live_blocks).Key("live_extents").Uint(h.live_extents);
+    j.Key("chunks").Uint(h.chunks).Key("free_chunks").Uint(h.free_chunks);
+    j.Key("small_chunks").Uint(h.small_chunks).Key("extent_chunks").Uint(h.extent_chunks);
+    j.Key("live_per_class").BeginObject();
+    for (int c = 0; c < alloc::SizeClasses::kCount; ++c) {
+      if (h.live_per_class[c] != 0) {
+        j.Key(absl::StrCat(alloc::SizeClasses::kSizes[c])).Uint(h.live_per_class[c]);
+      }
+    }
+    j.EndObject().EndObject();
+  } else {
+    j.Null();
+  }
+  j.Key("tree");
+  if (r.has_tree) {
+    j.BeginObject().Key("keys").Uint(r.keys).Key("height").Int(r.shape.height);
+    j.Key("leaves").Uint(r.shape.leaves).Key("empty_leaves").Uint(r.shape.empty_leaves);
+    j.Key("interiors").Uint(r.shape.interiors).Key("layers").Uint(r.shape.layers);
+    j.Key("descriptor").Uint(r.tree_descriptor).Key("check_error");
+    if (r.tree_error.empty()) {
+      j.Null();
+    } else {
+      j.Str(r.tree_error);
+    }
+    j.EndObject();
+  } else {
+    j.Null();
+  }
+  j.EndObject();
+  return j.str();
+}
+
+// Closes the view; a failure to close (the pool could not be synced) fails the command.
+int Finish(const char* cmd, PoolView& view, int status) {
+  if (absl::Status st = view.Close(); !st.ok()) {
+    std::fprintf(stderr, "pmrt %s: %s\n", cmd, std::string(st.message()).c_str());
+    return kExitFailed;
+  }
+  return status;
+}
+
+}  // namespace
+
+int InfoCommand(const std::vector<std::string>& args) {
+  const auto a = Parse("info", args, "--json --layout");
+  if (!a.has_value()) return kExitUsage;
+  int status = kExitOk;
+  auto view = OpenOrReport("info", *a, &status);
+  if (view == nullptr) return status;
+  const PoolReport r = view->Report();
+  if (a->json) {
+    std::printf("%s\n", Json(r).c_str());
+  } else {
+    PrintText(r);
+  }
+  return Finish("info", *view, kExitOk);
+}
+
+int CheckCommand(const std::vector<std::string>& args) {
+  const auto a = Parse("check", args, "--layout");
+  if (!a.has_value()) return kExitUsage;
+  int status = kExitOk;
+  auto view = OpenOrReport("check", *a, &status);
+  if (view == nullptr) return status;
+  const CheckReport r = view->Check();
+  if (r.healthy()) {
+    std::printf("pmrt check: %s: healthy\n", a->pool.c_str());
+  } else {
+    std::printf("pmrt check: %s: UNHEALTHY, %zu problem%s\n", a->pool.c_str(), r.problems.size(),
+                r.problems.size() == 1 ? "" : "s");
+    for (const std::string& p : r.problems) std::printf("  problem  %s\n", p.c_str());
+  }
+  for (const std::string& p : r.passed) std::printf("  ok       %s\n", p.c_str());
+  return Finish("check", *view, r.healthy() ? kExitOk : kExitFailed);
+}
+
+int DumpCommand(const std::vector<std::string>& args) {
+  const auto a = Parse("dump", args, "--limit --from --hex --json --layout");
+  if (!a.has_value()) return kExitUsage;
+  int status = kExitOk;
+  auto view = OpenOrReport("dump", *a, &status);
+  if (view == nullptr) return status;
+  if (!view->kv()) {
+    std::fprintf(stderr, "pmrt dump: %s: layout \"%s\" is not a key-value pool (layout \"%s\")\n",
+                 a->pool.c_str(), a->layout.c_str(), kKvLayout);
+    return Finish("dump", *view, kExitFailed);
+  }
+  if (view->tree() == nullptr) {
+    std::fprintf(stderr, "pmrt dump: %s: the pool holds no key-value tree yet\n", a->pool.c_str());
+    return Finish("dump", *view, kExitOk);
+  }
+  // One key past the limit tells whether more follow (and which key to continue --from).
+  const size_t limit = a->limit == 0 ? SIZE_MAX : static_cast<size_t>(a->limit);
+  size_t shown = 0;
+  std::optional<std::string> next;
+  view->tree()->scan(a->from.value_or(""), limit == SIZE_MAX ? SIZE_MAX : limit + 1,
+                     [&](std::string_view key, std::string_view value) {
+                       if (shown == limit) {
+                         next = std::string(key);
+                         return false;
+                       }
+                       ++shown;
+                       if (a->json) {
+                         std::printf("{\"key\":%s,\"value\":%s}\n", JsonString(key).c_str(),
+                                     JsonString(value).c_str());
+                       } else if (a->hex) {
+                         std::printf("%s\t%s\n", HexBytes(key).c_str(), HexBytes(value).c_str());
+                       } else {
+                         std::printf("%s\t%s\n", EscapeBytes(key).c_str(),
+                                     EscapeBytes(value).c_str());
+                       }
+                       return true;
+                     });
+  if (next.has_value()) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "pmrt dump: %zu keys shown, more follow: --from '%s' continues\n", shown,
+                 EscapeBytes(*next).c_str());
+  }
+  return Finish("dump", *view, kExitOk);
+}
+
+}  // namespace pmrt::tools

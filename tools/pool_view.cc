@@ -1,0 +1,389 @@
+#include "tools/pool_view.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string_view>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "epoch/epoch_layout.h"
+#include "tools/bytes_format.h"
+#include "tools/kv_store.h"
+
+namespace pmrt::tools {
+namespace {
+
+// At most this many findings of one kind are listed; the rest are counted.
+constexpr size_t kMaxListed = 20;
+
+// Adds findings of one kind to a report, listing the first kMaxListed.
+class Findings {
+ public:
+  Findings(std::vector<std::string>& out, std::string kind) : out_(out), kind_(std::move(kind)) {}
+  ~Findings() {
+    if (count_ > kMaxListed) {
+      out_.push_back(absl::StrCat(kind_, ": ... and ", count_ - kMaxListed, " more"));
+    }
+  }
+  void Add(const std::string& what) {
+    if (++count_ <= kMaxListed) out_.push_back(what);
+  }
+  size_t count() const { return count_; }
+
+ private:
+  std::vector<std::string>& out_;
+  std::string kind_;
+  size_t count_ = 0;
+};
+
+// Every object the tree links to, by pool offset, with what reached it (TreeVisitor).
+struct TreeObject {
+  enum Kind : uint8_t { kDescriptor, kInterior, kLeaf, kValue } kind;
+  int layer_or_slot;    // the node's layer; a value's slot
+  uint64_t bytes;       // size of the object
+  uint64_t holder = 0;  // a value's border node
+};
+
+const char* KindName(TreeObject::Kind k) {
+  switch (k) {
+    case TreeObject::kDescriptor:
+      return "tree descriptor";
+    case TreeObject::kInterior:
+      return "interior node";
+    case TreeObject::kLeaf:
+      return "border node";
+    case TreeObject::kValue:
+      return "value object";
+  }
+  return "object";
+}
+
+class ObjectCollector : public ds::TreeVisitor {
+ public:
+  explicit ObjectCollector(const Pool& pool) : pool_(pool) {}
+
+  absl::Status Node(const void* node, size_t bytes, bool leaf, int layer) override {
+    return Add(node, TreeObject{leaf ? TreeObject::kLeaf : TreeObject::kInterior, layer, bytes});
+  }
+  absl::Status Value(const void* value, size_t bytes, const void* leaf, int slot) override {
+    return Add(value, TreeObject{TreeObject::kValue, slot, bytes, pool_.offset_of(leaf)});
+  }
+  absl::Status Add(const void* p, TreeObject o) {
+    const uint64_t off = pool_.offset_of(p);
+    auto [it, inserted] = objects_.emplace(off, o);
+    if (!inserted) {
+      // A node or value linked from two places (or a cycle): following on could loop forever.
+      return absl::DataLossError(absl::StrCat(KindName(o.kind), " at offset ", off,
+                                              " is reached twice (first as a ",
+                                              KindName(it->second.kind), ")"));
+    }
+    return absl::OkStatus();
+  }
+  const absl::flat_hash_map<uint64_t, TreeObject>& objects() const { return objects_; }
+
+ private:
+  const Pool& pool_;
+  absl::flat_hash_map<uint64_t, TreeObject> objects_;
+};
+
+}  // namespace
+
+int ExitStatusForOpenError(const absl::Status& st) {
+  return st.code() == absl::StatusCode::kDataLoss || st.code() == absl::StatusCode::kInternal
+             ? kExitFailed
+             : kExitCannotOpen;
+}
+
+absl::StatusOr<std::unique_ptr<PoolView>> PoolView::Open(const std::string& path,
+                                                         const std::string& layout) {
+  std::unique_ptr<PoolView> v(new PoolView());
+  auto pool = Pool::Open(path, layout);
+  if (!pool.ok()) return pool.status();
+  v->pool_ = std::move(*pool);
+  v->kv_ = layout == kKvLayout;
+  if (absl::Status st = v->OpenLayers(); !st.ok()) return st;
+  return v;
+}
+
+absl::Status PoolView::OpenLayers() {
+  // 1. The epoch layer, if the pool has one (magic 0: no Manager ever attached). What is on
+  //    media before recovery is kept for the report: recovery moves `completed` and may add
+  //    failed ranges.
+  const auto* area =
+      static_cast<const epoch::EpochAreaLayout*>(pool_->region_base(PoolRegion::kEpoch));
+  if (area->header.magic == 0) return absl::OkStatus();
+  completed_before_ = area->completed.load(std::memory_order_relaxed);
+  auto epochs = epoch::Manager::Open(*pool_, {.interval = std::chrono::milliseconds(0)});
+  if (!epochs.ok()) return epochs.status();
+  epochs_ = std::move(*epochs);
+
+  // 2. The heap, if its region is formatted (its header's first word is the magic, 0 before
+  //    the first Heap::Open): Heap::Open would format an unformatted region.
+  if (*static_cast<const uint64_t*>(pool_->region_base(PoolRegion::kHeap)) == 0) {
+    return absl::OkStatus();
+  }
+  auto heap = alloc::Heap::Open(*pool_, *epochs_);
+  if (!heap.ok()) return heap.status();
+  heap_ = std::move(*heap);
+  return kv_ ? OpenTree() : absl::OkStatus();
+}
+
+absl::Status PoolView::OpenTree() {
+  // A root never bound (root_type_size 0) holds no tree; binding it would write the pool.
+  if (pool_->state().root_type_size.value.load(std::memory_order_relaxed) == 0) {
+    return absl::OkStatus();
+  }
+  auto root = pool_->root<KvRoot>();
+  if (!root.ok()) {
+    return absl::Status(root.status().code(),
+                        absl::StrCat(pool_->path(), ": not a key-value pool (root object): ",
+                                     root.status().message()));
+  }
+  const KvRoot* r = *root;
+  if (r->magic == 0 && r->tree == 0) return absl::OkStatus();  // no tree yet
+  if (r->magic != KvRoot::kMagic || r->tree == 0) {
+    return absl::DataLossError(absl::StrCat(pool_->path(), ": root object at offset ",
+                                            pool_->offset_of(r),
+                                            " is not a key-value root (bad magic)"));
+  }
+  auto tree = ds::DurableMasstree::Open(*pool_, *epochs_, *heap_, r->tree);
+  if (!tree.ok()) return tree.status();
+  tree_ = std::move(*tree);
+  return absl::OkStatus();
+}
+
+absl::Status PoolView::Close() {
+  tree_.reset();
+  heap_.reset();
+  epochs_.reset();
+  if (pool_ == nullptr) return absl::OkStatus();
+  absl::Status st = pool_->Close();
+  pool_.reset();
+  return st;
+}
+
+PoolView::~PoolView() { Close().IgnoreError(); }
+
+PoolReport PoolView::Report() const {
+  PoolReport r;
+  const PoolHeader& h = pool_->header();
+  r.path = pool_->path();
+  r.layout = std::string(pool_->layout());
+  for (const uint8_t b : h.uuid) absl::StrAppendFormat(&r.uuid, "%02x", b);
+  r.backend = std::string(BackendName(pool_->persister().kind()));
+  r.format_major = h.major;
+  r.format_minor = h.minor;
+  r.size = h.pool_size;
+  r.create_time_ns = h.create_time_ns;
+  r.open_count = pool_->open_count();
+  r.clean_shutdown = pool_->was_clean_shutdown();
+  const char* names[] = {"root", "epoch", "log", "heap"};
+  for (int i = 0; i < 4; ++i) {
+    const RegionDesc d = pool_->region(static_cast<PoolRegion>(i));
+    r.regions.push_back({names[i], d.offset, d.size});
+  }
+  if (epochs_ != nullptr) {
+    r.has_epochs = true;
+    r.completed_before = completed_before_;
+    r.current = epochs_->current();
+    r.completed = epochs_->completed();
+    r.execution_first = epochs_->execution_first();
+    r.failed = epochs_->failed_ranges();
+    // Manager::Recover records c+1..c+2 (c: the completed epoch on media) after a crash.
+    if (!r.clean_shutdown)
+      r.failed_at_open.emplace_back(completed_before_ + 1, completed_before_ + 2);
+    r.log_entries_replayed = epochs_->stats().log_entries_replayed;
+    r.log_blocks_total = epochs_->log().blocks_total();
+    r.log_blocks_free = epochs_->log().blocks_free();
+    r.log_block_size = epoch::kLogBlockSize;
+  }
+  if (heap_ != nullptr) {
+    r.has_heap = true;
+    r.heap = heap_->Stats();
+  }
+  r.kv = kv_;
+  if (tree_ != nullptr) {
+    r.has_tree = true;
+    r.tree_descriptor = tree_->descriptor();
+    if (absl::Status st = tree_->CheckInvariants(&r.shape); !st.ok()) {
+      r.tree_error = std::string(st.message());
+    }
+    r.keys = r.shape.keys;
+  }
+  return r;
+}
+
+CheckReport PoolView::Check() const {
+  CheckReport r;
+  r.passed.push_back("header and state page: magic, version, layout, regions, checksum");
+  if (epochs_ == nullptr) {
+    r.passed.push_back("epoch area: not initialized (no epoch layer in this pool)");
+    return r;
+  }
+  CheckEpochs(r);
+  if (heap_ == nullptr) {
+    r.passed.push_back("heap: not formatted (no heap in this pool)");
+    return r;
+  }
+  CheckHeapAndTree(r);
+  return r;
+}
+
+void PoolView::CheckEpochs(CheckReport& r) const {
+  // Manager::Open validated the area's header checksum and loaded the failed set; here: the
+  // set is ordered and disjoint, and every failed epoch precedes this execution.
+  const EpochRanges failed = epochs_->failed_ranges();
+  Findings f(r.problems, "epoch area");
+  for (size_t i = 0; i < failed.size(); ++i) {
+    const auto [lo, hi] = failed[i];
+    if (lo > hi || lo == 0 || (i > 0 && lo <= failed[i - 1].second)) {
+      f.Add(absl::StrCat("epoch area: failed range ", i, " [", lo, ", ", hi,
+                         "] is empty, zero or not after the previous range"));
+    }
+    if (hi >= epochs_->execution_first()) {
+      f.Add(absl::StrCat("epoch area: failed range ", i, " [", lo, ", ", hi,
+                         "] reaches this execution's first epoch ", epochs_->execution_first()));
+    }
+  }
+  if (epochs_->completed() + 1 < epochs_->execution_first()) {
+    f.Add(absl::StrCat("epoch area: completed epoch ", epochs_->completed(),
+                       " is behind this execution's first epoch ", epochs_->execution_first()));
+  }
+  if (f.count() == 0) {
+    r.passed.push_back(absl::StrCat("epoch area: checksum, completed epoch ", epochs_->completed(),
+                                    ", ", failed.size(), " failed ranges ordered and disjoint"));
+  }
+}
+
+void PoolView::CheckHeapAndTree(CheckReport& r) const {
+  // 1. Heap metadata (chunk states, extent runs, bitmaps), then the blocks it yields: each
+  //    inside the heap region, in address order, none overlapping the next.
+  if (absl::Status st = heap_->Check(); !st.ok()) {
+    r.problems.push_back(absl::StrCat("heap: ", st.message()));
+  } else {
+    r.passed.push_back("heap metadata: chunk states, extent runs, bitmaps");
+  }
+  std::vector<alloc::BlockInfo> blocks;
+  if (absl::Status st = heap_->Walk([&](const alloc::BlockInfo& b) { blocks.push_back(b); });
+      !st.ok()) {
+    r.problems.push_back(absl::StrCat("heap walk: ", st.message()));
+    return;
+  }
+  const RegionDesc heap_region = pool_->region(PoolRegion::kHeap);
+  {
+    Findings f(r.problems, "heap blocks");
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const alloc::BlockInfo& b = blocks[i];
+      if (b.offset < heap_region.offset || b.size > heap_region.offset + heap_region.size ||
+          b.offset > heap_region.offset + heap_region.size - b.size) {
+        f.Add(absl::StrCat("heap: block at offset ", b.offset, " (", b.size,
+                           " bytes) lies outside the heap region"));
+      }
+      if (i > 0 && blocks[i - 1].offset + blocks[i - 1].size > b.offset) {
+        f.Add(absl::StrCat("heap: block at offset ", blocks[i - 1].offset, " (", blocks[i - 1].size,
+                           " bytes) overlaps the block at offset ", b.offset));
+      }
+    }
+    if (f.count() == 0) {
+      r.passed.push_back(
+          absl::StrCat("heap walk: ", blocks.size(), " live blocks, in the region, no overlaps"));
+    }
+  }
+  if (!kv_) {
+    r.passed.push_back("reachability: not checked (not a key-value pool)");
+    return;
+  }
+  if (tree_ == nullptr) {
+    // A key-value pool without a tree owns no heap blocks.
+    Findings f(r.problems, "leaks");
+    for (const alloc::BlockInfo& b : blocks) {
+      f.Add(absl::StrCat("leak: live heap block at offset ", b.offset, " (", b.size,
+                         " bytes), and the pool holds no tree"));
+    }
+    return;
+  }
+
+  // 2. The tree's structure, collecting every object it links to.
+  ObjectCollector objects(*pool_);
+  if (absl::Status st = objects.Add(
+          tree_->policy().descriptor(),
+          TreeObject{TreeObject::kDescriptor, 0, sizeof(ds_internal::MasstreeDescriptor)});
+      !st.ok()) {
+    r.problems.push_back(absl::StrCat("tree: ", st.message()));
+    return;
+  }
+  ds::TreeShape shape;
+  if (absl::Status st = tree_->CheckInvariants(&shape, &objects); !st.ok()) {
+    r.problems.push_back(
+        absl::StrCat("tree (descriptor at offset ", tree_->descriptor(), "): ", st.message()));
+    r.problems.push_back("reachability: not checked (the tree is not intact)");
+    return;
+  }
+  r.passed.push_back(absl::StrCat(
+      "tree: ", shape.keys, " keys, height ", shape.height, ", ", shape.leaves, " border and ",
+      shape.interiors, " interior nodes in ", shape.layers, " layers: structural invariants hold"));
+
+  // 3. Reachability: every object of the tree is a live block at least its size, and every
+  //    live block is an object of the tree (nothing else in a key-value pool allocates).
+  std::vector<uint64_t> bad_values;  // value objects that are not live blocks: keys named below
+  {
+    Findings f(r.problems, "tree objects");
+    for (const auto& [off, o] : objects.objects()) {
+      auto it =
+          std::lower_bound(blocks.begin(), blocks.end(), off,
+                           [](const alloc::BlockInfo& b, uint64_t x) { return b.offset < x; });
+      const bool live = it != blocks.end() && it->offset == off;
+      if (live && it->size >= o.bytes) continue;
+      std::string where =
+          o.kind == TreeObject::kValue
+              ? absl::StrCat(" (slot ", o.layer_or_slot, " of the border node at ", o.holder, ")")
+          : o.kind == TreeObject::kDescriptor ? std::string()
+                                              : absl::StrCat(" (layer ", o.layer_or_slot, ")");
+      f.Add(absl::StrCat("heap/tree: ", KindName(o.kind), " at offset ", off, where, " of ",
+                         o.bytes, " bytes ",
+                         live ? absl::StrCat("lies in a live block of only ", it->size, " bytes")
+                              : std::string("is not a live heap block")));
+      if (o.kind == TreeObject::kValue) bad_values.push_back(off);
+    }
+  }
+  {
+    Findings f(r.problems, "leaks");
+    for (const alloc::BlockInfo& b : blocks) {
+      if (!objects.objects().contains(b.offset)) {
+        f.Add(absl::StrCat("leak: live heap block at offset ", b.offset, " (", b.size,
+                           " bytes) is not reachable from the tree"));
+      }
+    }
+  }
+  if (!bad_values.empty()) {
+    // The structure is intact (checked above), so a scan is safe: name the keys. A scan's value
+    // view starts just after the object's header and key suffix (ds/internal/value_ref.h).
+    std::sort(bad_values.begin(), bad_values.end());
+    if (bad_values.size() > kMaxListed) bad_values.resize(kMaxListed);
+    std::sort(bad_values.begin(), bad_values.end());
+    constexpr uint64_t kHeader = sizeof(ds_internal::ValueObject);
+    tree_->scan("", SIZE_MAX, [&](std::string_view key, std::string_view value) {
+      // The object starts kHeader + suffix_len bytes before the value, and the suffix is at
+      // most the key's length.
+      const uint64_t data = pool_->offset_of(value.data());
+      if (data < kHeader) return true;
+      const uint64_t lo = data - kHeader < key.size() ? 0 : data - kHeader - key.size();
+      for (auto it = std::lower_bound(bad_values.begin(), bad_values.end(), lo);
+           it != bad_values.end() && *it <= data - kHeader; ++it) {
+        const auto* obj = static_cast<const ds_internal::ValueObject*>(pool_->at(*it));
+        if (*it + kHeader + obj->suffix_len != data) continue;
+        r.problems.push_back(absl::StrCat("heap/tree: the value object at offset ", *it,
+                                          " holds the value of key \"", EscapeBytes(key), "\""));
+      }
+      return true;
+    });
+  }
+  if (r.problems.empty()) {
+    r.passed.push_back(absl::StrCat("reachability: ", objects.objects().size(),
+                                    " tree objects are live heap blocks, and all ", blocks.size(),
+                                    " live blocks are reachable (no leaks)"));
+  }
+}
+
+}  // namespace pmrt::tools
