@@ -1,5 +1,6 @@
 #include "tools/bench_cmd.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -29,6 +30,15 @@ int BenchCommand(const std::vector<std::string>& args) {
     std::fprintf(stderr, "pmrt bench: %s\nusage:\n%s", std::string(o.status().message()).c_str(),
                  kBenchUsage);
     return 2;
+  }
+  // The driver replaces the file at --pool with its own pool: never someone's data.
+  struct stat sb;
+  if (stat(o->pool.c_str(), &sb) == 0) {
+    std::fprintf(stderr,
+                 "pmrt bench: %s: file exists; bench creates (and replaces) its own pool there, "
+                 "so remove it or choose another --pool\n",
+                 o->pool.c_str());
+    return 1;
   }
   // --backend pmem (the default) on /dev/shm: libpmem must treat the mapping as persistent
   // memory, as pmrt-ycsb does. Only this process's environment changes.

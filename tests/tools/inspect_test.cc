@@ -1,0 +1,162 @@
+// `pmrt info` and `pmrt dump` on key-value pools, run as the built binary.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/tools/tool_test_util.h"
+#include "tests/util/test_util.h"
+
+namespace pmrt::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::vector<std::pair<std::string, std::string>> Numbered(int n) {
+  std::vector<std::pair<std::string, std::string>> kv;
+  for (int i = 0; i < n; ++i) {
+    kv.emplace_back(absl::StrCat("key", 1000 + i), absl::StrCat("value-", i));
+  }
+  return kv;
+}
+
+TEST(InspectTest, InfoTextShowsEverySection) {
+  TempDir dir;
+  const std::string pool = dir.File("kv.pool");
+  PutKv(pool, Numbered(300));
+  const ToolResult r = RunTool({"info", pool});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  for (const char* want :
+       {"format          1.0", "layout          pmrt", "last shutdown   clean", "region heap",
+        "epochs          current", "failed epochs   0 ranges", "recovery        none needed",
+        "external log", "heap            ", "heap classes", "tree            300 keys; height"}) {
+    EXPECT_THAT(r.out, HasSubstr(want));
+  }
+  EXPECT_THAT(r.out, HasSubstr(pool));
+}
+
+TEST(InspectTest, InfoJsonParsesBack) {
+  TempDir dir;
+  const std::string pool = dir.File("kv.pool");
+  PutKv(pool, Numbered(300));
+  const ToolResult r = RunTool({"info", pool, "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(Lines(r.out).size(), 1u) << "one JSON object on one line";
+  const auto j = ParseJson(r.out);
+  ASSERT_TRUE(j.has_value()) << r.out;
+  EXPECT_EQ(j->at("path"), pool);
+  EXPECT_EQ(j->at("layout"), "pmrt");
+  EXPECT_EQ(j->at("format.major"), "1");
+  EXPECT_EQ(j->at("clean_shutdown"), "true");
+  EXPECT_EQ(j->at("size"), std::to_string(16 << 20));
+  EXPECT_EQ(j->at("regions.3.name"), "heap");
+  EXPECT_EQ(j->at("tree.keys"), "300");
+  EXPECT_EQ(j->at("tree.layers"), "1");
+  EXPECT_EQ(j->at("tree.check_error"), "null");
+  EXPECT_EQ(j->at("epochs.failed"), "[]");
+  EXPECT_FALSE(j->contains("epochs.failed.0.0")) << "no failed ranges: the pool was closed";
+  EXPECT_EQ(j->at("log.blocks_free"), j->at("log.blocks_total"));
+  // 300 values, the border nodes, the interiors and the tree descriptor: all the heap holds.
+  const uint64_t nodes = std::stoull(j->at("tree.leaves")) + std::stoull(j->at("tree.interiors"));
+  EXPECT_EQ(std::stoull(j->at("heap.live_blocks")), 300 + nodes + 1);
+  EXPECT_GT(std::stoull(j->at("heap.used_bytes")), 0u);
+}
+
+TEST(InspectTest, InfoOnAFreshPoolInitializesNothing) {
+  TempDir dir;
+  const std::string pool = dir.File("fresh.pool");
+  ASSERT_EQ(RunTool({"create", pool, "--size", "8M"}).status, 0);
+  const ToolResult r = RunTool({"info", pool, "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = ParseJson(r.out);
+  ASSERT_TRUE(j.has_value()) << r.out;
+  EXPECT_EQ(j->at("epochs"), "null");
+  EXPECT_EQ(j->at("heap"), "null");
+  EXPECT_EQ(j->at("tree"), "null");
+  // Still nothing after a second look: info formats no layer and creates no tree.
+  EXPECT_EQ(ParseJson(RunTool({"info", pool, "--json"}).out)->at("heap"), "null");
+  const ToolResult d = RunTool({"dump", pool});
+  EXPECT_EQ(d.status, 0);
+  EXPECT_EQ(d.out, "");
+  EXPECT_THAT(d.err, HasSubstr("no key-value tree yet"));
+}
+
+TEST(InspectTest, DumpListsKeysInOrderWithLimitAndFrom) {
+  TempDir dir;
+  const std::string pool = dir.File("kv.pool");
+  auto kv = Numbered(250);
+  std::swap(kv[0], kv[200]);  // inserted out of order; dumped in order
+  PutKv(pool, kv);
+
+  ToolResult r = RunTool({"dump", pool});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 100u) << "default --limit 100";
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(lines[i], absl::StrCat("key", 1000 + i, "\tvalue-", i));
+  }
+  EXPECT_THAT(r.err, HasSubstr("100 keys shown, more follow: --from 'key1100'"));
+
+  r = RunTool({"dump", pool, "--limit", "0"});
+  ASSERT_EQ(r.status, 0);
+  EXPECT_EQ(Lines(r.out).size(), 250u);
+  EXPECT_EQ(r.err, "");
+
+  r = RunTool({"dump", pool, "--from", "key1240", "--limit", "3"});
+  ASSERT_EQ(r.status, 0);
+  EXPECT_EQ(r.out, "key1240\tvalue-240\nkey1241\tvalue-241\nkey1242\tvalue-242\n");
+}
+
+TEST(InspectTest, DumpEscapesBinaryKeysInEveryFormat) {
+  TempDir dir;
+  const std::string pool = dir.File("kv.pool");
+  const std::string bin_key("\x00\x01z\xff", 4);
+  const std::string long_key = std::string(20, 'L') + "\n\\";  // past one slice: a layer
+  PutKv(pool, {{bin_key, std::string("v\t\x80", 3)}, {long_key, "x"}, {"plain", ""}});
+
+  ToolResult r = RunTool({"dump", pool});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "\\x00\\x01z\\xff\tv\\t\\x80\n" + std::string(20, 'L') + "\\n\\\\\tx\nplain\t\n");
+
+  r = RunTool({"dump", pool, "--hex", "--limit", "1"});
+  ASSERT_EQ(r.status, 0);
+  EXPECT_EQ(r.out, "00017aff\t760980\n");
+
+  r = RunTool({"dump", pool, "--json"});
+  ASSERT_EQ(r.status, 0);
+  const std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 3u);
+  const auto first = ParseJson(lines[0]);
+  ASSERT_TRUE(first.has_value()) << lines[0];
+  EXPECT_EQ(first->at("key"), bin_key);
+  EXPECT_EQ(first->at("value"), std::string("v\t\x80", 3));
+  EXPECT_EQ(ParseJson(lines[1])->at("key"), long_key);
+
+  // --from takes the escaped form the dump prints.
+  r = RunTool({"dump", pool, "--from", "\\x00\\x01z\\xff", "--limit", "1", "--hex"});
+  ASSERT_EQ(r.status, 0);
+  EXPECT_EQ(r.out, "00017aff\t760980\n");
+}
+
+TEST(InspectTest, UsageErrorsExitTwo) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"info"},
+                                             {"check"},
+                                             {"dump"},
+                                             {"info", "/nonexistent.pool", "--bogus"},
+                                             {"dump", "/x.pool", "--limit", "many"},
+                                             {"dump", "/x.pool", "--hex", "--json"},
+                                             {"dump", "/x.pool", "--from", "\\q"},
+                                             {"check", "/x.pool", "--json"},
+                                             {"nosuchcommand"}}) {
+    const ToolResult r = RunTool(args);
+    EXPECT_EQ(r.status, 2) << args[0] << " " << (args.size() > 1 ? args.back() : "");
+    EXPECT_THAT(r.err, HasSubstr("usage"));
+  }
+}
+
+}  // namespace
+}  // namespace pmrt::testing
