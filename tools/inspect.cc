@@ -92,6 +92,9 @@ std::unique_ptr<PoolView> OpenOrReport(const char* cmd, const Args& a, int* exit
   // Pool errors already start with the path; others (none today) get it prepended.
   std::string msg(view.status().message());
   if (msg.rfind(a.pool, 0) != 0) msg = absl::StrCat(a.pool, ": ", msg);
+  if (msg.find("in use") != std::string::npos) {
+    msg += " (one process at a time: stop the one that holds it, e.g. pmrt serve, first)";
+  }
   std::fprintf(stderr, "pmrt %s: %s\n", cmd, msg.c_str());
   *exit_status = ExitStatusForOpenError(view.status());
   return nullptr;
@@ -358,8 +361,8 @@ int DumpCommand(const std::vector<std::string>& args) {
                      });
   if (next.has_value()) {
     std::fflush(stdout);
-    std::fprintf(stderr, "pmrt dump: %zu keys shown, more follow: --from '%s' continues\n", shown,
-                 EscapeBytes(*next).c_str());
+    std::fprintf(stderr, "pmrt dump: %zu key%s shown, more follow: --from '%s' continues\n", shown,
+                 shown == 1 ? "" : "s", EscapeBytes(*next).c_str());
   }
   return Finish("dump", *view, kExitOk);
 }

@@ -59,14 +59,18 @@ const char* KindName(TreeObject::Kind k) {
   return "object";
 }
 
+// Records the objects a tree check reaches, and stops the check at one reached twice. With
+// `values` false it records nodes only (what `info` needs to stay safe on a corrupt tree: only
+// nodes can form a cycle).
 class ObjectCollector : public ds::TreeVisitor {
  public:
-  explicit ObjectCollector(const Pool& pool) : pool_(pool) {}
+  ObjectCollector(const Pool& pool, bool values) : pool_(pool), values_(values) {}
 
   absl::Status Node(const void* node, size_t bytes, bool leaf, int layer) override {
     return Add(node, TreeObject{leaf ? TreeObject::kLeaf : TreeObject::kInterior, layer, bytes});
   }
   absl::Status Value(const void* value, size_t bytes, const void* leaf, int slot) override {
+    if (!values_) return absl::OkStatus();
     return Add(value, TreeObject{TreeObject::kValue, slot, bytes, pool_.offset_of(leaf)});
   }
   absl::Status Add(const void* p, TreeObject o) {
@@ -84,6 +88,7 @@ class ObjectCollector : public ds::TreeVisitor {
 
  private:
   const Pool& pool_;
+  const bool values_;
   absl::flat_hash_map<uint64_t, TreeObject> objects_;
 };
 
@@ -206,7 +211,8 @@ PoolReport PoolView::Report() const {
   if (tree_ != nullptr) {
     r.has_tree = true;
     r.tree_descriptor = tree_->descriptor();
-    if (absl::Status st = tree_->CheckInvariants(&r.shape); !st.ok()) {
+    ObjectCollector nodes(*pool_, /*values=*/false);
+    if (absl::Status st = tree_->CheckInvariants(&r.shape, &nodes); !st.ok()) {
       r.tree_error = std::string(st.message());
     }
     r.keys = r.shape.keys;
@@ -252,7 +258,7 @@ void PoolView::CheckEpochs(CheckReport& r) const {
   }
   if (f.count() == 0) {
     r.passed.push_back(absl::StrCat("epoch area: checksum, completed epoch ", epochs_->completed(),
-                                    ", ", failed.size(), " failed ranges ordered and disjoint"));
+                                    ", ", failed.size(), " failed range(s), ordered and disjoint"));
   }
 }
 
@@ -305,7 +311,7 @@ void PoolView::CheckHeapAndTree(CheckReport& r) const {
   }
 
   // 2. The tree's structure, collecting every object it links to.
-  ObjectCollector objects(*pool_);
+  ObjectCollector objects(*pool_, /*values=*/true);
   if (absl::Status st = objects.Add(
           tree_->policy().descriptor(),
           TreeObject{TreeObject::kDescriptor, 0, sizeof(ds_internal::MasstreeDescriptor)});
