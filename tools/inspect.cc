@@ -319,6 +319,7 @@ int CheckCommand(const std::vector<std::string>& args) {
     for (const std::string& p : r.problems) std::printf("  problem  %s\n", p.c_str());
   }
   for (const std::string& p : r.passed) std::printf("  ok       %s\n", p.c_str());
+  for (const std::string& p : r.skipped) std::printf("  skipped  %s\n", p.c_str());
   return Finish("check", *view, r.healthy() ? kExitOk : kExitFailed);
 }
 

@@ -224,12 +224,12 @@ CheckReport PoolView::Check() const {
   CheckReport r;
   r.passed.push_back("header and state page: magic, version, layout, regions, checksum");
   if (epochs_ == nullptr) {
-    r.passed.push_back("epoch area: not initialized (no epoch layer in this pool)");
+    r.skipped.push_back("epoch area, heap, tree: not initialized (no epoch layer in this pool)");
     return r;
   }
   CheckEpochs(r);
   if (heap_ == nullptr) {
-    r.passed.push_back("heap: not formatted (no heap in this pool)");
+    r.skipped.push_back("heap, tree: not formatted (no heap in this pool)");
     return r;
   }
   CheckHeapAndTree(r);
@@ -297,7 +297,7 @@ void PoolView::CheckHeapAndTree(CheckReport& r) const {
     }
   }
   if (!kv_) {
-    r.passed.push_back("reachability: not checked (not a key-value pool)");
+    r.skipped.push_back("tree, reachability: not a key-value pool");
     return;
   }
   if (tree_ == nullptr) {
@@ -323,7 +323,7 @@ void PoolView::CheckHeapAndTree(CheckReport& r) const {
   if (absl::Status st = tree_->CheckInvariants(&shape, &objects); !st.ok()) {
     r.problems.push_back(
         absl::StrCat("tree (descriptor at offset ", tree_->descriptor(), "): ", st.message()));
-    r.problems.push_back("reachability: not checked (the tree is not intact)");
+    r.skipped.push_back("reachability: not checked (the tree is not intact)");
     return;
   }
   r.passed.push_back(absl::StrCat(

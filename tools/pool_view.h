@@ -79,6 +79,7 @@ struct PoolReport {
 struct CheckReport {
   std::vector<std::string> problems;  // each names what and where (section, offset, key)
   std::vector<std::string> passed;    // the checks that ran and passed, for the report
+  std::vector<std::string> skipped;   // the checks that could not run, and why
   bool healthy() const { return problems.empty(); }
 };
 

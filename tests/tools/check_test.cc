@@ -182,7 +182,8 @@ struct Targets {
   uint64_t lv_offset = 0;    // of lv[0]
   int first_slot = 0;        // a live slot of `leaf`
   uint64_t value = 0;        // a value object (16-byte class)
-  uint64_t heap_offset = 0, data_offset = 0;
+  uint64_t heap_offset = 0, data_offset = 0, chunk_count = 0;
+  uint32_t heap_version = 0;
   std::vector<alloc::BlockInfo> blocks;
 };
 
@@ -208,9 +209,11 @@ Targets Find(const std::string& path) {
   }
   t.value = c.values.at(0);
   t.heap_offset = pool.region(PoolRegion::kHeap).offset;
-  t.data_offset =
-      static_cast<const alloc_internal::HeapHeader*>(pool.region_base(PoolRegion::kHeap))
-          ->data_offset;
+  const auto* hh =
+      static_cast<const alloc_internal::HeapHeader*>(pool.region_base(PoolRegion::kHeap));
+  t.data_offset = hh->data_offset;
+  t.chunk_count = hh->chunk_count;
+  t.heap_version = hh->version;
   EXPECT_OK((*view)->heap()->Walk([&](const alloc::BlockInfo& b) { t.blocks.push_back(b); }));
   EXPECT_OK((*view)->Close());
   return t;
@@ -262,9 +265,14 @@ TEST_F(CheckTest, FlippedHeapBitmapBitIsALeakAtItsOffset) {
     }
   }
   ASSERT_LT(block, alloc_internal::kMaxBlocksPerChunk) << "the value's chunk is full";
+  // Heap version 2 (alloc/internal/heap_layout.h): every chunk's header line, then every
+  // chunk's kBitmapLines bitmap lines.
+  ASSERT_EQ(t.heap_version, 2u);
+  constexpr uint64_t kLine = sizeof(alloc_internal::LoggedLine);
   const uint64_t word_at =
-      t.heap_offset + alloc_internal::kMetaOffset + chunk * sizeof(alloc_internal::ChunkMeta) +
-      sizeof(alloc_internal::LoggedLine) * (1 + block / 192) + 8 * ((block % 192) / 64);
+      t.heap_offset + alloc_internal::kMetaOffset + t.chunk_count * kLine +
+      (chunk * alloc_internal::kBitmapLines + block / alloc_internal::kBitsPerLine) * kLine +
+      8 * ((block % alloc_internal::kBitsPerLine) / 64);
   const std::optional<std::string> image = ReadFile(path_);
   ASSERT_TRUE(image.has_value());
   uint64_t word;
