@@ -371,9 +371,36 @@ void* Heap::Allocate(size_t size, size_t align) {
     tls_error = AllocError::kBadAlignment;
     return nullptr;
   }
-  epoch::Guard g(epochs_);
   const int c = SizeClasses::For(size, align);
-  return c >= 0 ? AllocateSmall(c, g.epoch()) : AllocateExtent(size, g.epoch());
+  for (int attempt = 0;; ++attempt) {
+    void* p;
+    {
+      epoch::Guard g(epochs_);
+      p = c >= 0 ? AllocateSmall(c, g.epoch()) : AllocateExtent(size, g.epoch());
+    }
+    if (p != nullptr || tls_error != AllocError::kPoolFull || attempt == 2 || !WaitForFrees())
+      return p;
+  }
+}
+
+void Heap::SpillToCentral(std::vector<uint64_t>& fl, int c) {
+  const auto n = static_cast<ptrdiff_t>(SizeClasses::BlocksPerChunk(c));
+  {
+    std::lock_guard<std::mutex> l(central_[c].mu);
+    central_[c].blocks.insert(central_[c].blocks.end(), fl.begin(), fl.begin() + n);
+  }
+  fl.erase(fl.begin(), fl.begin() + n);
+}
+
+bool Heap::WaitForFrees() {
+  // Blocks freed in the running epoch (or the one before) become reusable at the end of the
+  // advance that closes their epoch: after at most two advances every free made before this
+  // call is back in a free list. Pointless when nothing awaits its grace period, impossible
+  // inside the caller's own guard (the advance would wait for it forever), and not ours to do
+  // when the caller clocks the epochs by hand.
+  if (!epochs_.clocked() || retired_batches_.load(std::memory_order_acquire) == 0) return false;
+  if (epochs_.LocalSlot().depth > 0) return false;
+  return epochs_.Advance().ok();
 }
 
 absl::StatusOr<void*> Heap::TryAllocate(size_t size, size_t align) {
@@ -568,11 +595,13 @@ absl::Status Heap::FreeImpl(void* p, FreeMode mode) {
     if (mode == FreeMode::kUnshared && (word.media & bit) == 0) {
       // Media holds the bitmap as of e's start: a clear bit there means the block was
       // allocated in e, so nothing durable refers to its contents.
-      {
-        Bump(tc.frees);
-        tc.free[c].push_back(off);
-        return absl::OkStatus();
-      }
+      Bump(tc.frees);
+      auto& fl = tc.free[c];
+      fl.push_back(off);
+      // A thread that frees more than it allocates (a consumer) would strand blocks in its
+      // own list: past two chunks' worth, the oldest chunk's worth goes to the central list.
+      if (fl.size() > 2 * SizeClasses::BlocksPerChunk(c) + kRefillBatch) SpillToCentral(fl, c);
+      return absl::OkStatus();
     }
   } else {
     uint64_t s = state_[chunk].load(std::memory_order_acquire);
@@ -601,7 +630,11 @@ absl::Status Heap::FreeImpl(void* p, FreeMode mode) {
     }
     tc.batch = batch;
     tc.batch_epoch = e;
-    epochs_.Retire(batch, [this](void* b) { ReleaseBatch(static_cast<FreeBatch*>(b)); });
+    retired_batches_.fetch_add(1, std::memory_order_relaxed);  // once per thread per epoch
+    epochs_.Retire(batch, [this](void* b) {
+      ReleaseBatch(static_cast<FreeBatch*>(b));
+      retired_batches_.fetch_sub(1, std::memory_order_release);
+    });
   }
   if (c >= 0) {
     batch->small[c].push_back(off);

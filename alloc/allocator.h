@@ -92,7 +92,11 @@ class Heap {
   Heap& operator=(const Heap&) = delete;
 
   // Hot path: a block of at least `size` bytes aligned to `align` (a power of two <= 64 KiB),
-  // or null with LastError() set. No flush, no fence.
+  // or null with LastError() set. No flush, no fence. When the heap is full but blocks freed
+  // with Free await their grace period, the epochs run on the background advancer
+  // (ManagerOptions::interval > 0) and the caller holds no epoch::Guard of its own, it advances
+  // the epoch (at most twice) so that they become reusable, then retries: under heavy churn a
+  // full heap waits for its frees instead of failing. Otherwise it fails with kPoolFull.
   void* Allocate(size_t size, size_t align = 16);
   // The same with an error naming the pool, the size and the reason.
   absl::StatusOr<void*> TryAllocate(size_t size, size_t align = 16);
@@ -142,6 +146,8 @@ class Heap {
   absl::Status Format();
   absl::Status Load();
   void* AllocateSmall(int c, uint64_t e);
+  bool WaitForFrees();
+  void SpillToCentral(std::vector<uint64_t>& free_list, int c);
   void* AllocateExtent(size_t size, uint64_t e);
   bool Refill(alloc_detail::ThreadCache& tc, int c, uint64_t e);
   bool LoadNextChunk(int c, std::vector<uint64_t>* out);
@@ -198,6 +204,7 @@ class Heap {
   Central central_[SizeClasses::kCount];
   std::mutex batches_mu_;
   std::vector<alloc_detail::FreeBatch*> spare_batches_;  // reused: no allocation per epoch
+  std::atomic<int64_t> retired_batches_{0};              // free batches awaiting their grace period
   PerThread<alloc_detail::ThreadCache> caches_;
 };
 

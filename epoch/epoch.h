@@ -113,6 +113,11 @@ class Manager : public EpochView {
   // Returns once everything this thread did before the call is durable (two advances at most).
   absl::Status Sync();
 
+  // True when the background advancer runs (ManagerOptions::interval > 0). Layers that could
+  // advance on their own to free resources (a full heap) do so only then: with manual clocking
+  // the caller owns every boundary.
+  bool clocked() const { return options_.interval.count() > 0; }
+
   // Registers [addr, addr+len) as modified in the calling thread's current epoch: it will be
   // flushed at the boundary. REQUIRES: the caller holds a Guard. Call once per object per epoch
   // (the in-object epoch mark that InCLL and the external log check is what deduplicates).

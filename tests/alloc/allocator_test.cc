@@ -42,14 +42,15 @@ struct Runtime {  // members are destroyed heap first, pool last
   std::unique_ptr<Heap> heap;
 };
 
-Runtime Open(Memory& m, bool create) {
+Runtime Open(Memory& m, bool create,
+             std::chrono::milliseconds interval = std::chrono::milliseconds(0)) {
   PoolOptions po;
   po.backend = BackendKind::kEadr;
   auto pool = create ? Pool::CreateInMemory(m.base(), m.size(), "alloc-test", po)
                      : Pool::OpenInMemory(m.base(), m.size(), "alloc-test", po);
   EXPECT_OK(pool);
   epoch::ManagerOptions eo;
-  eo.interval = std::chrono::milliseconds(0);
+  eo.interval = interval;
   auto epochs = epoch::Manager::Open(**pool, eo);
   EXPECT_OK(epochs);
   auto heap = Heap::Open(**pool, **epochs);
@@ -139,10 +140,46 @@ TEST(HeapTest, ExhaustionFailsCleanlyAndRecoversAfterFrees) {
   const auto live = LiveOffsets(*r.heap);
   EXPECT_EQ(live.size(), got.size());  // a failed allocation changes nothing
   for (size_t i = 0; i < got.size(); i += 2) ASSERT_OK(r.heap->Free(got[i]));
-  EXPECT_EQ(r.heap->Allocate(4000), nullptr);  // frees are not reusable before their epoch ends
+  {
+    // Frees are not reusable before their epoch ends, and inside the caller's own guard the
+    // allocation cannot wait for that.
+    epoch::Guard g(*r.epochs);
+    EXPECT_EQ(r.heap->Allocate(4000), nullptr);
+    EXPECT_EQ(Heap::LastError(), AllocError::kPoolFull);
+  }
   ASSERT_OK(r.epochs->Advance());
   for (size_t i = 0; i < got.size(); i += 2) EXPECT_NE(r.heap->Allocate(4000), nullptr);
   ASSERT_OK(r.heap->Check());
+}
+
+// A full heap whose blocks were freed in the running epoch: outside a guard the allocation
+// advances the epoch itself (the frees' grace period ends) instead of failing.
+TEST(HeapTest, FullHeapWaitsForPendingFreesInsteadOfFailing) {
+  Memory m(4 << 20);
+  // A background advancer that will not tick during the test: only Allocate advances.
+  Runtime r = Open(m, true, std::chrono::hours(1));
+  std::vector<void*> got;
+  for (void* p; (p = r.heap->Allocate(4000)) != nullptr;) got.push_back(p);
+  ASSERT_GT(got.size(), 100u);
+  const uint64_t before = r.epochs->current();
+  for (void* p : got) ASSERT_OK(r.heap->Free(p));
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NE(r.heap->Allocate(4000), nullptr) << i;
+  EXPECT_GT(r.epochs->current(), before);
+  // Full again, and nothing awaits a grace period: fails at once, without advancing.
+  const uint64_t now = r.epochs->current();
+  EXPECT_EQ(r.heap->Allocate(4000), nullptr);
+  EXPECT_EQ(Heap::LastError(), AllocError::kPoolFull);
+  EXPECT_EQ(r.epochs->current(), now);
+  ASSERT_OK(r.heap->Check());
+  // With manual clocking the caller owns the boundaries: a full heap fails at once.
+  Memory m2(4 << 20);
+  Runtime manual = Open(m2, true);
+  std::vector<void*> more;
+  for (void* p; (p = manual.heap->Allocate(4000)) != nullptr;) more.push_back(p);
+  for (void* p : more) ASSERT_OK(manual.heap->Free(p));
+  const uint64_t manual_epoch = manual.epochs->current();
+  EXPECT_EQ(manual.heap->Allocate(4000), nullptr);
+  EXPECT_EQ(manual.epochs->current(), manual_epoch);
 }
 
 TEST(HeapTest, MisuseIsRefusedAndChangesNothing) {
@@ -164,6 +201,29 @@ TEST(HeapTest, MisuseIsRefusedAndChangesNothing) {
   ASSERT_OK(r.heap->Free(ext));
   EXPECT_THAT(r.heap->Free(ext),
               testing::StatusIs(absl::StatusCode::kFailedPrecondition, "double free"));
+  ASSERT_OK(r.heap->Check());
+}
+
+// FreeUnshared of a block allocated in the running epoch makes it reusable at once, in the
+// freeing thread's list. A thread that only frees (a consumer) must not strand those blocks:
+// here 128 MiB pass through a 4 MiB heap in one epoch.
+TEST(HeapTest, AConsumerThreadDoesNotStrandFreedBlocks) {
+  Memory m(4 << 20);
+  Runtime r = Open(m, true);  // manual epochs: everything below runs in one epoch
+  const uint64_t e = r.epochs->current();
+  std::vector<void*> batch(1000);
+  for (int round = 0; round < 2000; ++round) {
+    for (void*& p : batch) {
+      p = r.heap->Allocate(64);
+      ASSERT_NE(p, nullptr) << "round " << round << ": " << AllocErrorName(Heap::LastError());
+    }
+    std::thread consumer([&] {
+      for (void* p : batch) ASSERT_OK(r.heap->FreeUnshared(p));
+    });
+    consumer.join();
+  }
+  EXPECT_EQ(r.epochs->current(), e);
+  EXPECT_TRUE(LiveOffsets(*r.heap).empty());
   ASSERT_OK(r.heap->Check());
 }
 
