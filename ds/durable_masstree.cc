@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -107,6 +109,56 @@ absl::StatusOr<std::unique_ptr<DurableMasstree>> DurableMasstree::Open(Pool& poo
   DurablePolicy policy(pool, epochs, desc);
   return std::unique_ptr<DurableMasstree>(
       new DurableMasstree(PoolNodeAllocator(heap), std::move(policy), desc, kUnknownCount));
+}
+
+absl::Status DurableMasstree::Destroy(const epoch::Guard& g) {
+  PoolNodeAllocator& a = allocator();
+  epoch::Manager& epochs = a.epochs();
+  Pool& pool = epochs.pool();
+  if (&g.manager() != &epochs || epochs.LocalSlot().depth == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(pool.path(), ": DurableMasstree::Destroy at offset ", descriptor(),
+                     ": the guard must be this thread's, of the tree's epoch manager"));
+  }
+  // Collect first (the check reads every node), free afterwards.
+  struct Collect : TreeVisitor {
+    std::vector<void*> blocks;
+    absl::Status Node(const void* node, size_t, bool, int) override {
+      blocks.push_back(const_cast<void*>(node));
+      return absl::OkStatus();
+    }
+    absl::Status Value(const void* value, size_t, const void*, int) override {
+      blocks.push_back(const_cast<void*>(value));
+      return absl::OkStatus();
+    }
+  } collect;
+  if (absl::Status st = CheckInvariants(nullptr, &collect); !st.ok()) {
+    return absl::InternalError(absl::StrCat(pool.path(), ": DurableMasstree::Destroy at offset ",
+                                            descriptor(),
+                                            ": the tree fails its check, nothing "
+                                            "freed: ",
+                                            std::string(st.message())));
+  }
+  // The descriptor's magic, undo-logged in this epoch: if the epoch fails, the log restores it
+  // and the heap's rollback makes every block below live again; if it completes, the stale
+  // offset reads as "no tree".
+  auto* desc = const_cast<MasstreeDescriptor*>(policy().descriptor());
+  if (absl::Status st = epochs.log().Snapshot(desc, sizeof(*desc), &desc->logged_epoch); !st.ok()) {
+    return st;
+  }
+  desc->magic = 0;
+  collect.blocks.push_back(desc);
+  // Each free is recorded in this epoch (Heap::Free: reusable once the epoch has closed and is
+  // durable); a crash before that leaves every block allocated.
+  for (void* b : collect.blocks) {
+    if (absl::Status st = a.heap().Free(b); !st.ok()) {
+      return absl::InternalError(
+          absl::StrCat(pool.path(), ": DurableMasstree::Destroy: freeing the block at offset ",
+                       pool.offset_of(b), " failed (the epoch must not complete: abandon the ",
+                       "process to roll it back): ", std::string(st.message())));
+    }
+  }
+  return absl::OkStatus();
 }
 
 uint64_t DurableMasstree::descriptor() const {

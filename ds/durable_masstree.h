@@ -96,6 +96,19 @@ class DurableMasstree : public BasicMasstree<PoolNodeAllocator> {
 
   // The pool offset that reopens this tree.
   uint64_t descriptor() const;
+
+  // Frees the whole tree: every node and value object, then the descriptor (its magic cleared
+  // first, undo-logged, so that Open of the stale offset fails with kDataLoss), all in the
+  // epoch of `g`, the calling thread's guard. The frees take effect when that epoch completes;
+  // a crash before then rolls every one of them back with the rest of the epoch. The caller
+  // removes its own reference to descriptor() in the same guard (an undo-logged root, say), so
+  // that no crash can separate the reference from the tree. The tree is first checked as
+  // CheckInvariants does: a tree that fails the check is not touched (kInternal, naming the
+  // violation). REQUIRES: no other thread uses the tree, now or later; afterwards the object
+  // only detaches (destroy it without calling anything else). Errors: kFailedPrecondition
+  // (`g` is not a guard of this tree's manager on this thread), kInternal (check failed),
+  // kResourceExhausted (the undo log is full: nothing was freed).
+  absl::Status Destroy(const epoch::Guard& g);
   ds_internal::DurableStats durable_stats() const { return policy().stats(); }
 
  private:

@@ -29,6 +29,7 @@
 #include "ds/internal/durable_policy.h"
 #include "ds/internal/ebr.h"
 #include "ds/internal/permuter.h"
+#include "tests/util/test_util.h"
 
 namespace pmrt::ds {
 namespace {
@@ -637,6 +638,88 @@ TEST(DurableMasstreeTest, ReopensWithItsDescriptor) {
   (*t)->put("after reopen", "x");
   model["after reopen"] = "x";
   ExpectSameAsModel(**t, model);
+}
+
+// Fills a durable tree with short and long keys (layers, key suffixes), updates and removals.
+void FillForDestroy(DurableMasstree& t, Model& model) {
+  KeyGen gen(11);
+  for (int i = 0; i < 20000; ++i) {
+    std::string k = gen.Next();
+    if (i % 5 == 0) k = "a shared long prefix of forty bytes......" + k;  // layers
+    const std::string v = "value-" + std::to_string(i) + std::string(i % 50, 'x');
+    t.put(k, v);
+    model[k] = v;
+  }
+  for (int i = 0; i < 3000; ++i) {
+    auto it = model.begin();
+    std::advance(it, (i * 7919) % model.size());
+    if (i % 2 == 0) {
+      t.put(it->first, "updated");
+      it->second = "updated";
+    } else {
+      ASSERT_TRUE(t.remove(it->first));
+      model.erase(it);
+    }
+  }
+}
+
+TEST(DurableMasstreeTest, DestroyFreesEveryNodeValueAndTheDescriptor) {
+  DurableRuntime rt(TempPoolPath("destroy"));
+  ASSERT_TRUE(rt.Open().ok());
+  ASSERT_OK(rt.epochs().Sync());
+  const uint64_t live_before = rt.heap().Stats().live_blocks;
+  auto t = DurableMasstree::Create(rt.pool(), rt.epochs(), rt.heap());
+  ASSERT_TRUE(t.ok()) << t.status();
+  const uint64_t where = (*t)->descriptor();
+  Model model;
+  FillForDestroy(**t, model);
+  ASSERT_OK(rt.epochs().Sync());
+  EXPECT_GT(rt.heap().Stats().live_blocks, live_before + model.size());
+  {
+    epoch::Guard other_thread_guard_stand_in(rt.epochs());
+    std::thread([&] {
+      // A guard of another thread does not count: this thread holds none.
+      EXPECT_EQ((*t)->Destroy(other_thread_guard_stand_in).code(),
+                absl::StatusCode::kFailedPrecondition);
+    }).join();
+    ASSERT_OK((*t)->Destroy(other_thread_guard_stand_in));
+  }
+  t->reset();
+  ASSERT_OK(rt.epochs().Sync());
+  ASSERT_OK(rt.epochs().Sync());  // the frees' grace period has passed
+  EXPECT_EQ(rt.heap().Stats().live_blocks, live_before);
+  ASSERT_OK(rt.heap().Check());
+  EXPECT_EQ(DurableMasstree::Open(rt.pool(), rt.epochs(), rt.heap(), where).status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
+// A crash in the epoch of the Destroy: the file copied mid-epoch holds every store of it (the
+// freed bitmaps, the cleared magic); reopening rolls all of it back and the tree is whole.
+TEST(DurableMasstreeTest, CrashBeforeTheDestroyCompletesKeepsTheTree) {
+  const std::string original = TempPoolPath("destroysrc"), copy = TempPoolPath("destroycopy");
+  Model model;
+  uint64_t where, live;
+  {
+    DurableRuntime rt(original);
+    ASSERT_TRUE(rt.Open().ok());
+    auto t = DurableMasstree::Create(rt.pool(), rt.epochs(), rt.heap());
+    ASSERT_TRUE(t.ok()) << t.status();
+    where = (*t)->descriptor();
+    FillForDestroy(**t, model);
+    ASSERT_OK(rt.epochs().Sync());
+    live = rt.heap().Stats().live_blocks;
+    epoch::Guard g(rt.epochs());
+    ASSERT_OK((*t)->Destroy(g));
+    ASSERT_EQ(std::system(("cp " + original + " " + copy).c_str()), 0);  // the crash
+  }
+  DurableRuntime rt(copy, 0);  // (size 0: reuses the copied file)
+  ASSERT_TRUE(rt.Open().ok());
+  auto t = DurableMasstree::Open(rt.pool(), rt.epochs(), rt.heap(), where);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ExpectSameAsModel(**t, model);
+  ASSERT_OK((*t)->CheckInvariants());
+  ASSERT_OK(rt.heap().Check());
+  EXPECT_EQ(rt.heap().Stats().live_blocks, live);
 }
 
 TEST(DurableMasstreeTest, OpenRejectsBadDescriptors) {
