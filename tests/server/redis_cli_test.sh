@@ -25,7 +25,8 @@ fail() {
   exit 1
 }
 
-"$pmrt" serve "$dir/kv.pool" --create-size 256M --port 0 >"$dir/server.out" 2>&1 &
+: >"$dir/server.out" # exists before the background job's redirection opens it
+"$pmrt" serve "$dir/kv.pool" --create-size 256M --port 0 >>"$dir/server.out" 2>&1 &
 server_pid=$!
 port=
 for _ in $(seq 600); do
