@@ -191,6 +191,11 @@ void PrintText(const PoolReport& r) {
                     h.live_per_class[c]);
   }
   std::printf("heap classes    %s\n", classes.empty() ? "no small blocks" : classes.c_str());
+  if (r.has_txn) {
+    std::printf(
+        "transactions    directory at offset %lu (committed transactions replayed at open)\n",
+        static_cast<unsigned long>(r.txn_directory));
+  }
   if (!r.kv) return;
   if (!r.has_tree) {
     std::printf("tree            none yet (a key-value pool gets its tree at its first write)\n");
@@ -256,6 +261,12 @@ std::string Json(const PoolReport& r) {
       }
     }
     j.EndObject().EndObject();
+  } else {
+    j.Null();
+  }
+  j.Key("txn_directory");
+  if (r.has_txn) {
+    j.Uint(r.txn_directory);
   } else {
     j.Null();
   }

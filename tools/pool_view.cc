@@ -131,6 +131,15 @@ absl::Status PoolView::OpenLayers() {
   auto heap = alloc::Heap::Open(*pool_, *epochs_);
   if (!heap.ok()) return heap.status();
   heap_ = std::move(*heap);
+
+  // 3. Transactions, if the pool has a directory (0: no Engine ever attached; opening one would
+  //    create it): committed transactions are replayed right after the heap's rollback, before
+  //    anything allocates, as Engine::Open requires.
+  if (pool_->state().txn_directory.value.load(std::memory_order_relaxed) != 0) {
+    auto engine = txn::Engine::Open(*pool_, *epochs_, *heap_);
+    if (!engine.ok()) return engine.status();
+    txn_ = std::move(*engine);
+  }
   return kv_ ? OpenTree() : absl::OkStatus();
 }
 
@@ -160,6 +169,7 @@ absl::Status PoolView::OpenTree() {
 
 absl::Status PoolView::Close() {
   tree_.reset();
+  txn_.reset();
   heap_.reset();
   epochs_.reset();
   if (pool_ == nullptr) return absl::OkStatus();
@@ -206,6 +216,10 @@ PoolReport PoolView::Report() const {
   if (heap_ != nullptr) {
     r.has_heap = true;
     r.heap = heap_->Stats();
+  }
+  if (txn_ != nullptr) {
+    r.has_txn = true;
+    r.txn_directory = pool_->state().txn_directory.value.load(std::memory_order_relaxed);
   }
   r.kv = kv_;
   if (tree_ != nullptr) {

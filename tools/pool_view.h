@@ -11,7 +11,9 @@
 // and state page before writing a byte), then, only for the layers the pool already holds,
 // epoch::Manager::Open (which recovers: it records the epochs a crash left unfinished as failed
 // and replays their external undo log), alloc::Heap::Open (rolls the heap back to the same
-// point) and, for a key-value pool (layout "pmrt", tools/kv_store.h), the durable Masstree
+// point), txn::Engine::Open when the pool has a transaction directory (replays committed
+// transactions: a pool left half-recovered would be marked cleanly shut down at close) and,
+// for a key-value pool (layout "pmrt", tools/kv_store.h), the durable Masstree
 // named by the root object. Recovery writes to the pool, as any open does; it loses nothing
 // that was durable, and the report says what it did. A layer the pool does not hold yet (a pool
 // fresh from `pmrt create`, or one of another layout whose application does not use the heap)
@@ -36,6 +38,7 @@
 #include "ds/durable_masstree.h"
 #include "epoch/epoch.h"
 #include "epoch/pool.h"
+#include "txn/txn.h"
 
 namespace pmrt::tools {
 
@@ -66,6 +69,10 @@ struct PoolReport {
   // Heap (has_heap: the heap region is formatted).
   bool has_heap = false;
   alloc::HeapStats heap;
+
+  // Transactions (has_txn: the pool has a transaction directory, recovered at this open).
+  bool has_txn = false;
+  uint64_t txn_directory = 0;
 
   // Key-value tree (kv: the layout is the key-value layout; has_tree: it holds a tree).
   bool kv = false, has_tree = false;
@@ -121,6 +128,7 @@ class PoolView {
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<epoch::Manager> epochs_;
   std::unique_ptr<alloc::Heap> heap_;
+  std::unique_ptr<txn::Engine> txn_;
   std::unique_ptr<ds::DurableMasstree> tree_;
   bool kv_ = false;
   uint64_t completed_before_ = 0;

@@ -4,9 +4,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "alloc/allocator.h"
+#include "epoch/epoch.h"
+#include "epoch/pool.h"
 #include "gtest/gtest.h"
 #include "tests/tools/tool_test_util.h"
 #include "tests/util/test_util.h"
+#include "txn/txn.h"
 
 namespace pmrt::testing {
 namespace {
@@ -139,6 +143,43 @@ TEST(InspectTest, DumpEscapesBinaryKeysInEveryFormat) {
   r = RunTool({"dump", pool, "--from", "\\x00\\x01z\\xff", "--limit", "1", "--hex"});
   ASSERT_EQ(r.status, 0);
   EXPECT_EQ(r.out, "00017aff\t760980\n");
+}
+
+// A pool of another layout that uses the heap and transactions: info and check open every
+// layer it holds (the transaction engine replays at open) and skip the tree.
+TEST(InspectTest, OtherLayoutWithTransactions) {
+  TempDir dir;
+  const std::string pool_path = dir.File("tx.pool");
+  struct TxRoot {
+    uint64_t counter;
+  };
+  {
+    auto pool = Pool::Create(pool_path, 16 << 20, "txapp");
+    ASSERT_OK(pool);
+    auto epochs = epoch::Manager::Open(**pool, {.interval = std::chrono::milliseconds(0)});
+    ASSERT_OK(epochs);
+    auto heap = alloc::Heap::Open(**pool, **epochs);
+    ASSERT_OK(heap);
+    auto engine = txn::Engine::Open(**pool, **epochs, **heap);
+    ASSERT_OK(engine);
+    auto root = (*pool)->root<TxRoot>();
+    ASSERT_OK(root);
+    for (uint64_t i = 1; i <= 10; ++i) {
+      ASSERT_OK(txn::Run([&]() { return txn::write(&(*root)->counter, i); }));
+    }
+  }
+  ToolResult r = RunTool({"info", pool_path, "--layout", "txapp", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = ParseJson(r.out);
+  ASSERT_TRUE(j.has_value()) << r.out;
+  EXPECT_NE(j->at("txn_directory"), "null");
+  EXPECT_EQ(j->at("tree"), "null");
+  EXPECT_NE(j->at("heap"), "null");
+  r = RunTool({"info", pool_path, "--layout", "txapp"});
+  EXPECT_THAT(r.out, HasSubstr("transactions    directory at offset"));
+  r = RunTool({"check", pool_path, "--layout", "txapp"});
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("skipped  tree, reachability: not a key-value pool"));
 }
 
 TEST(InspectTest, UsageErrorsExitTwo) {
