@@ -67,8 +67,6 @@ class RespParser {
   const std::string& error() const { return error_; }
   // Bytes fed but not yet returned as part of a command (includes a partial command).
   size_t buffered() const { return buf_.size() - pos_; }
-  // True while a command has been started but not completed.
-  bool in_command() const { return state_ != State::kIdle || pos_ < buf_.size(); }
 
  private:
   enum class State {
