@@ -14,6 +14,8 @@
 #   bench/server_bench.sh [--json FILE] [PMRT_BINARY]
 #     PMRT_BINARY   default build/release/tools/pmrt
 #   environment: N=200000 PIPELINES="1 16" REPEAT=3 EPOCH_MS=64 THREADS=0 (0: one per core)
+#                KEYSPACE=K   random keys among K (redis-benchmark -r K; default: one key,
+#                             redis-benchmark's own default)
 #
 # Needs redis-benchmark (redis-tools); the redis-server rows need redis-server (skipped, with a
 # note, when it is not installed: apt-get install redis-server).
@@ -42,6 +44,9 @@ PIPELINES=${PIPELINES:-"1 16"}
 REPEAT=${REPEAT:-3}
 EPOCH_MS=${EPOCH_MS:-64}
 THREADS=${THREADS:-0}
+KEYSPACE=${KEYSPACE:-}
+rflag=()
+[[ -n $KEYSPACE ]] && rflag=(-r "$KEYSPACE")
 
 if ! command -v redis-benchmark >/dev/null; then
   echo "server_bench.sh: redis-benchmark not found (apt-get install redis-tools)" >&2
@@ -118,7 +123,7 @@ fi
 
 echo "# machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1)," \
   "load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# redis-benchmark -t set,get -n $N -P {$PIPELINES} -q (50 clients); median of $REPEAT;" \
+echo "# redis-benchmark -t set,get -n $N -P {$PIPELINES} ${rflag[*]} -q (50 clients); median of $REPEAT;" \
   "$(redis-server --version 2>/dev/null | cut -d' ' -f1-3)"
 declare -A results
 for sys in "${systems[@]}"; do
@@ -126,7 +131,7 @@ for sys in "${systems[@]}"; do
     for rep in $(seq "$REPEAT"); do
       start "$sys" || exit 1
       # --csv: "SET","434782.59",... (redis 7 adds latency columns; the second is requests/s).
-      redis-benchmark -p "$port" -t set,get -n "$N" -P "$p" -q --csv 2>"$dir/err" |
+      redis-benchmark -p "$port" -t set,get -n "$N" -P "$p" "${rflag[@]}" -q --csv 2>"$dir/err" |
         tr -d '"' | awk -F, '$1=="SET"||$1=="GET" {print $1, $2}' >"$dir/out"
       if [[ -s $dir/err ]] || [[ $(wc -l <"$dir/out") != 2 ]]; then
         echo "server_bench.sh: redis-benchmark against $sys failed: $(cat "$dir/err")" >&2
@@ -146,8 +151,8 @@ for sys in "${systems[@]}"; do
       rps=$(tr ' ' '\n' <<<"${results[$sys,$test,$p]:-}" | grep . | median)
       printf '%-20s %-5s %9s %14s\n' "$sys" "$test" "$p" "$rps"
       if [[ -n $JSON && $rps != n/a ]]; then
-        printf '{"bench":"server","system":"%s","test":"%s","pipeline":%d,"rps":%s,"n":%d,"clients":50,"repeat":%d}\n' \
-          "$sys" "$test" "$p" "$rps" "$N" "$REPEAT" >>"$JSON"
+        printf '{"bench":"server","system":"%s","test":"%s","pipeline":%d,"rps":%s,"n":%d,"clients":50,"repeat":%d,"keyspace":%d}\n' \
+          "$sys" "$test" "$p" "$rps" "$N" "$REPEAT" "${KEYSPACE:-1}" >>"$JSON"
       fi
     done
   done
