@@ -16,6 +16,7 @@
 #include "epoch/pool.h"
 #include "epoch/sim.h"
 #include "gtest/gtest.h"
+#include "tests/alloc/heap_runtime.h"
 #include "tests/util/crash_suite.h"
 #include "tests/util/lockstep.h"
 #include "tests/util/test_util.h"
@@ -45,33 +46,14 @@ struct Model {
   }
 };
 
-uint64_t Next(uint64_t& s) {
-  s ^= s << 13;
-  s ^= s >> 7;
-  s ^= s << 17;
-  return s;
-}
+using testing::Next;
 
-struct Runtime {
-  std::unique_ptr<Pool> pool;
-  std::unique_ptr<epoch::Manager> epochs;
-  std::unique_ptr<Heap> heap;
-};
+using Runtime = test_runtime::HeapRuntime;
 
 absl::StatusOr<Runtime> OpenRuntime(void* base, const PoolOptions& po) {
-  Runtime r;
   auto pool = Pool::OpenInMemory(base, kPoolSize, "alloc-crash", po, "crash-image");
   if (!pool.ok()) return pool.status();
-  r.pool = std::move(*pool);
-  epoch::ManagerOptions eo;
-  eo.interval = std::chrono::milliseconds(0);
-  auto m = epoch::Manager::Open(*r.pool, eo);
-  if (!m.ok()) return m.status();
-  r.epochs = std::move(*m);
-  auto h = Heap::Open(*r.pool, *r.epochs);
-  if (!h.ok()) return h.status();
-  r.heap = std::move(*h);
-  return r;
+  return test_runtime::OpenHeapRuntime(std::move(*pool));
 }
 
 Live Walk(const Heap& h) {
@@ -125,34 +107,18 @@ absl::Status CheckRecovered(Runtime& r, const Model& model, Live* recovered = nu
 absl::Status CheckNested(CrashImage& img, const Model& outer) {
   Model after;
   bool recovered = false;
-  absl::Status first = absl::OkStatus();
-  Sim::Options o;
-  o.random_images = 1;
-  o.exhaustive_max_lines = 4;
-  o.max_single_line_images = 4;
-  o.crash_points = Sim::CrashPoints::kRandom;
-  o.probability = 0.3;
   auto handler = [&](CrashImage& inner) -> absl::Status {
-    PoolOptions po;
-    po.backend = BackendKind::kEadr;
-    auto r = OpenRuntime(inner.base(), po);
+    auto r = OpenRuntime(inner.base(), testing::EadrPoolOptions());
     if (!r.ok()) return r.status();
     return CheckRecovered(*r, recovered ? after : outer);
   };
-  auto st = img.RunNested(
-      o,
-      [&](Sim& nested) {
-        PoolOptions po;
-        po.backend = BackendKind::kSim;
-        po.sim = &nested;
-        auto r = OpenRuntime(img.base(), po);
-        if (!r.ok()) {
-          first = r.status();
-          return;
-        }
+  return testing::RunNestedCheck(
+      img, testing::NestedSimOptions(0.3),
+      [&](Sim& nested) -> absl::Status {
+        auto r = OpenRuntime(img.base(), testing::SimPoolOptions(nested));
+        if (!r.ok()) return r.status();
         Live got = Walk(*r->heap);
-        first = outer.Check(got);
-        if (!first.ok()) return;
+        if (auto st = outer.Check(got); !st.ok()) return st;
         after.live = after.at_start = got;
         recovered = true;
         uint64_t rng = img.id().fence * 977 + img.id().image + 3;
@@ -162,17 +128,12 @@ absl::Status CheckNested(CrashImage& img, const Model& outer) {
         }
         Operate(*r->heap, after, rng);
         after.advancing = true;  // the runtime's destructors advance
+        return absl::OkStatus();
       },
       handler);
-  if (!first.ok()) return first;
-  return st;
 }
 
-struct Config {
-  Sim::Options options;
-  uint64_t target_images = 30000;
-  int threads = 1;
-  int nested_every = 20;
+struct Config : testing::CrashConfig {
   Config() {
     options.max_single_line_images = 8;
     options.random_images = 6;
@@ -183,80 +144,41 @@ using Outcome = testing::CrashOutcome;
 using testing::EnvOr;
 
 Outcome RunCrash(const Config& cfg) {
-  Outcome out;
-  Sim::Options so = cfg.options;
-  so.max_images = cfg.target_images;
-  auto sim_or = Sim::Create(kPoolSize, so);
-  EXPECT_OK(sim_or);
-  if (!sim_or.ok()) return out;
-  Sim& sim = **sim_or;
-  const auto mode = sim.options().crash_points;
-  sim.SetCrashPoints(Sim::CrashPoints::kNone);
-  PoolOptions po;
-  po.backend = BackendKind::kSim;
-  po.sim = &sim;
-  {
-    auto pool = Pool::CreateInMemory(sim.working(), kPoolSize, "alloc-crash", po, "sim-pool");
-    EXPECT_OK(pool);
-  }
-  auto rt = OpenRuntime(sim.working(), po);
-  EXPECT_OK(rt);
-  if (!rt.ok()) return out;
   Model model;
-  sim.SetHandler([&](CrashImage& img) -> absl::Status {
-    if (cfg.nested_every > 0 && img.id().image % cfg.nested_every == 5) {
-      return CheckNested(img, model);
-    }
-    PoolOptions eadr;
-    eadr.backend = BackendKind::kEadr;
-    auto r = OpenRuntime(img.base(), eadr);
-    if (!r.ok()) return r.status();
-    return CheckRecovered(*r, model);
-  });
-  sim.SetCrashPoints(mode);
-  const auto start = std::chrono::steady_clock::now();
-  {
-    std::vector<uint64_t> rngs(cfg.threads);
-    for (int t = 0; t < cfg.threads; ++t) rngs[t] = sim.options().seed * 7919 + t + 1;
-    testing::Lockstep workers(cfg.threads, [&](int t) { Operate(*rt->heap, model, rngs[t]); });
-    uint64_t sched = sim.options().seed + 5;
-    while (!sim.failed() && sim.stats().images < cfg.target_images) {
-      const uint64_t pick = Next(sched) % 10;
-      if (pick == 0) {
-        AdvanceTracked(*rt->epochs, model);
-      } else {
-        workers.Step(static_cast<int>(pick % cfg.threads));
-      }
-    }
-  }
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  sim.SetCrashPoints(Sim::CrashPoints::kNone);
-  out.stats = sim.stats();
-  out.failures = sim.failures();
-  out.sites = sim.sites_seen();
-  return out;
+  return testing::RunUnderSim<Outcome>(
+      kPoolSize, cfg.options, cfg.target_images,
+      [](Sim& sim, const PoolOptions& po) {
+        {
+          auto pool = Pool::CreateInMemory(sim.working(), kPoolSize, "alloc-crash", po, "sim-pool");
+          EXPECT_OK(pool);
+        }
+        return OpenRuntime(sim.working(), po);
+      },
+      [&](Sim&, CrashImage& img) -> absl::Status {
+        if (cfg.nested_every > 0 && img.id().image % cfg.nested_every == 5) {
+          return CheckNested(img, model);
+        }
+        auto r = OpenRuntime(img.base(), testing::EadrPoolOptions());
+        if (!r.ok()) return r.status();
+        return CheckRecovered(*r, model);
+      },
+      [&](Sim& sim, Runtime& rt, Outcome&) {
+        auto rngs = testing::WorkerRngs(cfg.threads, sim.options().seed, 7919);
+        testing::Lockstep workers(cfg.threads, [&](int t) { Operate(*rt.heap, model, rngs[t]); });
+        testing::RunSchedule(
+            sim, cfg.target_images, workers, cfg.threads, sim.options().seed + 5, 10,
+            testing::AdvanceOnPickZero([&] { AdvanceTracked(*rt.epochs, model); }));
+      });
 }
 
 TEST(AllocCrashTest, OneThread) {
-  Config cfg;
-  cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 100000) / 2;
-  Outcome r = RunCrash(cfg);
-  ASSERT_TRUE(r.failures.empty()) << r.failures[0].ToString();
-  EXPECT_GE(r.stats.images, cfg.target_images);
-  std::printf("alloc, 1 thread: %lu crash points, %lu images in %.2f s\n", r.stats.crash_points,
-              r.stats.images, r.seconds);
+  const auto cfg = testing::MainRunConfig<Config>(1, 1, 100000);
+  testing::ExpectFinishedRun(RunCrash(cfg), cfg.target_images, "alloc, 1 thread");
 }
 
 TEST(AllocCrashTest, TwoThreads) {
-  Config cfg;
-  cfg.threads = 2;
-  cfg.options.seed = 3;
-  cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 100000) / 2;
-  Outcome r = RunCrash(cfg);
-  ASSERT_TRUE(r.failures.empty()) << r.failures[0].ToString();
-  EXPECT_GE(r.stats.images, cfg.target_images);
-  std::printf("alloc, 2 threads: %lu crash points, %lu images in %.2f s\n", r.stats.crash_points,
-              r.stats.images, r.seconds);
+  const auto cfg = testing::MainRunConfig<Config>(2, 3, 100000);
+  testing::ExpectFinishedRun(RunCrash(cfg), cfg.target_images, "alloc, 2 threads");
 }
 
 TEST(AllocCrashTest, MutationGateKillsEverySite) {

@@ -16,6 +16,7 @@
 #include "epoch/kill_harness.h"
 #include "epoch/pool.h"
 #include "gtest/gtest.h"
+#include "tests/alloc/heap_runtime.h"
 #include "tests/util/test_util.h"
 
 namespace pmrt::alloc {
@@ -39,28 +40,12 @@ struct OpLog {
   OpRecord records[kMaxOps];
 };
 
-struct Runtime {
-  std::unique_ptr<Pool> pool;
-  std::unique_ptr<epoch::Manager> epochs;
-  std::unique_ptr<Heap> heap;
-};
-
-absl::StatusOr<Runtime> OpenRuntime(const std::string& path) {
-  Runtime r;
+absl::StatusOr<test_runtime::HeapRuntime> OpenRuntime(const std::string& path) {
   PoolOptions po;
   po.backend = BackendKind::kMsync;
   auto pool = Pool::Open(path, "alloc-kill", po);
   if (!pool.ok()) return pool.status();
-  r.pool = std::move(*pool);
-  epoch::ManagerOptions eo;
-  eo.interval = std::chrono::milliseconds(0);
-  auto m = epoch::Manager::Open(*r.pool, eo);
-  if (!m.ok()) return m.status();
-  r.epochs = std::move(*m);
-  auto h = Heap::Open(*r.pool, *r.epochs);
-  if (!h.ok()) return h.status();
-  r.heap = std::move(*h);
-  return r;
+  return test_runtime::OpenHeapRuntime(std::move(*pool));
 }
 
 std::set<uint64_t> Walk(const Heap& h) {

@@ -36,6 +36,8 @@
 #include "epoch/sim.h"
 #include "gtest/gtest.h"
 #include "tests/ds/durable_tree_oracle.h"
+#include "tests/ds/durable_tree_runtime.h"
+#include "tests/util/crash_suite.h"
 #include "tests/util/lockstep.h"
 #include "tests/util/test_util.h"
 
@@ -53,16 +55,9 @@ using oracle::Contents;
 using oracle::Printable;
 using oracle::Scan;
 
-struct Root {
-  uint64_t tree;  // the tree's descriptor offset
-};
-
-uint64_t Next(uint64_t& s) {
-  s ^= s << 13;
-  s ^= s >> 7;
-  s ^= s << 17;
-  return s;
-}
+using testing::EnvOr;
+using testing::Next;
+using tree_runtime::TreeRuntime;
 
 struct Model {
   Contents live, at_start;
@@ -97,32 +92,12 @@ std::string KeyOf(uint64_t r) {
 
 std::string ValueOf(uint64_t r) { return absl::StrCat("v", r % 100000, std::string(r % 5, '.')); }
 
-struct Runtime {
-  std::unique_ptr<Pool> pool;
-  std::unique_ptr<epoch::Manager> epochs;
-  std::unique_ptr<alloc::Heap> heap;
-  std::unique_ptr<DurableMasstree> tree;  // destroyed first
-};
+using Runtime = TreeRuntime;
 
 absl::StatusOr<Runtime> OpenRuntime(void* base, const PoolOptions& po) {
-  Runtime r;
   auto pool = Pool::OpenInMemory(base, kPoolSize, kLayout, po, "crash-image");
   if (!pool.ok()) return pool.status();
-  r.pool = std::move(*pool);
-  epoch::ManagerOptions eo;
-  eo.interval = std::chrono::milliseconds(0);
-  auto m = epoch::Manager::Open(*r.pool, eo);
-  if (!m.ok()) return m.status();
-  r.epochs = std::move(*m);
-  auto h = alloc::Heap::Open(*r.pool, *r.epochs);
-  if (!h.ok()) return h.status();
-  r.heap = std::move(*h);
-  auto root = r.pool->root<Root>();
-  if (!root.ok()) return root.status();
-  auto t = DurableMasstree::Open(*r.pool, *r.epochs, *r.heap, (*root)->tree);
-  if (!t.ok()) return t.status();
-  r.tree = std::move(*t);
-  return r;
+  return tree_runtime::OpenTree(std::move(*pool), std::chrono::milliseconds(0));
 }
 
 // One operation, checked against the model (which it updates).
@@ -199,35 +174,21 @@ std::vector<std::string> ChangedKeys(const Model& m) {
 absl::Status CheckNested(CrashImage& img, const Model& outer) {
   Model after;
   bool recovered = false;
-  absl::Status first = absl::OkStatus();
-  Sim::Options o;
-  o.random_images = 1;
-  o.exhaustive_max_lines = 4;
-  o.max_single_line_images = 4;
   // Repair nodes lazily in a later epoch than the execution's first (docs/masstree.md): when
   // the image's state is known without reading it (no advance in flight), advance before the
   // first access, and check the contents only at the end.
   const bool lazy_first = !outer.advancing && (img.id().image * 31 + img.id().fence) % 3 != 0;
-  o.crash_points = Sim::CrashPoints::kRandom;
-  o.probability = lazy_first ? 0.5 : 0.15;
   auto handler = [&](CrashImage& inner) -> absl::Status {
-    PoolOptions po;
-    po.backend = BackendKind::kEadr;
-    auto r = OpenRuntime(inner.base(), po);
+    auto r = OpenRuntime(inner.base(), testing::EadrPoolOptions());
     if (!r.ok()) return r.status();
     return CheckRecovered(*r, recovered ? after : outer);
   };
-  auto st = img.RunNested(
-      o,
-      [&](Sim& nested) {
-        PoolOptions po;
-        po.backend = BackendKind::kSim;
-        po.sim = &nested;
-        auto r = OpenRuntime(img.base(), po);
-        if (!r.ok()) {
-          first = r.status();
-          return;
-        }
+  return testing::RunNestedCheck(
+      img, testing::NestedSimOptions(lazy_first ? 0.5 : 0.15),
+      [&](Sim& nested) -> absl::Status {
+        auto r = OpenRuntime(img.base(), testing::SimPoolOptions(nested));
+        if (!r.ok()) return r.status();
+        absl::Status first = absl::OkStatus();
         if (lazy_first) {
           after.live = after.at_start = outer.at_start;
           recovered = true;
@@ -254,7 +215,7 @@ absl::Status CheckNested(CrashImage& img, const Model& outer) {
           after.live = after.at_start = got;
           recovered = true;
         }
-        if (!first.ok()) return;
+        if (!first.ok()) return first;
         uint64_t rng = img.id().fence * 977 + img.id().image + 3;
         for (int round = 0; round < 3 && first.ok(); ++round) {
           for (int i = 0; i < 8 && first.ok(); ++i) first = Operate(*r->tree, after, rng);
@@ -271,10 +232,9 @@ absl::Status CheckNested(CrashImage& img, const Model& outer) {
         g_nested.values += d.values_rolled_back;
         g_nested.perms += d.perms_rolled_back;
         after.advancing = true;  // the runtime's destructors advance
+        return first;
       },
       handler);
-  if (!first.ok()) return first;
-  return st;
 }
 
 // A fixed sequence first, with every fence a crash point: ten keys in a leaf of their own (a
@@ -305,14 +265,11 @@ absl::Status Scenario(Runtime& rt, Model& model, Sim& sim) {
   return absl::OkStatus();
 }
 
-struct Config {
-  Sim::Options options;
-  uint64_t target_images = 30000;
-  int threads = 1;
-  int nested_every = 60;
+struct Config : testing::CrashConfig {
   int preload = 300;
   int advance_every = 12;  // one scheduling pick in this many is an advance
   Config() {
+    nested_every = 60;
     // A fifth of the fences are crash points: each has ~100 images (every recorded version of
     // every dirty line, twice), so this buys many more operations per image.
     options.crash_points = Sim::CrashPoints::kRandom;
@@ -322,113 +279,71 @@ struct Config {
   }
 };
 
-struct Outcome {
-  Sim::Stats stats;
-  std::vector<Sim::Failure> failures;
-  std::map<uint32_t, std::string> sites;
+struct Outcome : testing::CrashOutcome {
   std::string live_error;  // a wrong answer in the running workload
   ds_internal::DurableStats durable;
   uint64_t ops = 0, advances = 0, top_images = 0;
-  double seconds = 0;
 };
 
 Outcome RunCrash(const Config& cfg) {
-  Outcome out;
-  Sim::Options so = cfg.options;
-  so.max_images = cfg.target_images;
-  auto sim_or = Sim::Create(kPoolSize, so);
-  EXPECT_OK(sim_or);
-  if (!sim_or.ok()) return out;
-  Sim& sim = **sim_or;
-  const auto mode = sim.options().crash_points;
-  sim.SetCrashPoints(Sim::CrashPoints::kNone);
-  PoolOptions po;
-  po.backend = BackendKind::kSim;
-  po.sim = &sim;
   Model model;
-  {
-    // Setup (no crash points): the pool, the tree, a preload, all durable.
-    auto pool = Pool::CreateInMemory(sim.working(), kPoolSize, kLayout, po, "sim-pool");
-    EXPECT_OK(pool);
-    if (!pool.ok()) return out;
-    auto m = epoch::Manager::Open(**pool, {.interval = std::chrono::milliseconds(0)});
-    EXPECT_OK(m);
-    auto h = alloc::Heap::Open(**pool, **m);
-    EXPECT_OK(h);
-    auto t = DurableMasstree::Create(**pool, **m, **h);
-    EXPECT_OK(t);
-    {
-      epoch::Guard g(**m);
-      Root* root = *(*pool)->root<Root>();
-      root->tree = (*t)->descriptor();
-      (*m)->RecordDirty(root, sizeof(Root));
-    }
-    uint64_t rng = sim.options().seed * 31 + 7;
-    for (int i = 0; i < cfg.preload; ++i) {
-      const uint64_t r = Next(rng);
-      const std::string key = KeyOf(r >> 8);
-      (*t)->put(key, ValueOf(r >> 20));
-      model.live[key] = ValueOf(r >> 20);
-    }
-    model.at_start = model.live;
-    (*t).reset();
-    (*h).reset();
-    (*m).reset();  // advances twice: everything durable
-  }
-  auto rt = OpenRuntime(sim.working(), po);
-  EXPECT_OK(rt);
-  if (!rt.ok()) return out;
-  sim.SetHandler([&](CrashImage& img) -> absl::Status {
-    ++out.top_images;
-    // One image in nested_every, spread over the kinds of image a crash point makes.
-    if (cfg.nested_every > 0 &&
-        (img.id().image + img.id().fence * 7) % static_cast<uint64_t>(cfg.nested_every) == 1) {
-      return CheckNested(img, model);
-    }
-    PoolOptions eadr;
-    eadr.backend = BackendKind::kEadr;
-    auto r = OpenRuntime(img.base(), eadr);
-    if (!r.ok()) return r.status();
-    return CheckRecovered(*r, model);
-  });
-  sim.SetCrashPoints(mode);
-  const auto start = std::chrono::steady_clock::now();
-  if (absl::Status st = Scenario(*rt, model, sim); !st.ok()) out.live_error = st.ToString();
-  {
-    std::vector<uint64_t> rngs(cfg.threads);
-    for (int t = 0; t < cfg.threads; ++t) rngs[t] = sim.options().seed * 7919 + t + 1;
-    testing::Lockstep workers(cfg.threads, [&](int t) {
-      if (!out.live_error.empty()) return;
-      if (absl::Status st = Operate(*rt->tree, model, rngs[t]); !st.ok()) {
-        out.live_error = st.ToString();
-      }
-      ++out.ops;
-    });
-    uint64_t sched = sim.options().seed + 5;
-    while (!sim.failed() && out.live_error.empty() && sim.stats().images < cfg.target_images) {
-      const uint64_t pick = Next(sched) % static_cast<uint64_t>(cfg.advance_every);
-      if (pick == 0) {
-        if (absl::Status st = AdvanceTracked(*rt->epochs, model); !st.ok()) {
-          out.live_error = st.ToString();
+  uint64_t top_images = 0;
+  return testing::RunUnderSim<Outcome>(
+      kPoolSize, cfg.options, cfg.target_images,
+      [&](Sim& sim, const PoolOptions& po) -> absl::StatusOr<Runtime> {
+        // Setup (no crash points): the pool, the tree, a preload, all durable.
+        {
+          auto pool = Pool::CreateInMemory(sim.working(), kPoolSize, kLayout, po, "sim-pool");
+          if (!pool.ok()) return pool.status();
+          absl::Status st = tree_runtime::CreateTree(**pool, [&](DurableMasstree& t) {
+            uint64_t rng = sim.options().seed * 31 + 7;
+            for (int i = 0; i < cfg.preload; ++i) {
+              const uint64_t r = Next(rng);
+              const std::string key = KeyOf(r >> 8);
+              t.put(key, ValueOf(r >> 20));
+              model.live[key] = ValueOf(r >> 20);
+            }
+            model.at_start = model.live;
+          });
+          EXPECT_OK(st);
         }
-        ++out.advances;
-      } else {
-        workers.Step(static_cast<int>(pick % cfg.threads));
-      }
-    }
-  }
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  sim.SetCrashPoints(Sim::CrashPoints::kNone);
-  out.durable = rt->tree->durable_stats();
-  out.stats = sim.stats();
-  out.failures = sim.failures();
-  out.sites = sim.sites_seen();
-  return out;
-}
-
-uint64_t EnvOr(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? fallback : std::strtoull(v, nullptr, 10);
+        return OpenRuntime(sim.working(), po);
+      },
+      [&](Sim&, CrashImage& img) -> absl::Status {
+        ++top_images;
+        // One image in nested_every, spread over the kinds of image a crash point makes.
+        if (cfg.nested_every > 0 &&
+            (img.id().image + img.id().fence * 7) % static_cast<uint64_t>(cfg.nested_every) == 1) {
+          return CheckNested(img, model);
+        }
+        auto r = OpenRuntime(img.base(), testing::EadrPoolOptions());
+        if (!r.ok()) return r.status();
+        return CheckRecovered(*r, model);
+      },
+      [&](Sim& sim, Runtime& rt, Outcome& out) {
+        if (absl::Status st = Scenario(rt, model, sim); !st.ok()) out.live_error = st.ToString();
+        {
+          auto rngs = testing::WorkerRngs(cfg.threads, sim.options().seed, 7919);
+          testing::Lockstep workers(cfg.threads, [&](int t) {
+            if (!out.live_error.empty()) return;
+            if (absl::Status st = Operate(*rt.tree, model, rngs[t]); !st.ok()) {
+              out.live_error = st.ToString();
+            }
+            ++out.ops;
+          });
+          testing::RunSchedule(
+              sim, cfg.target_images, workers, cfg.threads, sim.options().seed + 5,
+              static_cast<uint64_t>(cfg.advance_every), testing::AdvanceOnPickZero([&] {
+                if (absl::Status st = AdvanceTracked(*rt.epochs, model); !st.ok()) {
+                  out.live_error = st.ToString();
+                }
+                ++out.advances;
+              }),
+              [&] { return out.live_error.empty(); });
+        }
+        out.durable = rt.tree->durable_stats();
+        out.top_images = top_images;
+      });
 }
 
 void Report(const char* what, const Outcome& r) {
@@ -448,66 +363,50 @@ void Report(const char* what, const Outcome& r) {
 }
 
 TEST(DurableMasstreeCrashTest, OneThread) {
-  Config cfg;
-  cfg.options.seed = EnvOr("PMRT_SIM_SEED", 1);
+  auto cfg = testing::MainRunConfig<Config>(1, EnvOr("PMRT_SIM_SEED", 1), 60000);
   cfg.nested_every = static_cast<int>(EnvOr("PMRT_NESTED_EVERY", 60));
   cfg.advance_every = static_cast<int>(EnvOr("PMRT_ADVANCE_EVERY", 12));
-  cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 60000) / 2;
-  Outcome r = RunCrash(cfg);
+  const Outcome r = RunCrash(cfg);
   EXPECT_EQ(r.live_error, "");
-  ASSERT_TRUE(r.failures.empty()) << r.failures[0].ToString();
-  EXPECT_GE(r.stats.images, cfg.target_images);
-  Report("durable masstree, 1 thread", r);
+  testing::ExpectFinishedRun(r, cfg.target_images,
+                             [](const Outcome& o) { Report("durable masstree, 1 thread", o); });
 }
 
 TEST(DurableMasstreeCrashTest, TwoThreads) {
-  Config cfg;
-  cfg.threads = 2;
-  cfg.options.seed = EnvOr("PMRT_SIM_SEED", 3);
-  cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 60000) / 2;
-  Outcome r = RunCrash(cfg);
+  const auto cfg = testing::MainRunConfig<Config>(2, EnvOr("PMRT_SIM_SEED", 3), 60000);
+  const Outcome r = RunCrash(cfg);
   EXPECT_EQ(r.live_error, "");
-  ASSERT_TRUE(r.failures.empty()) << r.failures[0].ToString();
-  EXPECT_GE(r.stats.images, cfg.target_images);
-  Report("durable masstree, 2 threads", r);
+  testing::ExpectFinishedRun(r, cfg.target_images,
+                             [](const Outcome& o) { Report("durable masstree, 2 threads", o); });
 }
 
 // Each persistence site of the durable tree disabled, and each in-line store order swapped, in
 // turn: the suite must catch every one.
 TEST(DurableMasstreeCrashTest, MutationGateKillsEverySite) {
-  std::map<uint32_t, std::string> sites;
-  for (const Site& s : {ds_internal::kLeafStoreOrder, ds_internal::kPermStoreOrder,
-                        ds_internal::kValueStoreOrder, ds_internal::kLeafRecoverOrder,
-                        ds_internal::kValueRecoverOrder, ds_internal::kRecoverValueFlush,
-                        ds_internal::kRecoverValueFence, ds_internal::kRecoverNodeFlush,
-                        ds_internal::kRecoverNodeFence, ds_internal::kRelocateKeepsInsert}) {
-    sites[s.id] = s.name;
-  }
   Config base;
   base.target_images = 3000;
   Outcome baseline = RunCrash(base);
   ASSERT_TRUE(baseline.failures.empty()) << baseline.failures[0].ToString();
-  for (const auto& [id, name] : baseline.sites) {
-    if (name.rfind("ds.", 0) == 0) sites[id] = name;  // any site added later
-  }
-  int killed = 0;
-  std::vector<std::string> survivors;
-  for (const auto& [id, name] : sites) {
-    mutation::Disable(id);
-    Config cfg;
-    cfg.target_images = EnvOr("PMRT_GATE_IMAGES", 100000);
-    cfg.nested_every = 4;
-    cfg.options.seed = 17;
-    Outcome r = RunCrash(cfg);
-    mutation::EnableAll();
-    if (r.failures.empty() && r.live_error.empty()) {
-      survivors.push_back(name);
-    } else {
-      ++killed;
-      std::printf("mutant %-34s killed after %6lu images\n", name.c_str(), r.stats.images);
-    }
-  }
-  std::printf("durable masstree mutation gate: %d/%zu killed\n", killed, sites.size());
+  // The listed ones, and any "ds." site added later.
+  const auto sites =
+      testing::SitesWithPrefix(baseline.sites, "ds.",
+                               {ds_internal::kLeafStoreOrder, ds_internal::kPermStoreOrder,
+                                ds_internal::kValueStoreOrder, ds_internal::kLeafRecoverOrder,
+                                ds_internal::kValueRecoverOrder, ds_internal::kRecoverValueFlush,
+                                ds_internal::kRecoverValueFence, ds_internal::kRecoverNodeFlush,
+                                ds_internal::kRecoverNodeFence, ds_internal::kRelocateKeepsInsert});
+  const auto survivors = testing::RunMutationGate(
+      sites,
+      [] {
+        Config cfg;
+        cfg.target_images = EnvOr("PMRT_GATE_IMAGES", 100000);
+        cfg.nested_every = 4;
+        cfg.options.seed = 17;
+        return RunCrash(cfg);
+      },
+      "durable masstree",
+      // A wrong answer in the running workload kills the mutant too.
+      [](const Outcome& r) { return !r.failures.empty() || !r.live_error.empty(); });
   EXPECT_TRUE(survivors.empty()) << ::testing::PrintToString(survivors);
 }
 

@@ -35,6 +35,8 @@
 #include "epoch/pool.h"
 #include "gtest/gtest.h"
 #include "tests/ds/durable_tree_oracle.h"
+#include "tests/ds/durable_tree_runtime.h"
+#include "tests/util/kill_suite.h"
 #include "tests/util/test_util.h"
 
 namespace pmrt::ds {
@@ -45,16 +47,11 @@ using oracle::Contents;
 constexpr size_t kPoolSize = 16 << 20;
 constexpr char kLayout[] = "masstree-kill";
 
-struct Root {
-  uint64_t tree;  // the tree's descriptor offset
-};
-
-uint64_t Next(uint64_t& s) {
-  s ^= s << 13;
-  s ^= s >> 7;
-  s ^= s << 17;
-  return s;
-}
+using testing::AllowedCuts;
+using testing::Clocking;
+using testing::Next;
+using enum testing::KillWord;
+using OpEpochs = testing::OpEpochs<1 << 20>;
 
 // One operation of the stream: put (key, value) or remove key.
 struct Op {
@@ -104,59 +101,17 @@ Contents Replay(Contents base, int iteration, uint64_t count) {
   return base;
 }
 
-enum UserWord {
-  kPhase = 0,          // Phase below
-  kDurableOps = 1,     // kManual: operations made durable by the last finished Advance
-  kAdvanceOps = 2,     // kManual: operations done when the advance in flight began
-  kAdvancing = 3,      // kManual: 1 while an Advance is in flight
-  kCompletedSeen = 4,  // kBackground: Manager::completed() as last read by the child
-};
+// KillProgress.user[kPhase]: how far the child got.
 enum Phase : uint64_t { kStarting = 0, kOpening = 1, kRunning = 2 };
-enum class Clocking { kManual, kBackground };
 
-// kBackground: the epoch of each acknowledged operation, in a mapping shared with the child.
-class OpEpochs {
- public:
-  static constexpr size_t kMax = 1 << 20;
-  OpEpochs() {
-    void* p = mmap(nullptr, kMax * sizeof(uint64_t), PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) std::abort();
-    epochs_ = static_cast<uint64_t*>(p);
-  }
-  ~OpEpochs() { munmap(epochs_, kMax * sizeof(uint64_t)); }
-  uint64_t* data() const { return epochs_; }
-
- private:
-  uint64_t* epochs_;
-};
-
-struct Runtime {
-  std::unique_ptr<Pool> pool;
-  std::unique_ptr<epoch::Manager> epochs;
-  std::unique_ptr<alloc::Heap> heap;
-  std::unique_ptr<DurableMasstree> tree;  // destroyed first
-};
-
-absl::StatusOr<Runtime> OpenRuntime(const std::string& path, std::chrono::milliseconds interval) {
-  Runtime r;
+// The real open path on the pool file.
+absl::StatusOr<tree_runtime::TreeRuntime> OpenRuntime(const std::string& path,
+                                                      std::chrono::milliseconds interval) {
   PoolOptions po;
   po.backend = BackendKind::kMsync;
   auto pool = Pool::Open(path, kLayout, po);
   if (!pool.ok()) return pool.status();
-  r.pool = std::move(*pool);
-  auto m = epoch::Manager::Open(*r.pool, {.interval = interval});
-  if (!m.ok()) return m.status();
-  r.epochs = std::move(*m);
-  auto h = alloc::Heap::Open(*r.pool, *r.epochs);
-  if (!h.ok()) return h.status();
-  r.heap = std::move(*h);
-  auto root = r.pool->root<Root>();
-  if (!root.ok()) return root.status();
-  auto t = DurableMasstree::Open(*r.pool, *r.epochs, *r.heap, (*root)->tree);
-  if (!t.ok()) return t.status();
-  r.tree = std::move(*t);
-  return r;
+  return tree_runtime::OpenTree(std::move(*pool), interval);
 }
 
 // The child: runs until killed. Exit codes (a child must never exit): 4 open failed, 7 Advance
@@ -202,25 +157,6 @@ void RunChild(Clocking clocking, const std::string& path, int iteration, uint64_
   }
 }
 
-// The operation counts after which the child's work may have been cut.
-absl::StatusOr<std::vector<uint64_t>> AllowedCuts(Clocking clocking, const KillProgress& progress,
-                                                  const uint64_t* op_epochs) {
-  const uint64_t acked = progress.acked.load();
-  if (clocking == Clocking::kManual) {
-    std::vector<uint64_t> cuts = {progress.user[kDurableOps].load()};
-    if (progress.user[kAdvancing].load() == 1) cuts.push_back(progress.user[kAdvanceOps].load());
-    return cuts;
-  }
-  const uint64_t seen = progress.user[kCompletedSeen].load();
-  uint64_t k0 = 0;
-  while (k0 < acked && op_epochs[k0] <= seen) ++k0;
-  std::vector<uint64_t> cuts = {k0};
-  for (uint64_t k = k0 + 1; k <= acked; ++k) {
-    if (k == acked || op_epochs[k - 1] != op_epochs[k]) cuts.push_back(k);
-  }
-  return cuts;
-}
-
 struct Tally {
   int kills = 0, unchecked = 0, in_open = 0, in_advance = 0, rolled_back = 0;
   uint64_t ops = 0, replayed = 0, repaired = 0;
@@ -235,18 +171,7 @@ absl::Status RunKills(Clocking clocking, int kills, uint64_t seed, Tally& tally)
     po.backend = BackendKind::kMsync;
     auto pool = Pool::Create(path, kPoolSize, kLayout, po);
     if (!pool.ok()) return pool.status();
-    auto m = epoch::Manager::Open(**pool, {.interval = std::chrono::milliseconds(0)});
-    if (!m.ok()) return m.status();
-    auto h = alloc::Heap::Open(**pool, **m);
-    if (!h.ok()) return h.status();
-    auto t = DurableMasstree::Create(**pool, **m, **h);
-    if (!t.ok()) return t.status();
-    {
-      epoch::Guard g(**m);
-      Root* root = *(*pool)->root<Root>();
-      root->tree = (*t)->descriptor();
-      (*m)->RecordDirty(root, sizeof(Root));
-    }
+    if (auto st = tree_runtime::CreateTree(**pool); !st.ok()) return st;
   }
   std::unique_ptr<OpEpochs> shared;
   if (clocking == Clocking::kBackground) shared = std::make_unique<OpEpochs>();

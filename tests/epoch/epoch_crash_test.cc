@@ -14,6 +14,7 @@
 #include "epoch/pool.h"
 #include "epoch/sim.h"
 #include "gtest/gtest.h"
+#include "tests/epoch/logged_records.h"
 #include "tests/util/crash_suite.h"
 #include "tests/util/lockstep.h"
 #include "tests/util/test_util.h"
@@ -25,14 +26,10 @@ namespace {
 // recovery and the first block of the next execution need not share a directory line.
 constexpr size_t kPoolSize = 8 << 20;
 constexpr size_t kLogAreaSize = 72 * kLogBlockSize;
-constexpr int kRecords = 24;
-constexpr int kWords = 15;
-
-struct Record {
-  std::atomic<uint64_t> logged_epoch;  // the external log's in-object mark
-  uint64_t words[kWords];
-};
-static_assert(sizeof(Record) == 128);
+using logged_records::kRecords;
+using logged_records::kWords;
+using logged_records::Record;
+using logged_records::Records;
 
 // Beside the records, InCLL-logged words: recovered lazily (on first access), so their
 // rollback depends on the durable failed-epoch set long after the crash that failed them.
@@ -46,7 +43,6 @@ struct State {
   bool operator==(const State&) const = default;
 };
 
-Record* Records(Pool& pool) { return static_cast<Record*>(pool.region_base(PoolRegion::kHeap)); }
 Slot* Slots(Pool& pool) { return reinterpret_cast<Slot*>(Records(pool) + kRecords); }
 
 // The structure as recovery defines it: a slot whose tag is a failed epoch of an earlier run
@@ -89,12 +85,7 @@ struct Model {
   }
 };
 
-uint64_t Next(uint64_t& s) {
-  s ^= s << 13;
-  s ^= s >> 7;
-  s ^= s << 17;
-  return s;
-}
+using testing::Next;
 
 // One operation: either log a record (first time in the epoch) and change a few of its words,
 // or store to an InCLL slot (recovering it first if this run has not touched it yet).
@@ -151,44 +142,25 @@ absl::StatusOr<State> RecoverImage(void* base, const PoolOptions& po,
   return s;
 }
 
-PoolOptions EadrOptions() {
-  PoolOptions po;
-  po.backend = BackendKind::kEadr;
-  return po;
-}
-
 // Recovery under a nested simulator, then two operations and an advance of the next execution,
 // crashing at every fence of all of it.
 absl::Status CheckNested(CrashImage& img, const Model& outer) {
   Model after;
   bool recovered = false;
-  absl::Status first = absl::OkStatus();
-  Sim::Options o;
-  o.random_images = 1;
-  o.exhaustive_max_lines = 4;
-  o.max_single_line_images = 4;
-  o.crash_points = Sim::CrashPoints::kRandom;  // a sample of the next execution's fences
-  o.probability = 0.3;
   auto handler = [&](CrashImage& inner) -> absl::Status {
-    auto s = RecoverImage(inner.base(), EadrOptions());
+    auto s = RecoverImage(inner.base(), testing::EadrPoolOptions());
     if (!s.ok()) return s.status();
     return recovered ? after.Check(*s) : outer.Check(*s);
   };
-  auto st = img.RunNested(
-      o,
-      [&](Sim& nested) {
-        PoolOptions po;
-        po.backend = BackendKind::kSim;
-        po.sim = &nested;
+  // A sample of the next execution's fences.
+  return testing::RunNestedCheck(
+      img, testing::NestedSimOptions(0.3),
+      [&](Sim& nested) -> absl::Status {
         std::unique_ptr<Pool> pool;
         std::unique_ptr<Manager> m;
-        auto s = RecoverImage(img.base(), po, &pool, &m);
-        if (!s.ok()) {
-          first = s.status();
-          return;
-        }
-        first = outer.Check(*s);
-        if (!first.ok()) return;
+        auto s = RecoverImage(img.base(), testing::SimPoolOptions(nested), &pool, &m);
+        if (!s.ok()) return s.status();
+        if (auto st = outer.Check(*s); !st.ok()) return st;
         after.state = after.epoch_start = *s;
         recovered = true;
         uint64_t rng = img.id().fence * 131 + img.id().image + 7;
@@ -198,10 +170,9 @@ absl::Status CheckNested(CrashImage& img, const Model& outer) {
         }
         Operate(*m, after, rng);
         after.advancing = true;  // the manager's destructor advances: everything may persist
+        return absl::OkStatus();
       },
       handler);
-  if (!first.ok()) return first;
-  return st;
 }
 
 // Fewer images per crash point, more crash points: the dirty set holds every record changed in
@@ -213,71 +184,53 @@ Sim::Options SpreadOptions() {
   return o;
 }
 
-struct CrashConfig {
-  Sim::Options options = SpreadOptions();
-  uint64_t target_images = 30000;
-  int threads = 1;
-  int nested_every = 20;
+struct CrashConfig : testing::CrashConfig {
+  CrashConfig() { options = SpreadOptions(); }
 };
 
 using testing::CrashOutcome;
 using testing::EnvOr;
 
+// The pool and its manager, as the workload uses them (the manager is destroyed first).
+struct Runtime {
+  std::unique_ptr<Pool> pool;
+  std::unique_ptr<Manager> m;
+};
+
 // Drives `threads` workers one operation at a time (a seeded schedule), with an epoch advance
 // every few operations, until the simulator has built `target_images` images.
 CrashOutcome RunCrash(const CrashConfig& cfg) {
-  CrashOutcome out;
-  Sim::Options so = cfg.options;
-  so.max_images = cfg.target_images;
-  auto sim_or = Sim::Create(kPoolSize, so);
-  EXPECT_OK(sim_or);
-  if (!sim_or.ok()) return out;
-  Sim& sim = **sim_or;
-  const auto mode = sim.options().crash_points;
-  sim.SetCrashPoints(Sim::CrashPoints::kNone);
-  PoolOptions po;
-  po.backend = BackendKind::kSim;
-  po.sim = &sim;
-  po.log_area_size = kLogAreaSize;
-  auto pool = Pool::CreateInMemory(sim.working(), kPoolSize, "epoch-crash", po, "sim-pool");
-  EXPECT_OK(pool);
-  auto m = Manager::Open(**pool, Manual());
-  EXPECT_OK(m);
-  if (!pool.ok() || !m.ok()) return out;
   Model model;
-  sim.SetHandler([&](CrashImage& img) -> absl::Status {
-    if (cfg.nested_every > 0 && img.id().image % cfg.nested_every == 3) {
-      return CheckNested(img, model);
-    }
-    auto s = RecoverImage(img.base(), EadrOptions());
-    if (!s.ok()) return s.status();
-    return model.Check(*s);
-  });
-  sim.SetCrashPoints(mode);
-  auto start = std::chrono::steady_clock::now();
-  {
-    std::vector<uint64_t> rngs(cfg.threads);
-    for (int t = 0; t < cfg.threads; ++t) rngs[t] = sim.options().seed * 1000003 + t + 1;
-    testing::Lockstep workers(cfg.threads, [&](int t) { Operate(**m, model, rngs[t]); });
-    uint64_t sched = sim.options().seed + 17;
-    // An odd seed starts with an advance: the first durable state write then meets the
-    // area's header write with no other fence in between.
-    if (sim.options().seed % 2 == 1) AdvanceTracked(**m, model);
-    while (!sim.failed() && sim.stats().images < cfg.target_images) {
-      const uint64_t pick = Next(sched) % 8;
-      if (pick == 0) {
-        AdvanceTracked(**m, model);
-      } else {
-        workers.Step(static_cast<int>(pick % cfg.threads));
-      }
-    }
-  }
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  sim.SetCrashPoints(Sim::CrashPoints::kNone);
-  out.stats = sim.stats();
-  out.failures = sim.failures();
-  out.sites = sim.sites_seen();
-  return out;
+  return testing::RunUnderSim<CrashOutcome>(
+      kPoolSize, cfg.options, cfg.target_images,
+      [](Sim& sim, PoolOptions po) -> absl::StatusOr<Runtime> {
+        po.log_area_size = kLogAreaSize;
+        Runtime rt;
+        auto pool = Pool::CreateInMemory(sim.working(), kPoolSize, "epoch-crash", po, "sim-pool");
+        if (!pool.ok()) return pool.status();
+        rt.pool = std::move(*pool);
+        auto m = Manager::Open(*rt.pool, Manual());
+        if (!m.ok()) return m.status();
+        rt.m = std::move(*m);
+        return rt;
+      },
+      [&](Sim&, CrashImage& img) -> absl::Status {
+        if (cfg.nested_every > 0 && img.id().image % cfg.nested_every == 3) {
+          return CheckNested(img, model);
+        }
+        auto s = RecoverImage(img.base(), testing::EadrPoolOptions());
+        if (!s.ok()) return s.status();
+        return model.Check(*s);
+      },
+      [&](Sim& sim, Runtime& rt, CrashOutcome&) {
+        auto rngs = testing::WorkerRngs(cfg.threads, sim.options().seed, 1000003);
+        testing::Lockstep workers(cfg.threads, [&](int t) { Operate(*rt.m, model, rngs[t]); });
+        // An odd seed starts with an advance: the first durable state write then meets the
+        // area's header write with no other fence in between.
+        if (sim.options().seed % 2 == 1) AdvanceTracked(*rt.m, model);
+        testing::RunSchedule(sim, cfg.target_images, workers, cfg.threads, sim.options().seed + 17,
+                             8, testing::AdvanceOnPickZero([&] { AdvanceTracked(*rt.m, model); }));
+      });
 }
 
 CrashConfig WithImages(uint64_t images) {
@@ -287,25 +240,13 @@ CrashConfig WithImages(uint64_t images) {
 }
 
 TEST(EpochCrashTest, OneThreadRecoversTheFailedEpochsStart) {
-  CrashConfig cfg;
-  cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 100000) / 2;
-  CrashOutcome r = RunCrash(cfg);
-  ASSERT_TRUE(r.failures.empty()) << r.failures[0].ToString();
-  EXPECT_GE(r.stats.images, cfg.target_images);
-  std::printf("1 thread: %lu crash points, %lu images in %.2f s\n", r.stats.crash_points,
-              r.stats.images, r.seconds);
+  const auto cfg = testing::MainRunConfig<CrashConfig>(1, 1, 100000);
+  testing::ExpectFinishedRun(RunCrash(cfg), cfg.target_images, "1 thread");
 }
 
 TEST(EpochCrashTest, TwoThreadsRecoverTheFailedEpochsStart) {
-  CrashConfig cfg;
-  cfg.threads = 2;
-  cfg.options.seed = 2;
-  cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 100000) / 2;
-  CrashOutcome r = RunCrash(cfg);
-  ASSERT_TRUE(r.failures.empty()) << r.failures[0].ToString();
-  EXPECT_GE(r.stats.images, cfg.target_images);
-  std::printf("2 threads: %lu crash points, %lu images in %.2f s\n", r.stats.crash_points,
-              r.stats.images, r.seconds);
+  const auto cfg = testing::MainRunConfig<CrashConfig>(2, 2, 100000);
+  testing::ExpectFinishedRun(RunCrash(cfg), cfg.target_images, "2 threads");
 }
 
 // Every flush/fence/batch-flush site the epoch layer (and the pool) reaches, disabled in turn.

@@ -41,6 +41,8 @@
 #include "epoch/kill_harness.h"
 #include "epoch/pool.h"
 #include "gtest/gtest.h"
+#include "tests/epoch/logged_records.h"
+#include "tests/util/kill_suite.h"
 #include "tests/util/test_util.h"
 
 namespace pmrt::epoch {
@@ -48,23 +50,18 @@ namespace {
 
 constexpr size_t kPoolSize = 4 << 20;
 constexpr char kLayout[] = "epoch-kill";
-constexpr int kRecords = 24;
-constexpr int kWords = 15;
-
-struct Record {
-  std::atomic<uint64_t> logged_epoch;  // the external log's in-object mark
-  uint64_t words[kWords];
-};
-static_assert(sizeof(Record) == 128);
+using logged_records::kRecords;
+using logged_records::kWords;
+using logged_records::Record;
+using logged_records::Records;
 
 using State = std::array<std::array<uint64_t, kWords>, kRecords>;
 
-uint64_t Next(uint64_t& s) {
-  s ^= s << 13;
-  s ^= s >> 7;
-  s ^= s << 17;
-  return s;
-}
+using testing::AllowedCuts;
+using testing::Clocking;
+using testing::Next;
+using enum testing::KillWord;
+using OpEpochs = testing::OpEpochs<1 << 21>;
 
 // One operation of the stream: set 1-3 words of one record.
 struct Op {
@@ -99,8 +96,6 @@ State Replay(State base, int iteration, uint64_t count) {
   return base;
 }
 
-Record* Records(Pool& pool) { return static_cast<Record*>(pool.region_base(PoolRegion::kHeap)); }
-
 State Read(Pool& pool) {
   State s;
   const Record* recs = Records(pool);
@@ -117,17 +112,8 @@ std::string Diff(const State& got, const State& want) {
   return "equal";
 }
 
-// KillProgress.user[] words. The child stores, the parent reads after the kill.
-enum UserWord {
-  kPhase = 0,          // Phase below: how far the child got
-  kDurableOps = 1,     // kManual: operations made durable by the last finished Advance
-  kAdvanceOps = 2,     // kManual: operations done when the advance in flight began
-  kAdvancing = 3,      // kManual: 1 while an Advance is in flight
-  kCompletedSeen = 4,  // kBackground: Manager::completed() as last read by the child
-};
+// KillProgress.user[kPhase]: how far the child got.
 enum Phase : uint64_t { kStarting = 0, kPoolOpen = 1, kManagerOpen = 2, kRunning = 3 };
-
-enum class Clocking { kManual, kBackground };
 
 struct KillConfig {
   BackendKind backend;
@@ -152,23 +138,6 @@ std::string ConfigName(const ::testing::TestParamInfo<KillConfig>& info) {
                       info.param.clocking == Clocking::kManual ? "Manual" : "Background",
                       info.param.recovery ? "DuringRecovery" : "");
 }
-
-// kBackground: the epoch of each acknowledged operation, in a mapping shared with the child.
-class OpEpochs {
- public:
-  static constexpr size_t kMax = 1 << 21;
-  OpEpochs() {
-    void* p = mmap(nullptr, kMax * sizeof(uint64_t), PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) std::abort();
-    epochs_ = static_cast<uint64_t*>(p);
-  }
-  ~OpEpochs() { munmap(epochs_, kMax * sizeof(uint64_t)); }
-  uint64_t* data() const { return epochs_; }
-
- private:
-  uint64_t* epochs_;
-};
 
 // The child: runs until killed. Exit codes (a child must never exit): 4 Pool::Open failed,
 // 5 Manager::Open failed, 6 Snapshot failed, 7 Advance failed.
@@ -225,34 +194,6 @@ void RunChild(const KillConfig& cfg, const std::string& path, int iteration, boo
   }
 }
 
-// The operation counts after which the child's work may have been cut, from its progress alone.
-absl::StatusOr<std::vector<uint64_t>> AllowedCuts(const KillConfig& cfg,
-                                                  const KillProgress& progress,
-                                                  const uint64_t* op_epochs) {
-  const uint64_t acked = progress.acked.load();
-  if (cfg.clocking == Clocking::kManual) {
-    std::vector<uint64_t> cuts = {progress.user[kDurableOps].load()};
-    if (progress.user[kAdvancing].load() == 1) cuts.push_back(progress.user[kAdvanceOps].load());
-    return cuts;
-  }
-  // Every operation of an epoch <= completed_seen is durable; after that any epoch boundary
-  // (or the end of the acknowledged operations) may be the cut.
-  const uint64_t seen = progress.user[kCompletedSeen].load();
-  uint64_t k0 = 0;
-  while (k0 < acked && op_epochs[k0] <= seen) ++k0;
-  std::vector<uint64_t> cuts = {k0};
-  for (uint64_t k = 1; k < acked; ++k) {
-    if (op_epochs[k] < op_epochs[k - 1]) {
-      return absl::InternalError(absl::StrCat("operation ", k, "'s epoch ", op_epochs[k],
-                                              " is older than its predecessor's"));
-    }
-  }
-  for (uint64_t k = k0 + 1; k <= acked; ++k) {
-    if (k == acked || op_epochs[k - 1] != op_epochs[k]) cuts.push_back(k);
-  }
-  return cuts;
-}
-
 struct Tally {
   int kills = 0;
   int unchecked = 0;      // kills whose recovery the next child did
@@ -299,7 +240,7 @@ absl::Status RunKills(const KillConfig& cfg, Tally& tally, int* kills_run) {
         if (progress.user[kPhase].load() < kManagerOpen) ++tally.in_pool_open;
         if (progress.user[kPhase].load() == kManagerOpen) ++tally.in_recovery;
         if (progress.user[kAdvancing].load() == 1) ++tally.in_advance;
-        auto cuts = AllowedCuts(cfg, progress, op_epochs);
+        auto cuts = AllowedCuts(cfg.clocking, progress, op_epochs);
         if (!cuts.ok()) return cuts.status();
         std::vector<State> allowed;
         for (const State& b : bases)

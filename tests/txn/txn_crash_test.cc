@@ -24,6 +24,7 @@
 #include "epoch/sim.h"
 #include "gtest/gtest.h"
 #include "tests/txn/txn_runtime.h"
+#include "tests/util/crash_suite.h"
 #include "tests/util/lockstep.h"
 #include "tests/util/test_util.h"
 #include "txn/internal/engine_impl.h"
@@ -111,12 +112,8 @@ struct Model {
   }
 };
 
-uint64_t Next(uint64_t& s) {
-  s ^= s << 13;
-  s ^= s >> 7;
-  s ^= s << 17;
-  return s;
-}
+using pmrt::testing::EnvOr;
+using pmrt::testing::Next;
 
 Options TestOptions() {
   Options o;
@@ -240,36 +237,21 @@ absl::Status CheckRecovered(testing::Runtime& r, const Model& m) {
 absl::Status CheckNested(CrashImage& img, const Model& outer, uint64_t images_so_far) {
   Model after;
   bool recovered = false;
-  absl::Status first = absl::OkStatus();
-  Sim::Options o;
-  o.random_images = 1;
-  o.exhaustive_max_lines = 4;
-  o.max_single_line_images = 4;
-  o.crash_points = Sim::CrashPoints::kRandom;
-  o.probability = 0.3;
+  Sim::Options o = pmrt::testing::NestedSimOptions(0.3);
   o.max_images = images_so_far + 30;  // a nested run is cheap next to the crash points it adds
   auto handler = [&](CrashImage& inner) -> absl::Status {
-    PoolOptions po;
-    po.backend = BackendKind::kEadr;
-    auto r = OpenImage(inner.base(), po);
+    auto r = OpenImage(inner.base(), pmrt::testing::EadrPoolOptions());
     if (!r.ok()) return r.status();
     return CheckRecovered(*r, recovered ? after : outer);
   };
-  auto st = img.RunNested(
-      o,
-      [&](Sim& nested) {
-        PoolOptions po;
-        po.backend = BackendKind::kSim;
-        po.sim = &nested;
-        auto r = OpenImage(img.base(), po);
-        if (!r.ok()) {
-          first = r.status();
-          return;
-        }
+  return pmrt::testing::RunNestedCheck(
+      img, o,
+      [&](Sim& nested) -> absl::Status {
+        auto r = OpenImage(img.base(), pmrt::testing::SimPoolOptions(nested));
+        if (!r.ok()) return r.status();
         State got = Read(*r->pool);
-        first = outer.Check(got);
-        if (first.ok()) first = CheckHeap(*r, got);
-        if (!first.ok()) return;
+        if (auto st = outer.Check(got); !st.ok()) return st;
+        if (auto st = CheckHeap(*r, got); !st.ok()) return st;
         after.committed = got;
         recovered = true;
         uint64_t rng = img.id().fence * 977 + img.id().image + 3;
@@ -278,129 +260,92 @@ absl::Status CheckNested(CrashImage& img, const Model& outer, uint64_t images_so
           for (int i = 0; i < 5; ++i) {
             // Engine-specific calls (the default engine is the outer one).
             Step(e, *r->pool, after, 0, rng);
-            if (::testing::Test::HasFatalFailure()) return;
+            if (::testing::Test::HasFatalFailure()) return absl::OkStatus();
           }
           if (after.pending[0].open) {
             after.committing = 0;
             absl::Status cst = e.Commit();
             after.committing = -1;
-            if (!cst.ok()) {
-              first = cst;
-              return;
-            }
+            if (!cst.ok()) return cst;
             after.committed = after.With(after.pending[0]);
             after.pending[0] = Pending{};
           }
-          if (auto rst = e.Reclaim(/*advance=*/true); !rst.ok()) {
-            first = rst;
-            return;
-          }
+          if (auto rst = e.Reclaim(/*advance=*/true); !rst.ok()) return rst;
         }
+        return absl::OkStatus();
       },
       handler);
-  if (!first.ok()) return first;
-  return st;
 }
 
-struct Config {
-  Sim::Options options;
-  uint64_t target_images = 30000;
-  int threads = 1;
-  int nested_every = 50;
+struct Config : pmrt::testing::CrashConfig {
   Config() {
+    nested_every = 50;
     options.max_single_line_images = 4;
     options.random_images = 4;
     options.exhaustive_max_lines = 5;  // more crash points rather than all subsets at a few
   }
 };
 
-struct Outcome {
-  Sim::Stats stats;
-  std::vector<Sim::Failure> failures;
-  std::map<uint32_t, std::string> sites;
-  double seconds = 0;
+struct Outcome : pmrt::testing::CrashOutcome {
   uint64_t commits = 0, cycles = 0, full_cycles = 0, snapshots = 0;
 };
 
 Outcome RunCrash(const Config& cfg) {
-  Outcome out;
-  Sim::Options so = cfg.options;
-  so.max_images = cfg.target_images;
-  auto sim_or = Sim::Create(kPoolSize, so);
-  EXPECT_OK(sim_or);
-  if (!sim_or.ok()) return out;
-  Sim& sim = **sim_or;
-  const auto mode = sim.options().crash_points;
-  sim.SetCrashPoints(Sim::CrashPoints::kNone);
-  PoolOptions po;
-  po.backend = BackendKind::kSim;
-  po.sim = &sim;
-  auto pool = Pool::CreateInMemory(sim.working(), kPoolSize, "txn-crash", po, "sim-pool");
-  EXPECT_OK(pool);
-  if (!pool.ok()) return out;
-  auto rt = testing::Attach(std::move(*pool), TestOptions());
-  EXPECT_OK(rt);
-  if (!rt.ok()) return out;
-  (void)RootOf(*rt->pool);
-  EXPECT_OK(rt->epochs->Sync());
   Model model;
-  sim.SetHandler([&](CrashImage& img) -> absl::Status {
-    if (cfg.nested_every > 0 && img.id().image % cfg.nested_every == 5) {
-      return CheckNested(img, model, sim.stats().images);
-    }
-    PoolOptions eadr;
-    eadr.backend = BackendKind::kEadr;
-    auto r = OpenImage(img.base(), eadr);
-    if (!r.ok()) return r.status();
-    return CheckRecovered(*r, model);
-  });
-  sim.SetCrashPoints(mode);
-  const auto start = std::chrono::steady_clock::now();
-  Engine& engine = *rt->engine;
-  {
-    std::vector<uint64_t> rngs(cfg.threads);
-    for (int t = 0; t < cfg.threads; ++t) rngs[t] = sim.options().seed * 7919 + t + 1;
-    pmrt::testing::Lockstep workers(cfg.threads,
-                                    [&](int t) { Step(engine, *rt->pool, model, t, rngs[t]); });
-    uint64_t sched = sim.options().seed + 5;
-    while (!sim.failed() && sim.stats().images < cfg.target_images &&
-           !::testing::Test::HasFailure()) {
-      const uint64_t pick = Next(sched) % 16;
-      const bool any_open = model.pending[0].open || model.pending[1].open;
-      if (pick == 0) {
-        if (!any_open) {
-          EXPECT_OK(rt->epochs->Advance());
+  return pmrt::testing::RunUnderSim<Outcome>(
+      kPoolSize, cfg.options, cfg.target_images,
+      [](Sim& sim, const PoolOptions& po) -> absl::StatusOr<testing::Runtime> {
+        auto pool = Pool::CreateInMemory(sim.working(), kPoolSize, "txn-crash", po, "sim-pool");
+        if (!pool.ok()) return pool.status();
+        auto rt = testing::Attach(std::move(*pool), TestOptions());
+        if (!rt.ok()) return rt;
+        (void)RootOf(*rt->pool);
+        EXPECT_OK(rt->epochs->Sync());
+        return rt;
+      },
+      [&](Sim& sim, CrashImage& img) -> absl::Status {
+        if (cfg.nested_every > 0 && img.id().image % cfg.nested_every == 5) {
+          return CheckNested(img, model, sim.stats().images);
         }
-      } else if (pick == 1) {
-        EXPECT_OK(engine.Reclaim(/*advance=*/false));
-        // Sometimes the next records go to new blocks at once: the blocks just freed are
-        // reused before any other fence (the window a missing head fence opens).
-        if (Next(sched) % 2 == 0) engine.SealLogsForTesting();
-      } else {
-        workers.Step(static_cast<int>(pick % cfg.threads));
-      }
-    }
-    // Leave no transaction open (the workers' threads end with the Lockstep).
-    for (int t = 0; t < cfg.threads; ++t) {
-      while (model.pending[t].open) workers.Step(t);
-    }
-  }
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  sim.SetCrashPoints(Sim::CrashPoints::kNone);
-  const Stats s = engine.stats();
-  out.commits = s.commits;
-  out.cycles = s.cycles;
-  out.full_cycles = s.full_cycles;
-  out.snapshots = s.snapshots;
-  out.stats = sim.stats();
-  out.failures = sim.failures();
-  out.sites = sim.sites_seen();
-  return out;
-}
-
-uint64_t EnvOr(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? fallback : std::strtoull(v, nullptr, 10);
+        auto r = OpenImage(img.base(), pmrt::testing::EadrPoolOptions());
+        if (!r.ok()) return r.status();
+        return CheckRecovered(*r, model);
+      },
+      [&](Sim& sim, testing::Runtime& rt, Outcome& out) {
+        Engine& engine = *rt.engine;
+        {
+          auto rngs = pmrt::testing::WorkerRngs(cfg.threads, sim.options().seed, 7919);
+          pmrt::testing::Lockstep workers(
+              cfg.threads, [&](int t) { Step(engine, *rt.pool, model, t, rngs[t]); });
+          pmrt::testing::RunSchedule(
+              sim, cfg.target_images, workers, cfg.threads, sim.options().seed + 5, 16,
+              [&](uint64_t pick, uint64_t& sched) {
+                if (pick == 0) {
+                  if (!model.pending[0].open && !model.pending[1].open) {
+                    EXPECT_OK(rt.epochs->Advance());
+                  }
+                } else if (pick == 1) {
+                  EXPECT_OK(engine.Reclaim(/*advance=*/false));
+                  // Sometimes the next records go to new blocks at once: the blocks just freed
+                  // are reused before any other fence (the window a missing head fence opens).
+                  if (Next(sched) % 2 == 0) engine.SealLogsForTesting();
+                } else {
+                  return false;
+                }
+                return true;
+              },
+              [] { return !::testing::Test::HasFailure(); });
+          // Leave no transaction open (the workers' threads end with the Lockstep).
+          for (int t = 0; t < cfg.threads; ++t) {
+            while (model.pending[t].open) workers.Step(t);
+          }
+        }
+        const Stats s = engine.stats();
+        out.commits = s.commits;
+        out.cycles = s.cycles;
+        out.full_cycles = s.full_cycles;
+        out.snapshots = s.snapshots;
+      });
 }
 
 void Report(const char* what, const Outcome& r) {
@@ -412,26 +357,18 @@ void Report(const char* what, const Outcome& r) {
 }
 
 TEST(TxnCrashTest, OneThread) {
-  Config cfg;
-  cfg.options.seed = EnvOr("PMRT_TXN_SEED", 1);
-  cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 100000) / 2;
-  Outcome r = RunCrash(cfg);
-  ASSERT_TRUE(r.failures.empty()) << r.failures[0].ToString();
-  EXPECT_GE(r.stats.images, cfg.target_images);
+  const auto cfg = pmrt::testing::MainRunConfig<Config>(1, EnvOr("PMRT_TXN_SEED", 1), 100000);
+  const Outcome r = RunCrash(cfg);
+  ASSERT_NO_FATAL_FAILURE(pmrt::testing::ExpectFinishedRun(
+      r, cfg.target_images, [](const Outcome& o) { Report("txn, 1 thread", o); }));
   EXPECT_GT(r.full_cycles, 0u);
   EXPECT_GT(r.cycles, r.full_cycles) << "incremental cycles too";
-  Report("txn, 1 thread", r);
 }
 
 TEST(TxnCrashTest, TwoThreads) {
-  Config cfg;
-  cfg.threads = 2;
-  cfg.options.seed = EnvOr("PMRT_TXN_SEED", 3);
-  cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 100000) / 2;
-  Outcome r = RunCrash(cfg);
-  ASSERT_TRUE(r.failures.empty()) << r.failures[0].ToString();
-  EXPECT_GE(r.stats.images, cfg.target_images);
-  Report("txn, 2 threads", r);
+  const auto cfg = pmrt::testing::MainRunConfig<Config>(2, EnvOr("PMRT_TXN_SEED", 3), 100000);
+  pmrt::testing::ExpectFinishedRun(RunCrash(cfg), cfg.target_images,
+                                   [](const Outcome& o) { Report("txn, 2 threads", o); });
 }
 
 TEST(TxnCrashTest, MutationGateKillsEverySite) {
@@ -440,30 +377,20 @@ TEST(TxnCrashTest, MutationGateKillsEverySite) {
   base.target_images = 3000;
   Outcome baseline = RunCrash(base);
   ASSERT_TRUE(baseline.failures.empty()) << baseline.failures[0].ToString();
-  std::map<uint32_t, std::string> sites;
-  for (const auto& [id, name] : baseline.sites)
-    if (name.rfind("txn.", 0) == 0) sites[id] = name;
+  auto sites = pmrt::testing::SitesWithPrefix(baseline.sites, "txn.");
   EXPECT_GE(sites.size(), 14u);
   // The logic mutants (negative controls): no persistence site, so add them by name.
   sites[txn_detail::kOrderMutant.id] = txn_detail::kOrderMutant.name;
   sites[txn_detail::kRuleMutant.id] = txn_detail::kRuleMutant.name;
-  int killed = 0;
-  std::vector<std::string> survivors;
-  for (const auto& [id, name] : sites) {
-    mutation::Disable(id);
-    Config cfg;
-    cfg.threads = 2;
-    cfg.target_images = EnvOr("PMRT_GATE_IMAGES", 40000);
-    Outcome r = RunCrash(cfg);
-    mutation::EnableAll();
-    if (r.failures.empty()) {
-      survivors.push_back(name);
-    } else {
-      ++killed;
-      std::printf("mutant %-28s killed after %6lu images\n", name.c_str(), r.stats.images);
-    }
-  }
-  std::printf("txn mutation gate: %d/%zu killed\n", killed, sites.size());
+  const auto survivors = pmrt::testing::RunMutationGate(
+      sites,
+      [] {
+        Config cfg;
+        cfg.threads = 2;
+        cfg.target_images = EnvOr("PMRT_GATE_IMAGES", 40000);
+        return RunCrash(cfg);
+      },
+      "txn");
   EXPECT_TRUE(survivors.empty()) << ::testing::PrintToString(survivors);
 }
 

@@ -12,14 +12,13 @@
 #include "alloc/allocator.h"
 #include "epoch/epoch.h"
 #include "epoch/pool.h"
+#include "tests/alloc/heap_runtime.h"
 #include "txn/txn.h"
 
 namespace pmrt::txn::testing {
 
-struct Runtime {
-  std::unique_ptr<Pool> pool;
-  std::unique_ptr<epoch::Manager> epochs;
-  std::unique_ptr<alloc::Heap> heap;
+// The pool, manager and heap, and the engine.
+struct Runtime : alloc::test_runtime::HeapRuntime {
   std::unique_ptr<Engine> engine;
   // Destroys in dependency order (the engine first).
   void Reset() {
@@ -51,13 +50,7 @@ inline epoch::ManagerOptions ManualEpochs() {
 inline absl::StatusOr<Runtime> Attach(std::unique_ptr<Pool> pool, const Options& to,
                                       const epoch::ManagerOptions& eo = ManualEpochs()) {
   Runtime r;
-  r.pool = std::move(pool);
-  auto m = epoch::Manager::Open(*r.pool, eo);
-  if (!m.ok()) return m.status();
-  r.epochs = std::move(*m);
-  auto h = alloc::Heap::Open(*r.pool, *r.epochs);
-  if (!h.ok()) return h.status();
-  r.heap = std::move(*h);
+  if (auto st = alloc::test_runtime::OpenHeapLayers(std::move(pool), r, eo); !st.ok()) return st;
   auto e = Engine::Open(*r.pool, *r.epochs, *r.heap, to);
   if (!e.ok()) return e.status();
   r.engine = std::move(*e);

@@ -47,6 +47,14 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
+// The xorshift step the seeded workloads and schedules draw from: advances `s`, returns it.
+inline uint64_t Next(uint64_t& s) {
+  s ^= s << 13;
+  s ^= s >> 7;
+  s ^= s << 17;
+  return s;
+}
+
 inline const absl::Status& GetStatus(const absl::Status& s) { return s; }
 template <class T>
 const absl::Status& GetStatus(const absl::StatusOr<T>& s) {
