@@ -213,6 +213,9 @@ absl::Status Manager::Recover() {
   //    `completed` up makes a crash in this execution fail only this execution's epochs; its
   //    fence also makes the replay's block frees durable before any new work starts.
   if (c != execution_first_ - 1 || *replayed > 0) PersistCompleted(execution_first_ - 1);
+  // 5. The crash is durably recorded (the failed range) and rolled back: the pool may be
+  //    marked cleanly shut down at its Close as far as this layer is concerned.
+  pool_.AcknowledgeRecovery(Pool::kRecoveredEpochs);
   return absl::OkStatus();
 }
 

@@ -754,6 +754,14 @@ Pool::~Pool() {
   if (!st.ok()) std::fprintf(stderr, "pmrt: closing pool: %s\n", st.ToString().c_str());
 }
 
+bool Pool::recovery_acknowledged() const {
+  if (was_clean_shutdown_) return true;
+  const uint32_t got = recovered_.load(std::memory_order_acquire);
+  if ((got & kRecoveredEpochs) == 0) return false;
+  return (got & kRecoveredTxn) != 0 ||
+         state().txn_directory.value.load(std::memory_order_acquire) == 0;
+}
+
 absl::Status Pool::Close() {
   absl::Status result;
   if (!closed_) {
@@ -766,6 +774,9 @@ absl::Status Pool::Close() {
     //    sync fails, the flag stays 0 and the next Open runs recovery.
     if (fd_ >= 0 && (msync(base_, size_, MS_SYNC) != 0 || fsync(fd_) != 0)) {
       result = ErrnoError(errno, path_, "cannot sync the pool before closing it");
+    } else if (!recovery_acknowledged()) {
+      // A crashed pool whose recovery this run did not complete: it stays marked as crashed
+      // (clean_shutdown 0 since Open), and the next Open recovers.
     } else {
       // 2. clean_shutdown = 1, its own line, persisted: a crash before the fence leaves 0 (an
       //    unclean shutdown, recovery runs and finds nothing to do), after it 1.

@@ -19,6 +19,7 @@
 #ifndef PMRT_EPOCH_POOL_H_
 #define PMRT_EPOCH_POOL_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -81,8 +82,29 @@ class Pool {
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
 
-  // Marks the pool cleanly shut down (durably), unmaps and unlocks it. Idempotent.
+  // Marks the pool cleanly shut down (durably), unmaps and unlocks it. Idempotent. After a
+  // crash (was_clean_shutdown() false) the mark is written only once this run's recovery is
+  // acknowledged (AcknowledgeRecovery below); until then Close leaves the pool marked as
+  // crashed, so that a run that opened the pool but did not recover it (a tool that only
+  // read it, a layer whose open failed) cannot hide the crash from the next one.
   absl::Status Close();
+
+  // Parts of recovery that read was_clean_shutdown(). epoch::Manager::Open acknowledges
+  // kRecoveredEpochs once the failed epochs are durably recorded and rolled back;
+  // txn::Engine::Open acknowledges kRecoveredTxn once committed transactions are replayed.
+  // Close marks a crashed pool clean only with kRecoveredEpochs acknowledged and, in a pool
+  // that holds a transaction directory, kRecoveredTxn too. A program that uses the pool
+  // without those layers recovers its own state and then acknowledges kRecoveredAll.
+  enum RecoveryPart : uint32_t {
+    kRecoveredEpochs = 1,
+    kRecoveredTxn = 2,
+    kRecoveredAll = kRecoveredEpochs | kRecoveredTxn,
+  };
+  void AcknowledgeRecovery(uint32_t parts = kRecoveredAll) {
+    recovered_.fetch_or(parts, std::memory_order_acq_rel);
+  }
+  // True when Close would mark the pool cleanly shut down.
+  bool recovery_acknowledged() const;
 
   // The root object: sizeof(T) bytes at a fixed offset, zero at first use. The first call
   // records sizeof(T); a later call (in any run) with another size gets kFailedPrecondition,
@@ -141,6 +163,7 @@ class Pool {
   bool owns_mapping_ = false;
   bool closed_ = false;
   bool was_clean_shutdown_ = true;
+  std::atomic<uint32_t> recovered_{0};  // RecoveryPart bits acknowledged in this run
   Persister persister_;
 };
 

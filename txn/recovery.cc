@@ -184,6 +184,9 @@ absl::Status Engine::Impl::Recover() {
     compact_bytes = k.blocks.size() * store.block_size();
   }
   recovery_time = std::chrono::steady_clock::now() - start;
+  // Committed transactions are replayed (durable by the Sync above, the rest epoch-scoped):
+  // the pool may be marked cleanly shut down as far as this layer is concerned.
+  pool.AcknowledgeRecovery(Pool::kRecoveredTxn);
   return absl::OkStatus();
 }
 

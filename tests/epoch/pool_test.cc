@@ -675,6 +675,43 @@ TEST(PoolTest, ExitWithoutCloseIsSeenAsUncleanShutdown) {
     auto root = (*pool)->root<Root>();
     ASSERT_OK(root);
     EXPECT_EQ((*root)->counter, 7u);  // same page cache; recovery is the layers' business
+    // Not recovered in this run: Close leaves the pool marked as crashed.
+    EXPECT_FALSE((*pool)->recovery_acknowledged());
+  }
+  {
+    auto pool = Pool::Open(path, kLayout);
+    ASSERT_OK(pool);
+    EXPECT_FALSE((*pool)->was_clean_shutdown()) << "a run that did not recover hid the crash";
+    // Partial acknowledgement (the epoch layer only) is enough when no transaction directory
+    // exists; a pool-only program acknowledges everything after its own recovery.
+    (*pool)->AcknowledgeRecovery(Pool::kRecoveredEpochs);
+    EXPECT_TRUE((*pool)->recovery_acknowledged());
+  }
+  {
+    auto pool = Pool::Open(path, kLayout);
+    ASSERT_OK(pool);
+    EXPECT_TRUE((*pool)->was_clean_shutdown());
+    // A pool with a transaction directory also needs the transaction layer's part.
+    (*pool)->state().txn_directory.value.store(4096);
+  }
+  pid = fork();
+  if (pid == 0) {
+    auto pool = Pool::Open(path, kLayout);
+    _exit(pool.ok() ? 0 : 1);  // crash
+  }
+  ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+  {
+    auto pool = Pool::Open(path, kLayout);
+    ASSERT_OK(pool);
+    EXPECT_FALSE((*pool)->was_clean_shutdown());
+    (*pool)->AcknowledgeRecovery(Pool::kRecoveredEpochs);
+    EXPECT_FALSE((*pool)->recovery_acknowledged());
+  }
+  {
+    auto pool = Pool::Open(path, kLayout);
+    ASSERT_OK(pool);
+    EXPECT_FALSE((*pool)->was_clean_shutdown());
+    (*pool)->AcknowledgeRecovery();
   }
   auto pool = Pool::Open(path, kLayout);
   ASSERT_OK(pool);
