@@ -122,6 +122,43 @@ TEST_F(TxnTest, UncommittedInPlaceWritesAreUndoneByRecovery) {
   EXPECT_EQ(root_->words[2], 0u);
 }
 
+// A run that opens a crashed pool with the epoch layer but not the transaction engine does not
+// undo an uncommitted transaction's in-place writes (that is the engine's recovery), so it must
+// not mark the pool cleanly shut down: the next run's engine must still see the crash. (Before
+// Pool::AcknowledgeRecovery, such a Close hid the crash and the uncommitted write stayed.)
+TEST_F(TxnTest, AnOpenWithoutTheEngineDoesNotHideTheCrash) {
+  Open();
+  ASSERT_OK(txn::Run([&] { return write(&root_->words[1], uint64_t{11}); }));  // committed
+  ASSERT_OK(begin());
+  ASSERT_OK(write(&root_->words[1], uint64_t{12}));  // uncommitted, in place
+  ASSERT_OK(write(&root_->words[2], uint64_t{22}));
+  Buffer image(kPoolSize);
+  image.CopyFrom(buf_.data());  // crash with the transaction open
+  ASSERT_OK(abort());
+  rt_.Reset();
+  buf_.CopyFrom(image.data());
+  {
+    auto pool = Pool::OpenInMemory(buf_.data(), kPoolSize, "txn-test", Eadr(), "mem");
+    ASSERT_OK(pool);
+    EXPECT_FALSE((*pool)->was_clean_shutdown());
+    alloc::test_runtime::HeapRuntime layers;
+    ASSERT_OK(alloc::test_runtime::OpenHeapLayers(std::move(*pool), layers));
+    EXPECT_EQ((*layers.pool->root<Root>())->words[2], 22u);  // not the epoch layer's to undo
+    EXPECT_FALSE(layers.pool->recovery_acknowledged());
+    layers.heap.reset();
+    layers.epochs.reset();
+    ASSERT_OK(layers.pool->Close());
+  }
+  auto r = OpenMemory(buf_.data(), kPoolSize, Eadr(), Quiet(), /*create=*/false);
+  ASSERT_OK(r);
+  rt_ = std::move(*r);
+  EXPECT_FALSE(rt_.pool->was_clean_shutdown()) << "the epoch-only run hid the crash";
+  root_ = *rt_.pool->root<Root>();
+  EXPECT_EQ(root_->words[1], 11u);
+  EXPECT_EQ(root_->words[2], 0u);
+  EXPECT_TRUE(rt_.pool->recovery_acknowledged());
+}
+
 TEST_F(TxnTest, FlatNesting) {
   Open();
   ASSERT_OK(begin());
