@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "alloc/allocator.h"
+#include "bench/workload_gen.h"
 #include "epoch/epoch.h"
 #include "epoch/persist.h"
 #include "epoch/pool.h"
@@ -100,48 +101,7 @@ struct Rng {
   uint64_t x;
 };
 
-// YCSB's ZipfianGenerator (Gray et al., "Quickly generating billion-record synthetic
-// databases"), with the rank scrambled by a hash so hot words are spread over the slice.
-class Zipf {
- public:
-  Zipf(uint64_t n, double theta) : n_(n), theta_(theta) {
-    zetan_ = Zeta(n, theta);
-    const double zeta2 = Zeta(2, theta);
-    alpha_ = 1.0 / (1.0 - theta);
-    eta_ = (1 - std::pow(2.0 / static_cast<double>(n), 1 - theta)) / (1 - zeta2 / zetan_);
-  }
-  uint64_t Next(Rng& rng) const {
-    const double u = rng.Uniform();
-    const double uz = u * zetan_;
-    uint64_t rank;
-    if (uz < 1.0) {
-      rank = 0;
-    } else if (uz < 1.0 + std::pow(0.5, theta_)) {
-      rank = 1;
-    } else {
-      rank = static_cast<uint64_t>(static_cast<double>(n_) * std::pow(eta_ * u - eta_ + 1, alpha_));
-    }
-    if (rank >= n_) rank = n_ - 1;
-    return Scramble(rank) % n_;
-  }
-
- private:
-  static double Zeta(uint64_t n, double theta) {
-    double s = 0;
-    for (uint64_t i = 1; i <= n; ++i) s += 1.0 / std::pow(static_cast<double>(i), theta);
-    return s;
-  }
-  static uint64_t Scramble(uint64_t v) {  // FNV-1a over the 8 bytes, as YCSB's fnvhash64
-    uint64_t h = 0xCBF29CE484222325ull;
-    for (int i = 0; i < 8; ++i) {
-      h ^= (v >> (8 * i)) & 0xFF;
-      h *= 0x100000001B3ull;
-    }
-    return h;
-  }
-  uint64_t n_;
-  double theta_, zetan_, alpha_, eta_;
-};
+using Zipf = pmrt::bench::ScrambledZipfian;
 
 double ThreadCpuSeconds() {
   timespec ts{};

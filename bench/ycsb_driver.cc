@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "alloc/allocator.h"
+#include "bench/workload_gen.h"
 #include "ds/durable_masstree.h"
 #include "ds/masstree.h"
 #include "epoch/epoch.h"
@@ -157,68 +158,10 @@ namespace {
 
 // ---- keys and distributions -------------------------------------------------------------------
 
-// A bijection on 64-bit integers (splitmix64's finalizer): distinct items get distinct keys,
-// scattered over the key space.
-uint64_t Scramble(uint64_t i) {
-  uint64_t z = i + 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+using bench::Scramble;
+using Rng = bench::XorShift64;
+using Zipfian = bench::ScrambledZipfian;
 ds::U64Key KeyOf(uint64_t item) { return ds::U64Key(Scramble(item)); }
-
-uint64_t Fnv64(uint64_t v) {
-  uint64_t h = 0xCBF29CE484222325ull;
-  for (int i = 0; i < 8; ++i) {
-    h = (h ^ (v & 0xff)) * 0x100000001B3ull;
-    v >>= 8;
-  }
-  return h;
-}
-
-struct Rng {
-  uint64_t s;
-  uint64_t Next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  }
-  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
-};
-
-// YCSB's ZipfianGenerator (Gray et al., "Quickly generating billion-record synthetic
-// databases"), theta 0.99, ranks scrambled over the items by an FNV hash (ScrambledZipfian).
-class Zipfian {
- public:
-  Zipfian(uint64_t n, double theta) : n_(n), theta_(theta) {
-    double zetan = 0;
-    for (uint64_t i = 1; i <= n; ++i) zetan += 1.0 / std::pow(static_cast<double>(i), theta);
-    zetan_ = zetan;
-    const double zeta2 = 1.0 + std::pow(0.5, theta);
-    alpha_ = 1.0 / (1.0 - theta);
-    eta_ = (1.0 - std::pow(2.0 / static_cast<double>(n), 1.0 - theta)) / (1.0 - zeta2 / zetan);
-    half_pow_ = std::pow(0.5, theta);
-  }
-  uint64_t Next(Rng& rng) const {
-    const double u = rng.Uniform();
-    const double uz = u * zetan_;
-    uint64_t rank;
-    if (uz < 1.0) {
-      rank = 0;
-    } else if (uz < 1.0 + half_pow_) {
-      rank = 1;
-    } else {
-      rank =
-          static_cast<uint64_t>(static_cast<double>(n_) * std::pow(eta_ * u - eta_ + 1.0, alpha_));
-    }
-    return Fnv64(std::min(rank, n_ - 1)) % n_;
-  }
-
- private:
-  uint64_t n_;
-  double theta_, zetan_, alpha_, eta_, half_pow_;
-};
 
 // ---- progress -----------------------------------------------------------------------------------
 

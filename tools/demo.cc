@@ -45,31 +45,7 @@
 namespace pmrt::tools {
 namespace demo_internal {
 
-// ---- generators and the progress line (declared in demo_internal.h) ------------------------
-
-ScrambledZipfian::ScrambledZipfian(uint64_t n, double theta) : n_(n) {
-  double zeta_n = 0;
-  for (uint64_t i = 1; i <= n; ++i) zeta_n += 1.0 / std::pow(static_cast<double>(i), theta);
-  const double zeta_2 = 1.0 + std::pow(0.5, theta);
-  zeta_n_ = zeta_n;
-  alpha_ = 1.0 / (1.0 - theta);
-  eta_ = (1.0 - std::pow(2.0 / static_cast<double>(n), 1.0 - theta)) / (1.0 - zeta_2 / zeta_n);
-  half_pow_theta_ = std::pow(0.5, theta);
-}
-
-uint64_t ScrambledZipfian::Next(Rng& rng) const {
-  const double u = rng.Uniform();
-  const double uz = u * zeta_n_;
-  uint64_t rank;
-  if (uz < 1.0) {
-    rank = 0;
-  } else if (uz < 1.0 + half_pow_theta_) {
-    rank = 1;
-  } else {
-    rank = static_cast<uint64_t>(static_cast<double>(n_) * std::pow(eta_ * u - eta_ + 1.0, alpha_));
-  }
-  return Scramble(std::min(rank, n_ - 1)) % n_;
-}
+// ---- the progress line (declared in demo_internal.h) ----------------------------------------
 
 ProgressLine::ProgressLine(std::string label, uint64_t total, const std::atomic<uint64_t>& done)
     : label_(std::move(label)),

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "bench/workload_gen.h"
 #include "ds/masstree.h"
 #include "epoch/persist.h"
 
@@ -40,14 +41,7 @@ inline double MsSince(Clock::time_point start) { return Ms(start, Clock::now());
 
 // ---- keys and values ------------------------------------------------------------------------
 
-// A bijection on 64-bit integers (the splitmix64 finalizer of i + the golden ratio): distinct
-// items get distinct, scattered keys.
-inline uint64_t Scramble(uint64_t i) {
-  uint64_t z = i + 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+using bench::Scramble;
 
 // The key of item i: 8 bytes, big-endian, of Scramble(i).
 inline ds::U64Key KeyOf(uint64_t item) { return ds::U64Key(Scramble(item)); }
@@ -75,19 +69,7 @@ struct Rng {
   double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
 };
 
-// Items 0..n-1 drawn with Zipfian popularity (theta; YCSB uses 0.99) by the method of Gray et
-// al., "Quickly generating billion-record synthetic databases" (SIGMOD 1994), as YCSB's
-// ZipfianGenerator does; the ranks are then hashed over the items, as YCSB's ScrambledZipfian
-// does, so the popular items are scattered over the key space. Construction is O(n) (zeta).
-class ScrambledZipfian {
- public:
-  ScrambledZipfian(uint64_t n, double theta);
-  uint64_t Next(Rng& rng) const;
-
- private:
-  uint64_t n_;
-  double zeta_n_, alpha_, eta_, half_pow_theta_;
-};
+using bench::ScrambledZipfian;
 
 // ---- progress line --------------------------------------------------------------------------
 
