@@ -540,10 +540,11 @@ void Server::Accept() {
         close(reserve_fd_);
         fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
         if (fd >= 0) {
+          // Counted before the reply: a client that sees the close also sees the count.
+          counters_.rejected_connections.fetch_add(1, std::memory_order_relaxed);
           (void)!send(fd, kMaxClientsReply, sizeof(kMaxClientsReply) - 1,
                       MSG_NOSIGNAL | MSG_DONTWAIT);
           close(fd);
-          counters_.rejected_connections.fetch_add(1, std::memory_order_relaxed);
         }
         reserve_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
         continue;
@@ -555,9 +556,10 @@ void Server::Accept() {
     counters_.connections_received.fetch_add(1, std::memory_order_relaxed);
     if (counters_.connected_clients.load(std::memory_order_relaxed) >=
         static_cast<uint64_t>(options_.max_clients)) {
+      // Counted before the reply: a client that sees the close also sees the count.
+      counters_.rejected_connections.fetch_add(1, std::memory_order_relaxed);
       (void)!send(fd, kMaxClientsReply, sizeof(kMaxClientsReply) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
       close(fd);
-      counters_.rejected_connections.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
     int one = 1;
