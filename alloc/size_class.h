@@ -59,7 +59,14 @@ struct SizeClasses {
     return static_cast<uint32_t>((uint64_t{rel} * kReciprocals[c]) >> 32);
   }
   static uint32_t Size(int c) { return kSizes[c]; }
-  static uint32_t BlocksPerChunk(int c) { return static_cast<uint32_t>(65536 / kSizes[c]); }
+  // A table, not a division: the free path reads it on every call (Locate's bound check and
+  // FreeUnshared's spill check).
+  static constexpr std::array<uint32_t, kCount> kBlocksPerChunk = [] {
+    std::array<uint32_t, kCount> b{};
+    for (int i = 0; i < kCount; ++i) b[i] = 65536 / kSizes[i];
+    return b;
+  }();
+  static uint32_t BlocksPerChunk(int c) { return kBlocksPerChunk[c]; }
 
  private:
   static int FirstAbove128(size_t size) {

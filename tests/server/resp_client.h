@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tools/kv_store.h"
+
 namespace pmrt::server::testing {
 
 struct Reply {
@@ -86,6 +88,13 @@ class ServerProcess {
 
 // Raises the soft descriptor limit to the hard one; returns the new soft limit.
 uint64_t RaiseFileLimit();
+
+// Options that create a key-value pool of `bytes` at its first open (the pools under test).
+inline tools::KvStoreOptions CreatePoolOf(size_t bytes) {
+  tools::KvStoreOptions o;
+  o.create_size = bytes;
+  return o;
+}
 
 }  // namespace pmrt::server::testing
 

@@ -213,9 +213,7 @@ TEST(ServerFuzz, Parser) {
 
 TEST(ServerFuzz, LiveServer) {
   pmrt::testing::TempDir dir;
-  tools::KvStoreOptions kv_opt;
-  kv_opt.create_size = 128 << 20;
-  auto kv = tools::KvStore::Open(dir.File("kv.pool"), kv_opt);
+  auto kv = tools::KvStore::Open(dir.File("kv.pool"), testing::CreatePoolOf(128 << 20));
   ASSERT_THAT(kv, pmrt::testing::IsOk());
   ServerOptions opt;
   opt.port = 0;

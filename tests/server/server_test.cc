@@ -35,9 +35,7 @@ class ServerTest : public ::testing::Test {
   void TearDown() override { StopServer(); }
 
   void StartServer(ServerOptions opt) {
-    tools::KvStoreOptions kv_opt;
-    kv_opt.create_size = 128 << 20;
-    auto kv = tools::KvStore::Open(dir_.File("kv.pool"), kv_opt);
+    auto kv = tools::KvStore::Open(dir_.File("kv.pool"), testing::CreatePoolOf(128 << 20));
     ASSERT_THAT(kv, pmrt::testing::IsOk());
     kv_ = std::move(*kv);
     opt.port = 0;
@@ -308,9 +306,7 @@ TEST_F(ServerTest, LargeValueRoundTrip) {
 
 TEST(ServerLimits, MaxClientsRefusesTheRest) {
   pmrt::testing::TempDir dir;
-  tools::KvStoreOptions kv_opt;
-  kv_opt.create_size = 32 << 20;
-  auto kv = tools::KvStore::Open(dir.File("kv.pool"), kv_opt);
+  auto kv = tools::KvStore::Open(dir.File("kv.pool"), testing::CreatePoolOf(32 << 20));
   ASSERT_THAT(kv, pmrt::testing::IsOk());
   ServerOptions opt;
   opt.port = 0;
@@ -345,9 +341,7 @@ TEST(ServerLimits, MaxClientsRefusesTheRest) {
 
 TEST(ServerLimits, BadOptions) {
   pmrt::testing::TempDir dir;
-  tools::KvStoreOptions kv_opt;
-  kv_opt.create_size = 32 << 20;
-  auto kv = tools::KvStore::Open(dir.File("kv.pool"), kv_opt);
+  auto kv = tools::KvStore::Open(dir.File("kv.pool"), testing::CreatePoolOf(32 << 20));
   ASSERT_THAT(kv, pmrt::testing::IsOk());
   ServerOptions opt;
   opt.bind = "not-an-address";
