@@ -384,6 +384,11 @@ void Engine::Impl::BackgroundLoop() {
     } else if (used < floor) {
       floor = used;
     }
+    // Committers kick only once the log reaches the size at which the test above runs a cycle.
+    const uint64_t next = std::min(std::max(trigger, floor + options.log_budget / 4),
+                                   static_cast<uint64_t>(options.log_budget));
+    kick_blocks_.store((next + store.block_size() - 1) / store.block_size(),
+                       std::memory_order_relaxed);
     l.lock();
   }
 }

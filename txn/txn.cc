@@ -610,7 +610,11 @@ void Engine::Impl::WaitForRoom() {
 
 void Engine::Impl::KickIfOverTrigger() {
   if (!options.background || bg_kick_.load(std::memory_order_relaxed)) return;
-  if (store.blocks_in_use() * store.block_size() < options.log_budget * options.reclaim_trigger)
+  // kick_blocks_: the trigger, raised by the background thread to where its hysteresis would
+  // run a cycle (a kick below that only wakes it for nothing).
+  const uint64_t used = store.blocks_in_use();
+  if (used * store.block_size() < options.log_budget * options.reclaim_trigger ||
+      used < kick_blocks_.load(std::memory_order_relaxed))
     return;
   if (!bg_kick_.exchange(true)) {
     std::lock_guard<std::mutex> l(bg_mu_);  // the waiter tests bg_kick_ under this mutex

@@ -217,6 +217,10 @@ class Engine::Impl {
   std::condition_variable bg_cv_;
   bool bg_stop_ = false;
   std::atomic<bool> bg_kick_{false};  // set by committers when the log passes the trigger
+  // The log size (in blocks) at which a committer wakes the background thread: the trigger, or
+  // the level at which the thread's hysteresis would run a cycle (set by the thread after each
+  // look). Below it a kick would only wake the thread for nothing (it polls every 5 ms anyway).
+  std::atomic<uint64_t> kick_blocks_{0};
   std::thread bg_;
 };
 
