@@ -13,6 +13,7 @@
 namespace pmrt::txn {
 
 using txn_detail::BlockRec;
+using txn_detail::kCompactWritesAt;
 using txn_detail::ThreadTx;
 using txn_detail::WriteRec;
 using txn_internal::EntryType;
@@ -294,7 +295,7 @@ bool Engine::Impl::InFresh(const ThreadTx& t, uint64_t word) const {
   return false;
 }
 
-absl::Status Engine::Impl::Add(ThreadTx& t, const void* p, size_t n) {
+absl::Status Engine::Impl::AddRefused(ThreadTx& t, const void* p, size_t n) {
   if (t.depth == 0) return NoTransaction("add");
   if (t.aborted) return absl::AbortedError("txn::add: the transaction was aborted");
   if (!t.doom.ok()) return t.doom;
@@ -307,6 +308,26 @@ absl::Status Engine::Impl::Add(ThreadTx& t, const void* p, size_t n) {
   if (!pool.contains(p, n)) {
     return Doom(t, absl::InvalidArgumentError("txn::add: the range is not inside the pool"));
   }
+  return absl::InternalError("txn::add: refused for no reason");
+}
+
+void Engine::Impl::CompactWrites(ThreadTx& t) {
+  // Keeps each word's first entry (its value from before the transaction).
+  std::stable_sort(t.writes.begin(), t.writes.end(),
+                   [](const WriteRec& a, const WriteRec& b) { return a.word < b.word; });
+  t.writes.erase(std::unique(t.writes.begin(), t.writes.end(),
+                             [](const WriteRec& a, const WriteRec& b) { return a.word == b.word; }),
+                 t.writes.end());
+  t.compact_at = std::max<size_t>(kCompactWritesAt, 2 * t.writes.size());
+}
+
+absl::Status Engine::Impl::Add(ThreadTx& t, const void* p, size_t n) {
+  // Everything unusual (no transaction, aborted, doomed, expired, empty, outside the pool) in
+  // one test; AddRefused says which.
+  if (t.depth == 0 || t.aborted || !t.doom.ok() || t.Expired() || n == 0 || !pool.contains(p, n))
+      [[unlikely]] {
+    return AddRefused(t, p, n);
+  }
   const uint64_t off = pool.offset_of(p);
   const uint64_t first = off / 8, last = (off + n - 1) / 8;
   const uint8_t* base = pool.base();
@@ -314,9 +335,13 @@ absl::Status Engine::Impl::Add(ThreadTx& t, const void* p, size_t n) {
   // it next) are usually both cache misses: start them together.
   __builtin_prefetch(&index->at(first), 1);
   __builtin_prefetch(base + first * 8, 1);
+  // A word declared twice gets two entries in `writes`: RollBack restores them newest first, so
+  // the first entry's value (from before the transaction) wins, and the record lists each word
+  // once. CompactWrites bounds the list when a transaction declares the same words many times.
+  if (t.writes.size() >= t.compact_at) [[unlikely]]
+    CompactWrites(t);
   t.cold.clear();
   for (uint64_t w = first; w <= last; ++w) {
-    if (!t.declared.Insert(w)) continue;               // declared earlier in this transaction
     if (!t.allocs.empty() && InFresh(t, w)) continue;  // recorded whole at commit
     std::atomic<uint64_t>& slot = index->at(w);
     uint64_t v = slot.load(std::memory_order_acquire);
@@ -325,7 +350,7 @@ absl::Status Engine::Impl::Add(ThreadTx& t, const void* p, size_t n) {
       if (WordIndex::Epoch32(v) == static_cast<uint32_t>(t.epoch)) break;  // dirty in this epoch
       // Move the touch epoch forward. The reclaimer's CAS of the old value (to cold) now fails,
       // so the word's newest record stays while this transaction can still fail. Pairs with
-      // the reclaimer's CAS in Compactor::Keep.
+      // the reclaimer's cold CAS in Reclaim.
       if (slot.compare_exchange_weak(v, WordIndex::Pack(WordIndex::Key(v), t.epoch),
                                      std::memory_order_acq_rel, std::memory_order_acquire)) {
         epochs.RecordDirty(base + w * 8, 8);  // first touch in this epoch: written back at the
@@ -522,7 +547,9 @@ void Engine::Impl::RollBack(ThreadTx& t) {
   // The words stay registered dirty, so the boundary writes the restored values back; their
   // records (or snapshots) stay the newest, and say the same.
   uint8_t* base = pool.base();
-  for (const WriteRec& w : t.writes) std::memcpy(base + w.word * 8, &w.old, 8);
+  // Newest first: a word declared more than once ends with its first entry's value.
+  for (auto it = t.writes.rbegin(); it != t.writes.rend(); ++it)
+    std::memcpy(base + it->word * 8, &it->old, 8);
   for (const BlockRec& a : t.allocs) {
     if (absl::Status st = heap.FreeUnpublished(pool.at(a.offset)); !st.ok()) {
       std::fprintf(stderr, "pmrt txn: undoing an allocation failed: %s\n", st.ToString().c_str());
@@ -537,7 +564,7 @@ void Engine::Impl::End(ThreadTx& t) {
   t.writes.clear();
   t.allocs.clear();
   t.frees.clear();
-  t.declared.Clear();
+  t.compact_at = kCompactWritesAt;
   t.depth = 0;
   t.seq.store(t.seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // even
   alloc::tls_tx_scope = t.outer_scope;

@@ -102,6 +102,36 @@ TEST_F(TxnTest, CommitIsDurableAndAbortRestores) {
   EXPECT_EQ(root_->words[20], 0u);
 }
 
+// A word declared many times in one transaction (the write list keeps duplicates and is
+// compacted past kCompactWritesAt): abort restores the value from before the transaction, a
+// commit records the last value once.
+TEST_F(TxnTest, RepeatedDeclarationsAbortAndCommit) {
+  Open();
+  ASSERT_OK(begin());
+  for (int i = 0; i < 4; ++i) ASSERT_OK(write(&root_->words[i], uint64_t(10 + i)));
+  ASSERT_OK(commit());
+  for (const int repeats : {3, 1000}) {
+    ASSERT_OK(begin());
+    for (int r = 0; r < repeats; ++r) {
+      for (int i = 0; i < 4; ++i) ASSERT_OK(write(&root_->words[i], uint64_t(1000 * r + i)));
+      ASSERT_OK(write(&root_->words[30], uint64_t(r + 1)));  // cold before this transaction
+    }
+    ASSERT_OK(abort());
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(root_->words[i], uint64_t(10 + i)) << repeats;
+    EXPECT_EQ(root_->words[30], 0u) << repeats;
+  }
+  const uint64_t bytes_before = engine().stats().record_bytes;
+  ASSERT_OK(begin());
+  for (int r = 0; r < 1000; ++r)
+    for (int i = 0; i < 4; ++i) ASSERT_OK(write(&root_->words[i], uint64_t(5000 + r + i)));
+  ASSERT_OK(commit());
+  // One record: header, one entry head for the run of 4 words, 4 values.
+  EXPECT_EQ(engine().stats().record_bytes - bytes_before, 32u + 8u + 4 * 8u);
+  CrashAndRecover();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(root_->words[i], uint64_t(5999 + i));
+  EXPECT_EQ(root_->words[30], 0u);
+}
+
 TEST_F(TxnTest, UncommittedInPlaceWritesAreUndoneByRecovery) {
   Open();
   ASSERT_OK(txn::Run([&] { return write(&root_->words[1], uint64_t{11}); }));  // word 1 hot

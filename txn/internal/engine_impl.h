@@ -39,45 +39,6 @@ inline constexpr Site kHeadMoveFence{"txn.reclaim.head.fence"};
 inline constexpr Site kOrderMutant{"txn.mutant.recovery_order"};
 inline constexpr Site kRuleMutant{"txn.mutant.reclaim_rule"};
 
-// The set of words declared in the running transaction: open addressing, keys word + 1.
-// Clear() resets only the slots used (a transaction declares few words; the table may be big).
-class WordSet {
- public:
-  // True if newly inserted.
-  bool Insert(uint64_t word) {
-    if ((used_.size() + 1) * 2 > slots_.size()) Grow();
-    const uint64_t key = word + 1;
-    for (size_t i = Hash(word);; i = (i + 1) & mask_) {
-      if (slots_[i] == key) return false;
-      if (slots_[i] == 0) {
-        slots_[i] = key;
-        used_.push_back(static_cast<uint32_t>(i));
-        return true;
-      }
-    }
-  }
-  void Clear() {
-    for (uint32_t i : used_) slots_[i] = 0;
-    used_.clear();
-  }
-
- private:
-  size_t Hash(uint64_t w) const {
-    return static_cast<size_t>((w * 0x9E3779B97F4A7C15ull) >> 20) & mask_;
-  }
-  void Grow() {
-    std::vector<uint64_t> old = std::move(slots_);
-    slots_.assign(old.empty() ? 64 : old.size() * 2, 0);
-    mask_ = slots_.size() - 1;
-    used_.clear();
-    for (uint64_t k : old)
-      if (k != 0) Insert(k - 1);
-  }
-  std::vector<uint64_t> slots_;
-  std::vector<uint32_t> used_;
-  size_t mask_ = 0;
-};
-
 // A statistics counter written by one thread and read by any: a relaxed load and store, no
 // read-modify-write.
 struct OwnerCounter {
@@ -87,6 +48,10 @@ struct OwnerCounter {
   }
   uint64_t Get() const { return v.load(std::memory_order_relaxed); }
 };
+
+// A transaction's write list is compacted (duplicates dropped) when it reaches this size, then
+// at twice its compacted size.
+inline constexpr size_t kCompactWritesAt = 256;
 
 struct WriteRec {
   uint64_t word;  // pool word index
@@ -111,8 +76,8 @@ struct ThreadTx final : alloc::TxScope {
   alloc::TxScope* outer_scope = nullptr;  // restored at the end (a transaction of another pool)
   uint64_t epoch = 0;
   std::thread::id owner;
-  std::vector<WriteRec> writes;
-  WordSet declared;
+  std::vector<WriteRec> writes;          // in declaration order; a word may appear more than once
+  size_t compact_at = kCompactWritesAt;  // CompactWrites when writes reaches this size
   std::vector<BlockRec> allocs;
   std::vector<BlockRec> frees;
   std::vector<uint64_t> cold;   // scratch: words to snapshot
@@ -194,6 +159,8 @@ class Engine::Impl {
   absl::Status Snapshot(txn_detail::ThreadTx& t);
   absl::Status WriteCommit(txn_detail::ThreadTx& t);
   void RollBack(txn_detail::ThreadTx& t);
+  [[gnu::cold]] absl::Status AddRefused(txn_detail::ThreadTx& t, const void* p, size_t n);
+  [[gnu::noinline]] static void CompactWrites(txn_detail::ThreadTx& t);
   void End(txn_detail::ThreadTx& t);
   bool InFresh(const txn_detail::ThreadTx& t, uint64_t word) const;
   void KickIfOverTrigger();
