@@ -153,37 +153,58 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
     // not going cold. SpecPMT's multi-thread rule: every older record of the word is in this
     // cycle's set too (all records of epochs <= h_new, of every log), so the newest one is
     // never dropped while an older one could still be replayed after it.
+    //
+    // The entries are queued and decided in order, each index slot prefetched kPrefetchAhead
+    // entries before it is read: the slots are scattered, and a K record holds thousands.
+    struct Pending {
+      uint64_t word;
+      uint64_t value;
+      uint32_t key;
+    };
+    static constexpr size_t kBatch = 1024, kPrefetchAhead = 24;
+    std::vector<Pending> pending;
+    pending.reserve(kBatch);
+    auto decide = [&]() -> absl::Status {
+      const size_t n = pending.size();
+      for (size_t i = 0; i < std::min(n, kPrefetchAhead); ++i)
+        __builtin_prefetch(&index->at(pending[i].word), 1);
+      for (size_t i = 0; i < n; ++i) {
+        if (i + kPrefetchAhead < n)
+          __builtin_prefetch(&index->at(pending[i + kPrefetchAhead].word), 1);
+        const Pending& e = pending[i];
+        std::atomic<uint64_t>& slot = index->at(e.word);
+        uint64_t v = slot.load(std::memory_order_acquire);
+        if (WordIndex::Key(v) != e.key) {
+          ++dropped;  // superseded by a newer record (or a tombstone)
+          continue;
+        }
+        // Cold: the last transaction that touched the word ran in an epoch <= cold_limit, so
+        // it has ended and the boundary made its value (committed or restored) durable. The
+        // CAS fails if a transaction touches the word meanwhile (it moves the epoch first):
+        // then the entry stays, as that transaction may still fail.
+        if ((full || mutation::Swapped(txn_detail::kRuleMutant)) &&
+            WordIndex::FullEpoch(v, now_epoch) <= cold_limit &&
+            slot.compare_exchange_strong(v, 0, std::memory_order_acq_rel)) {
+          ++cold;
+          continue;
+        }
+        RETURN_IF_ERROR(out.Add(e.word, e.value));
+        kept.emplace_back(e.word, e.key);
+      }
+      pending.clear();
+      return absl::OkStatus();
+    };
     auto consider = [&](const RecordHeader* h, uint32_t key) -> absl::Status {
       absl::Status st = absl::OkStatus();
-      // The index slots of a record's words are scattered: fetch them all first.
-      ForEachEntry(h, [&](uint64_t head, const uint64_t*) {
-        if (EntryTypeOf(head) != EntryType::kData) return;
-        for (uint64_t i = 0, w = EntryWord(head); i < EntryWords(head); i += 8, w += 8)
-          __builtin_prefetch(&index->at(w), 1);
-      });
       ForEachEntry(h, [&](uint64_t head, const uint64_t* values) {
         if (!st.ok()) return;
         if (EntryTypeOf(head) != EntryType::kData) return;  // allocations, tombstones: done
         for (uint64_t i = 0, w = EntryWord(head); i < EntryWords(head); ++i, ++w) {
-          std::atomic<uint64_t>& slot = index->at(w);
-          uint64_t v = slot.load(std::memory_order_acquire);
-          if (WordIndex::Key(v) != key) {
-            ++dropped;  // superseded by a newer record (or a tombstone)
-            continue;
+          pending.push_back({w, values[i], key});
+          if (pending.size() == kBatch) {
+            st = decide();
+            if (!st.ok()) return;
           }
-          // Cold: the last transaction that touched the word ran in an epoch <= cold_limit, so
-          // it has ended and the boundary made its value (committed or restored) durable. The
-          // CAS fails if a transaction touches the word meanwhile (it moves the epoch first):
-          // then the entry stays, as that transaction may still fail.
-          if ((full || mutation::Swapped(txn_detail::kRuleMutant)) &&
-              WordIndex::FullEpoch(v, now_epoch) <= cold_limit &&
-              slot.compare_exchange_strong(v, 0, std::memory_order_acq_rel)) {
-            ++cold;
-            continue;
-          }
-          st = out.Add(w, values[i]);
-          if (!st.ok()) return;
-          kept.emplace_back(w, key);
         }
       });
       return st;
@@ -243,6 +264,7 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
       }
       if (keep > 0) trims.push_back({s, keep});
     }
+    if (failed.ok()) failed = decide();
     out.Finish();
     k_bytes = out.bytes();
     // 2. K' (records, block headers, links, table entries) durable before the descriptor that
