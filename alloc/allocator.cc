@@ -39,13 +39,18 @@ struct ThreadCache {
   uint64_t batch_epoch = 0;
   FreeBatch* batch = nullptr;             // frees of batch_epoch, retired as one object
   std::vector<uint32_t> dirty_chunks[2];  // chunks changed, per epoch parity
+  // The last chunk this thread touched and the epoch it touched it in: it is in some thread's
+  // dirty list of that epoch, so the next change in it needs no look at the shared mark.
+  uint64_t touched_chunk = ~uint64_t{0}, touched_epoch = 0;
   // Written by the owner only; read by Stats from any thread.
   std::atomic<uint64_t> allocations{0}, frees{0};
 };
 
 // A small chunk in use this run. `live` is the truth about its blocks while the heap runs
-// (bit set = allocated); the persistent bitmap catches up at each boundary. `lines` marks the
-// data lines allocated in the current epoch (what callers write into new blocks).
+// (bit set = allocated); the persistent bitmap catches up at each boundary. The blocks
+// allocated in the current epoch (what callers write into new blocks, to be written back at the
+// boundary) are exactly the bits set in `live` and clear in `media`: the boundary derives them,
+// so the hot path records nothing per data line.
 struct ChunkVolatile {
   // Word w of the live map beside word w of the bitmap as of the current epoch's start (what
   // media holds: it changes only at boundaries, when no guard is open), in one cache line, so
@@ -56,7 +61,6 @@ struct ChunkVolatile {
   };
   Word words[kLiveWords];
   std::atomic<uint64_t> dirty_epoch{0};
-  std::atomic<uint64_t> lines[kChunkSize / 64 / 64] = {};
 };
 
 }  // namespace alloc_detail
@@ -64,6 +68,20 @@ struct ChunkVolatile {
 using alloc_detail::ChunkVolatile;
 using alloc_detail::FreeBatch;
 using alloc_detail::ThreadCache;
+
+namespace {
+
+// The calling thread's context for one heap, found with one thread-local load on the hot path:
+// its thread cache and its slot of the heap's epoch manager.
+struct TlsContext {
+  uint64_t heap_id = 0;  // Heap ids start at 1 and never repeat
+  ThreadCache* tc = nullptr;
+  epoch::ThreadSlot* slot = nullptr;
+};
+thread_local TlsContext tls_context;
+std::atomic<uint64_t> g_next_heap_id{1};
+
+}  // namespace
 
 namespace {
 
@@ -84,16 +102,18 @@ void Bump(std::atomic<uint64_t>& c) {
   c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
-// Appends one range per run of consecutive set bits of `words` (bit i = 64 bytes at base+64i).
-void RangesOfBits(uint8_t* base, std::atomic<uint64_t>* words, size_t n, std::vector<Range>& out) {
+// Appends one range per run of consecutive set bits of `bits` (bit i = the block of `size`
+// bytes at base + i * size).
+void RangesOfBlocks(uint8_t* base, const uint64_t* bits, size_t n, uint32_t size,
+                    std::vector<Range>& out) {
   for (size_t w = 0; w < n; ++w) {
-    uint64_t bits = words[w].exchange(0, std::memory_order_relaxed);
-    while (bits != 0) {
-      const int first = __builtin_ctzll(bits);
-      const uint64_t rest = ~(bits >> first);
-      const int run = rest == 0 ? 64 : __builtin_ctzll(rest);
-      out.push_back({base + (w * 64 + first) * 64, static_cast<size_t>(run) * 64});
-      bits = run == 64 ? 0 : bits & ~(((uint64_t{1} << run) - 1) << first);
+    uint64_t b = bits[w];
+    while (b != 0) {
+      const int first = __builtin_ctzll(b);
+      const uint64_t rest = ~(b >> first);
+      const int run = rest == 0 ? 64 - first : __builtin_ctzll(rest);
+      out.push_back({base + (w * 64 + first) * uint64_t{size}, static_cast<size_t>(run) * size});
+      b = first + run == 64 ? 0 : b & ~(((uint64_t{1} << run) - 1) << first);
     }
   }
 }
@@ -119,7 +139,8 @@ const char* AllocErrorName(AllocError e) {
 AllocError Heap::LastError() { return tls_error; }
 Heap* Heap::Default() { return g_default.load(std::memory_order_acquire); }
 
-Heap::Heap(Pool& pool, epoch::Manager& epochs) : pool_(pool), epochs_(epochs) {}
+Heap::Heap(Pool& pool, epoch::Manager& epochs)
+    : pool_(pool), epochs_(epochs), id_(g_next_heap_id.fetch_add(1)) {}
 
 Heap::~Heap() {
   // Frees still in their grace period are retired batches that call back into this heap, and
@@ -310,6 +331,20 @@ void Heap::ReturnRun(uint64_t start, uint64_t n) {
   by_length_.insert({n, start});
 }
 
+// ---- the thread's context ---------------------------------------------------------------------
+
+inline Heap::Context Heap::Local() {
+  const TlsContext& ctx = tls_context;
+  if (ctx.heap_id == id_) [[likely]]
+    return {ctx.tc, ctx.slot};
+  return LocalSlow();
+}
+
+Heap::Context Heap::LocalSlow() {
+  tls_context = {id_, &caches_.Local(), &epochs_.LocalSlot()};
+  return {tls_context.tc, tls_context.slot};
+}
+
 // ---- logged metadata writes -------------------------------------------------------------------
 
 void Heap::SetChunkState(uint64_t chunk, uint64_t state, uint64_t e) {
@@ -335,14 +370,16 @@ void Heap::Touch(ThreadCache& tc, ChunkVolatile& v, uint64_t chunk, uint64_t e) 
 void Heap::CollectDirty(uint64_t e, std::vector<Range>& out) {
   // Step 3 of the advance of e, with no guard open: nobody changes a live map now, and only
   // this thread writes bitmap lines. Each line whose media copy differs from the live map is
-  // logged in e (undo + tag, in the line) and updated; the line and the data lines allocated
-  // in e join the batch flush. If e fails, the undo copies put every line back.
+  // logged in e (undo + tag, in the line) and updated; the line and the data of the blocks
+  // allocated in e (live now, clear on media as of e's start) join the batch flush. If e
+  // fails, the undo copies put every line back.
   const Persister& p = pool_.persister();
   auto dirty_line = [&out](const LoggedLine* l) { out.push_back({l, sizeof(*l)}); };
   caches_.ForEach([&](ThreadCache& tc) {
     for (uint32_t chunk : tc.dirty_chunks[e & 1]) {
       ChunkVolatile& v = *vol_[chunk].load(std::memory_order_acquire);
       LoggedLine* bits = BitmapLines(chunk);
+      uint64_t fresh[kLiveWords];  // blocks allocated in e and still live
       for (size_t line = 0; line < kBitmapLines; ++line) {
         uint64_t want[kWordsPerLine], have[kWordsPerLine];
         for (size_t k = 0; k < kWordsPerLine; ++k) {
@@ -350,7 +387,9 @@ void Heap::CollectDirty(uint64_t e, std::vector<Range>& out) {
           want[k] = w < kLiveWords ? v.words[w].live.load(std::memory_order_relaxed) : 0;
         }
         for (size_t k = 0; k < kWordsPerLine && line * kWordsPerLine + k < kLiveWords; ++k) {
-          v.words[line * kWordsPerLine + k].media = want[k];  // media as of e+1's start
+          ChunkVolatile::Word& w = v.words[line * kWordsPerLine + k];
+          fresh[line * kWordsPerLine + k] = want[k] & ~w.media;
+          w.media = want[k];  // media as of e+1's start
         }
         alloc_internal::EffectiveWords(bits[line], epochs_, have);
         if (std::equal(want, want + kWordsPerLine, have)) continue;
@@ -358,7 +397,9 @@ void Heap::CollectDirty(uint64_t e, std::vector<Range>& out) {
         for (size_t k = 0; k < kWordsPerLine; ++k)
           if (lw.Get(k) != want[k]) lw.Set(k, want[k], p);
       }
-      RangesOfBits(pool_.base() + ChunkOffset(chunk), v.lines, std::size(v.lines), out);
+      const int c = small_class_[chunk].load(std::memory_order_relaxed) - 1;
+      RangesOfBlocks(pool_.base() + ChunkOffset(chunk), fresh, kLiveWords, SizeClasses::Size(c),
+                     out);
     }
     tc.dirty_chunks[e & 1].clear();
   });
@@ -375,8 +416,9 @@ void* Heap::Allocate(size_t size, size_t align) {
   for (int attempt = 0;; ++attempt) {
     void* p;
     {
-      epoch::Guard g(epochs_);
-      p = c >= 0 ? AllocateSmall(c, g.epoch()) : AllocateExtent(size, g.epoch());
+      const Context ctx = Local();
+      epoch::Guard g(epochs_, *ctx.slot);
+      p = c >= 0 ? AllocateSmall(*ctx.tc, c, g.epoch()) : AllocateExtent(size, g.epoch());
     }
     if (p != nullptr || tls_error != AllocError::kPoolFull || attempt == 2 || !WaitForFrees())
       return p;
@@ -413,28 +455,21 @@ absl::StatusOr<void*> Heap::TryAllocate(size_t size, size_t align) {
   return absl::ResourceExhaustedError(what);
 }
 
-void* Heap::AllocateSmall(int c, uint64_t e) {
-  ThreadCache& tc = caches_.Local();
+void* Heap::AllocateSmall(ThreadCache& tc, int c, uint64_t e) {
   auto& fl = tc.free[c];
-  if (fl.empty() && !Refill(tc, c, e)) {
+  if (fl.empty() && !Refill(tc, c, e)) [[unlikely]] {
     tls_error = AllocError::kPoolFull;
     return nullptr;
   }
   const uint64_t off = fl.back();
   fl.pop_back();
   const uint64_t chunk = (off - data_off_) >> alloc_internal::kChunkShift;
-  const auto rel = static_cast<uint32_t>(off & (kChunkSize - 1));
-  const uint32_t b = SizeClasses::BlockOf(rel, c);
+  const uint32_t b = SizeClasses::BlockOf(static_cast<uint32_t>(off & (kChunkSize - 1)), c);
   ChunkVolatile& v = *vol_[chunk].load(std::memory_order_relaxed);
   v.words[b / 64].live.fetch_or(uint64_t{1} << (b % 64), std::memory_order_relaxed);
+  // The block's data is written back at the boundary with whatever the caller stores in it
+  // (CollectDirty: live now, clear on media).
   Touch(tc, v, chunk, e);
-  // The block's data lines are written back at the boundary with whatever the caller stores.
-  for (uint32_t line = rel / 64, last = (rel + SizeClasses::Size(c) - 1) / 64; line <= last;
-       ++line) {
-    auto& w = v.lines[line / 64];
-    const uint64_t bit = uint64_t{1} << (line % 64);
-    if ((w.load(std::memory_order_relaxed) & bit) == 0) w.fetch_or(bit, std::memory_order_relaxed);
-  }
   Bump(tc.allocations);
   return pool_.base() + off;
 }
@@ -578,9 +613,10 @@ absl::Status Heap::FreeImpl(void* p, FreeMode mode) {
   uint32_t block;
   int c;
   if (!Locate(p, &chunk, &block, &c)) return LocateError(p);
-  epoch::Guard g(epochs_);
+  const Context ctx = Local();
+  ThreadCache& tc = *ctx.tc;
+  epoch::Guard g(epochs_, *ctx.slot);
   const uint64_t e = g.epoch();
-  ThreadCache& tc = caches_.Local();
   const uint64_t off = pool_.offset_of(p);
   uint64_t run = 0;
   if (c >= 0) {

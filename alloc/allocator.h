@@ -145,7 +145,14 @@ class Heap {
   Heap(Pool& pool, epoch::Manager& epochs);
   absl::Status Format();
   absl::Status Load();
-  void* AllocateSmall(int c, uint64_t e);
+  // The calling thread's cache and epoch slot (one thread-local load after the first call).
+  struct Context {
+    alloc_detail::ThreadCache* tc;
+    epoch::ThreadSlot* slot;
+  };
+  Context Local();
+  Context LocalSlow();
+  void* AllocateSmall(alloc_detail::ThreadCache& tc, int c, uint64_t e);
   bool WaitForFrees();
   void SpillToCentral(std::vector<uint64_t>& free_list, int c);
   void* AllocateExtent(size_t size, uint64_t e);
@@ -174,6 +181,7 @@ class Heap {
 
   Pool& pool_;
   epoch::Manager& epochs_;
+  const uint64_t id_;          // unique per Heap instance in this process (keys the thread context)
   uint8_t* region_ = nullptr;  // heap region start
   uint64_t region_off_ = 0;    // its pool offset
   uint64_t data_off_ = 0;      // pool offset of chunk 0's data

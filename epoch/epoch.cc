@@ -234,31 +234,30 @@ std::vector<ThreadSlot*> Manager::Slots() {
   return out;
 }
 
-void Guard::EnterSlow() {
+void Guard::EnterSlow(Manager& m, ThreadSlot* slot) {
   // The inline constructor's fast path failed (an advance is closing the epoch, or it raced
   // with one), or guards use the seq_cst store-load pair. Our slot announces no epoch here.
-  Manager& m = m_;
   const bool asymmetric = m.asymmetric_;
   for (int spins = 0;; ++spins) {
     const uint64_t g = m.global_.load(std::memory_order_acquire);
     if ((g & Manager::kClosing) == 0) {
       // As the inline fast path: announce, then re-check.
       if (asymmetric) {
-        slot_->epoch.store(g, std::memory_order_relaxed);
+        slot->epoch.store(g, std::memory_order_relaxed);
         std::atomic_signal_fence(std::memory_order_seq_cst);
         if (m.global_.load(std::memory_order_acquire) == g) return;
       } else {
-        slot_->epoch.store(g, std::memory_order_seq_cst);
+        slot->epoch.store(g, std::memory_order_seq_cst);
         if (m.global_.load(std::memory_order_seq_cst) == g) return;
       }
-      slot_->epoch.store(0, std::memory_order_seq_cst);  // never block the advancer
+      slot->epoch.store(0, std::memory_order_seq_cst);  // never block the advancer
     }
     // An advance is in progress: no work may start in the next epoch before this one is
     // durably complete (see Manager::Advance). Meanwhile, write back our own lines of the
     // closing epoch (they are in this core's cache, and our list is complete: we hold no
     // guard), then sleep until the epoch opens.
     if ((g & Manager::kClosing) != 0) {
-      m.HelpFlush(*slot_, (g & ~Manager::kClosing) - 1);
+      m.HelpFlush(*slot, (g & ~Manager::kClosing) - 1);
       if (spins > 16) m.global_.wait(g, std::memory_order_acquire);
     }
   }

@@ -195,6 +195,9 @@ class Manager : public EpochView {
 class Guard {
  public:
   explicit Guard(Manager& m);
+  // The same with the caller's slot of `m` (Manager::LocalSlot() of this thread, looked up
+  // earlier): saves the lookup on hot paths that keep it (the allocator's thread context).
+  Guard(Manager& m, ThreadSlot& slot);
   ~Guard();
   Guard(const Guard&) = delete;
   Guard& operator=(const Guard&) = delete;
@@ -202,14 +205,21 @@ class Guard {
   Manager& manager() const { return m_; }
 
  private:
-  void EnterSlow();  // the seq_cst variant, and waiting out an advance
+  void Enter();  // the fast path, inline
+  // The seq_cst variant, and waiting out an advance. Static, so that the guard's address never
+  // escapes and its two members stay in registers on the hot path.
+  static void EnterSlow(Manager& m, ThreadSlot* slot);
 
   Manager& m_;
   ThreadSlot* slot_;
 };
 
 // Inline: every allocation, free and tree operation opens a guard.
-inline Guard::Guard(Manager& m) : m_(m), slot_(&m.LocalSlot()) {
+inline Guard::Guard(Manager& m) : m_(m), slot_(&m.LocalSlot()) { Enter(); }
+inline Guard::Guard(Manager& m, ThreadSlot& slot) : m_(m), slot_(&slot) { Enter(); }
+
+inline void Guard::Enter() {
+  Manager& m = m_;
   if (slot_->depth++ > 0) return;  // nested: stay in the outer guard's epoch
   if (m.asymmetric_) {
     const uint64_t g = m.global_.load(std::memory_order_acquire);
@@ -225,7 +235,7 @@ inline Guard::Guard(Manager& m) : m_(m), slot_(&m.LocalSlot()) {
       slot_->epoch.store(0, std::memory_order_seq_cst);  // never block the advancer
     }
   }
-  EnterSlow();
+  EnterSlow(m, slot_);
 }
 
 inline Guard::~Guard() {
