@@ -39,9 +39,6 @@ struct ThreadCache {
   uint64_t batch_epoch = 0;
   FreeBatch* batch = nullptr;             // frees of batch_epoch, retired as one object
   std::vector<uint32_t> dirty_chunks[2];  // chunks changed, per epoch parity
-  // The last chunk this thread touched and the epoch it touched it in: it is in some thread's
-  // dirty list of that epoch, so the next change in it needs no look at the shared mark.
-  uint64_t touched_chunk = ~uint64_t{0}, touched_epoch = 0;
   // Written by the owner only; read by Stats from any thread.
   std::atomic<uint64_t> allocations{0}, frees{0};
 };
@@ -360,11 +357,26 @@ void Heap::SetChunkState(uint64_t chunk, uint64_t state, uint64_t e) {
   state_[chunk].store(state, std::memory_order_release);
 }
 
-void Heap::Touch(ThreadCache& tc, ChunkVolatile& v, uint64_t chunk, uint64_t e) {
+inline void Heap::Touch(ThreadCache& tc, ChunkVolatile& v, uint64_t chunk, uint64_t e) {
   if (v.dirty_epoch.load(std::memory_order_relaxed) != e &&
       v.dirty_epoch.exchange(e, std::memory_order_relaxed) != e) {
     tc.dirty_chunks[e & 1].push_back(static_cast<uint32_t>(chunk));
   }
+}
+
+inline void* Heap::Take(ThreadCache& tc, int c, uint64_t e) {
+  auto& fl = tc.free[c];
+  const uint64_t off = fl.back();
+  fl.pop_back();
+  const uint64_t chunk = (off - data_off_) >> alloc_internal::kChunkShift;
+  const uint32_t b = SizeClasses::BlockOf(static_cast<uint32_t>(off & (kChunkSize - 1)), c);
+  ChunkVolatile& v = *vol_[chunk].load(std::memory_order_relaxed);
+  v.words[b / 64].live.fetch_or(uint64_t{1} << (b % 64), std::memory_order_relaxed);
+  // The block's data is written back at the boundary with whatever the caller stores in it
+  // (CollectDirty: live now, clear on media).
+  Touch(tc, v, chunk, e);
+  Bump(tc.allocations);
+  return pool_.base() + off;
 }
 
 void Heap::CollectDirty(uint64_t e, std::vector<Range>& out) {
@@ -408,6 +420,21 @@ void Heap::CollectDirty(uint64_t e, std::vector<Range>& out) {
 // ---- allocation -------------------------------------------------------------------------------
 
 void* Heap::Allocate(size_t size, size_t align) {
+  // The fast path: a small size with at most the default alignment, served from the thread's
+  // list (every class size is a multiple of 16).
+  if (size - 1 < 1024 && align - 1 < 16 && (align & (align - 1)) == 0) {
+    const int c = SizeClasses::kSmallTable[(size + 15) >> 4];
+    const Context ctx = Local();
+    auto& fl = ctx.tc->free[c];
+    if (!fl.empty()) [[likely]] {
+      epoch::Guard g(epochs_, *ctx.slot);
+      return Take(*ctx.tc, c, g.epoch());
+    }
+  }
+  return AllocateSlow(size, align);
+}
+
+void* Heap::AllocateSlow(size_t size, size_t align) {
   if (!IsPowerOfTwo(align) || align > kChunkSize) {
     tls_error = AllocError::kBadAlignment;
     return nullptr;
@@ -456,22 +483,11 @@ absl::StatusOr<void*> Heap::TryAllocate(size_t size, size_t align) {
 }
 
 void* Heap::AllocateSmall(ThreadCache& tc, int c, uint64_t e) {
-  auto& fl = tc.free[c];
-  if (fl.empty() && !Refill(tc, c, e)) [[unlikely]] {
+  if (tc.free[c].empty() && !Refill(tc, c, e)) {
     tls_error = AllocError::kPoolFull;
     return nullptr;
   }
-  const uint64_t off = fl.back();
-  fl.pop_back();
-  const uint64_t chunk = (off - data_off_) >> alloc_internal::kChunkShift;
-  const uint32_t b = SizeClasses::BlockOf(static_cast<uint32_t>(off & (kChunkSize - 1)), c);
-  ChunkVolatile& v = *vol_[chunk].load(std::memory_order_relaxed);
-  v.words[b / 64].live.fetch_or(uint64_t{1} << (b % 64), std::memory_order_relaxed);
-  // The block's data is written back at the boundary with whatever the caller stores in it
-  // (CollectDirty: live now, clear on media).
-  Touch(tc, v, chunk, e);
-  Bump(tc.allocations);
-  return pool_.base() + off;
+  return Take(tc, c, e);
 }
 
 void* Heap::AllocateExtent(size_t size, uint64_t e) {
@@ -605,7 +621,43 @@ absl::Status Heap::LocateError(const void* p) const {
 }
 
 absl::Status Heap::Free(void* p) { return FreeImpl(p, FreeMode::kShared); }
-absl::Status Heap::FreeUnshared(void* p) { return FreeImpl(p, FreeMode::kUnshared); }
+absl::Status Heap::FreeUnshared(void* p) {
+  // The fast path: a small block of a chunk in use, allocated in the running epoch, and room
+  // in the thread's list. Anything else (an error included) takes FreeImpl, which decides
+  // again from scratch: this path changes nothing unless it completes.
+  const uint64_t off = static_cast<uint64_t>(static_cast<uint8_t*>(p) - pool_.base());
+  if (off - data_off_ < (chunks_ << alloc_internal::kChunkShift)) {  // wraps below the heap
+    const uint64_t chunk = (off - data_off_) >> alloc_internal::kChunkShift;
+    const uint8_t sc = small_class_[chunk].load(std::memory_order_acquire);
+    ChunkVolatile* v = vol_[chunk].load(std::memory_order_acquire);
+    if (sc != 0 && v != nullptr) {
+      const int c = sc - 1;
+      const auto rel = static_cast<uint32_t>(off & (kChunkSize - 1));
+      const uint32_t b = SizeClasses::BlockOf(rel, c);
+      if (b * SizeClasses::Size(c) == rel && b < SizeClasses::BlocksPerChunk(c)) {
+        const Context ctx = Local();
+        ThreadCache& tc = *ctx.tc;
+        auto& fl = tc.free[c];
+        if (fl.size() < 2 * SizeClasses::BlocksPerChunk(c) + kRefillBatch) {
+          epoch::Guard g(epochs_, *ctx.slot);
+          ChunkVolatile::Word& word = v->words[b / 64];
+          const uint64_t bit = uint64_t{1} << (b % 64);
+          // Media (read inside the guard: it changes only at boundaries) holds the bitmap as
+          // of this epoch's start: a clear bit there means the block was allocated in this
+          // epoch, so nothing durable refers to its contents and it is reusable at once.
+          if ((word.media & bit) == 0 &&
+              (word.live.fetch_and(~bit, std::memory_order_relaxed) & bit) != 0) {
+            Touch(tc, *v, chunk, g.epoch());
+            Bump(tc.frees);
+            fl.push_back(off);
+            return absl::OkStatus();
+          }
+        }
+      }
+    }
+  }
+  return FreeImpl(p, FreeMode::kUnshared);
+}
 absl::Status Heap::FreeUnpublished(void* p) { return FreeImpl(p, FreeMode::kUnpublished); }
 
 absl::Status Heap::FreeImpl(void* p, FreeMode mode) {

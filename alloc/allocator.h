@@ -152,7 +152,10 @@ class Heap {
   };
   Context Local();
   Context LocalSlow();
+  void* AllocateSlow(size_t size, size_t align);
   void* AllocateSmall(alloc_detail::ThreadCache& tc, int c, uint64_t e);
+  // Hands out the last block of the thread's (non-empty) list of class c in epoch e.
+  void* Take(alloc_detail::ThreadCache& tc, int c, uint64_t e);
   bool WaitForFrees();
   void SpillToCentral(std::vector<uint64_t>& free_list, int c);
   void* AllocateExtent(size_t size, uint64_t e);

@@ -1,5 +1,6 @@
-// The persistent heap under the crash simulator: random allocations and frees (small blocks and
-// extents) by one or two threads, with epoch advances. At every crash image, after recovery:
+// The persistent heap under the crash simulator: random allocations and frees (Free and
+// FreeUnshared; small blocks and extents) by one or two threads, with epoch advances. At every
+// crash image, after recovery:
 //   * the heap walk equals the model at the start of the failed epoch (no leak: frees of
 //     completed epochs are free; no resurrection: allocations of the failed epoch are gone),
 //   * Check() finds the metadata consistent,
@@ -73,7 +74,10 @@ void Operate(Heap& heap, Model& model, uint64_t& rng) {
   } else {
     auto it = model.live.begin();
     std::advance(it, static_cast<long>((r >> 8) % model.live.size()));
-    ASSERT_OK(heap.Free(heap.pool().at(it->first)));
+    // Half the frees say the block is the caller's alone (FreeUnshared: one allocated in the
+    // running epoch is reusable at once); the crash contract is the same.
+    void* p = heap.pool().at(it->first);
+    ASSERT_OK((r >> 40) % 2 == 0 ? heap.Free(p) : heap.FreeUnshared(p));
     model.live.erase(it);
   }
 }

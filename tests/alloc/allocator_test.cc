@@ -227,6 +227,42 @@ TEST(HeapTest, AConsumerThreadDoesNotStrandFreedBlocks) {
   ASSERT_OK(r.heap->Check());
 }
 
+// FreeUnshared's fast path and FreeImpl agree: a block of the running epoch is reused at once;
+// one allocated before the epoch began waits for the epoch to close (its allocation is durable,
+// so its old contents may still be needed after a crash); misuse is refused and changes nothing.
+TEST(HeapTest, FreeUnsharedReusesOnlyBlocksOfTheRunningEpoch) {
+  Memory m;
+  Runtime r = Open(m, true);
+  void* fresh = r.heap->Allocate(80);
+  ASSERT_OK(r.heap->FreeUnshared(fresh));
+  EXPECT_EQ(r.heap->Allocate(80), fresh);  // the thread's list is LIFO
+
+  void* old = r.heap->Allocate(80);
+  ASSERT_OK(r.epochs->Advance());
+  ASSERT_OK(r.heap->FreeUnshared(old));
+  EXPECT_THAT(r.heap->FreeUnshared(old),
+              testing::StatusIs(absl::StatusCode::kFailedPrecondition, "double free"));
+  std::set<void*> same_epoch;
+  for (int i = 0; i < 3000; ++i) same_epoch.insert(r.heap->Allocate(80));
+  EXPECT_EQ(same_epoch.count(old), 0u);
+  ASSERT_OK(r.epochs->Advance());
+  bool reused = false;
+  for (int i = 0; i < 5000 && !reused; ++i) reused = r.heap->Allocate(80) == old;
+  EXPECT_TRUE(reused);
+
+  const auto before = LiveOffsets(*r.heap);
+  void* p = r.heap->Allocate(80);
+  EXPECT_THAT(r.heap->FreeUnshared(static_cast<char*>(p) + 16),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, "not the start"));
+  EXPECT_THAT(r.heap->FreeUnshared(r.pool->base()),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, "not inside the heap"));
+  ASSERT_OK(r.heap->FreeUnshared(p));
+  EXPECT_THAT(r.heap->FreeUnshared(p),
+              testing::StatusIs(absl::StatusCode::kFailedPrecondition, "double free"));
+  EXPECT_EQ(LiveOffsets(*r.heap), before);
+  ASSERT_OK(r.heap->Check());
+}
+
 TEST(HeapTest, GracePeriodDelaysReuseUntilTheEpochCloses) {
   Memory m;
   Runtime r = Open(m, true);
