@@ -335,7 +335,9 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
   if (full) store.SetCompact(std::move(k_new));
   store.Release(freed);
   // 6. Re-key the kept words to K' (unless a newer record took them meanwhile).
-  for (const auto& [w, key] : kept) {
+  for (size_t i = 0; i < kept.size(); ++i) {
+    if (i + 24 < kept.size()) __builtin_prefetch(&index->at(kept[i + 24].first), 1);
+    const auto [w, key] = kept[i];
     std::atomic<uint64_t>& slot = index->at(w);
     uint64_t v = slot.load(std::memory_order_acquire);
     while (WordIndex::Key(v) == key &&
