@@ -68,7 +68,7 @@ class RecordWriter {
   uint64_t* p_;
 };
 
-// Runs of consecutive words, each at most kMaxEntryWords long.
+// Runs of ascending consecutive words, each at most kMaxEntryWords long.
 template <class F>
 void ForEachRun(const std::vector<uint64_t>& sorted, F&& fn) {
   size_t i = 0;
@@ -467,7 +467,15 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
   //    dropped: the free's tombstone covers them.
   std::vector<uint64_t>& words = t.words;
   words.clear();
-  for (const WriteRec& w : t.writes) words.push_back(w.word);
+  if (t.allocs.empty() && t.writes.size() <= txn_detail::SmallWordSet::kMaxWords) {
+    // The common case: each word once, in declaration order (a range declared in ascending
+    // order still forms one run). No sort: a record's entries may come in any order.
+    t.small_set.Reset();
+    for (const WriteRec& w : t.writes)
+      if (t.small_set.Insert(w.word)) words.push_back(w.word);
+  } else {
+    for (const WriteRec& w : t.writes) words.push_back(w.word);
+  }
   if (!t.frees.empty()) {
     std::erase_if(words, [&](uint64_t w) {
       for (const BlockRec& f : t.frees)
@@ -477,8 +485,10 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
   }
   for (const BlockRec& a : t.allocs)
     for (uint64_t w = a.offset / 8; w < (a.offset + a.bytes) / 8; ++w) words.push_back(w);
-  std::sort(words.begin(), words.end());
-  words.erase(std::unique(words.begin(), words.end()), words.end());
+  if (!t.allocs.empty() || t.writes.size() > txn_detail::SmallWordSet::kMaxWords) {
+    std::sort(words.begin(), words.end());
+    words.erase(std::unique(words.begin(), words.end()), words.end());
+  }
   size_t bytes = sizeof(RecordHeader) + 8 * (t.allocs.size() + t.frees.size());
   ForEachRun(words, [&](size_t a, size_t b) { bytes += 8 + 8 * (b - a); });
   if (bytes > store.max_record_bytes()) {

@@ -127,8 +127,20 @@ TEST_F(TxnTest, RepeatedDeclarationsAbortAndCommit) {
   ASSERT_OK(commit());
   // One record: header, one entry head for the run of 4 words, 4 values.
   EXPECT_EQ(engine().stats().record_bytes - bytes_before, 32u + 8u + 4 * 8u);
+  // A small transaction (deduplicated in declaration order, no sort): descending words and a
+  // repeat. Four single-word entries.
+  const uint64_t bytes_mid = engine().stats().record_bytes;
+  ASSERT_OK(begin());
+  for (int i = 3; i >= 0; --i) ASSERT_OK(write(&root_->words[10 + i], uint64_t(70 + i)));
+  ASSERT_OK(write(&root_->words[12], uint64_t(99)));
+  ASSERT_OK(commit());
+  EXPECT_EQ(engine().stats().record_bytes - bytes_mid, 32u + 4 * 16u);
   CrashAndRecover();
   for (int i = 0; i < 4; ++i) EXPECT_EQ(root_->words[i], uint64_t(5999 + i));
+  EXPECT_EQ(root_->words[10], 70u);
+  EXPECT_EQ(root_->words[11], 71u);
+  EXPECT_EQ(root_->words[12], 99u);
+  EXPECT_EQ(root_->words[13], 73u);
   EXPECT_EQ(root_->words[30], 0u);
 }
 

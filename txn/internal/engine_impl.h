@@ -49,6 +49,35 @@ struct OwnerCounter {
   uint64_t Get() const { return v.load(std::memory_order_relaxed); }
 };
 
+// The distinct words of a small transaction, at commit: open addressing over a fixed table
+// whose slots carry the generation that filled them, so Reset() is one increment.
+class SmallWordSet {
+ public:
+  static constexpr size_t kMaxWords = 64;
+  void Reset() { ++gen_; }
+  // True if newly inserted. REQUIRES: at most kMaxWords inserts since Reset().
+  bool Insert(uint64_t word) {
+    for (size_t i = (word * 0x9E3779B97F4A7C15ull) >> (64 - kBits);; i = (i + 1) & (kSlots - 1)) {
+      Slot& s = slots_[i];
+      if (s.gen != gen_) {
+        s = {word, gen_};
+        return true;
+      }
+      if (s.word == word) return false;
+    }
+  }
+
+ private:
+  static constexpr int kBits = 7;
+  static constexpr size_t kSlots = size_t{1} << kBits;  // twice kMaxWords
+  struct Slot {
+    uint64_t word = 0;
+    uint64_t gen = 0;
+  };
+  Slot slots_[kSlots];
+  uint64_t gen_ = 0;
+};
+
 // A transaction's write list is compacted (duplicates dropped) when it reaches this size, then
 // at twice its compacted size.
 inline constexpr size_t kCompactWritesAt = 256;
@@ -82,6 +111,7 @@ struct ThreadTx final : alloc::TxScope {
   std::vector<BlockRec> frees;
   std::vector<uint64_t> cold;   // scratch: words to snapshot
   std::vector<uint64_t> words;  // scratch: the record's words
+  SmallWordSet small_set;       // scratch: dedup at commit
   // Watchdog, without a clock read on the hot path: `seq` is odd while a transaction is open
   // (owner: +1 at begin and at end). The background thread notes when it first saw an odd seq
   // and sets `expired` if it is still the same after max_open. Relaxed: advisory, checked at the
