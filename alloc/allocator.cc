@@ -427,7 +427,7 @@ void* Heap::Allocate(size_t size, size_t align) {
     const Context ctx = Local();
     auto& fl = ctx.tc->free[c];
     if (!fl.empty()) [[likely]] {
-      epoch::Guard g(epochs_, *ctx.slot);
+      epoch::LeafGuard g(epochs_, *ctx.slot);  // Take opens no guard
       return Take(*ctx.tc, c, g.epoch());
     }
   }
@@ -639,7 +639,7 @@ absl::Status Heap::FreeUnshared(void* p) {
         ThreadCache& tc = *ctx.tc;
         auto& fl = tc.free[c];
         if (fl.size() < 2 * SizeClasses::BlocksPerChunk(c) + kRefillBatch) {
-          epoch::Guard g(epochs_, *ctx.slot);
+          epoch::LeafGuard g(epochs_, *ctx.slot);  // nothing below opens a guard
           ChunkVolatile::Word& word = v->words[b / 64];
           const uint64_t bit = uint64_t{1} << (b % 64);
           // Media (read inside the guard: it changes only at boundaries) holds the bitmap as

@@ -115,7 +115,7 @@ absl::Status DurableMasstree::Destroy(const epoch::Guard& g) {
   PoolNodeAllocator& a = allocator();
   epoch::Manager& epochs = a.epochs();
   Pool& pool = epochs.pool();
-  if (&g.manager() != &epochs || epochs.LocalSlot().depth == 0) {
+  if (!g.Of(epochs) || epochs.LocalSlot().depth == 0) {
     return absl::FailedPreconditionError(
         absl::StrCat(pool.path(), ": DurableMasstree::Destroy at offset ", descriptor(),
                      ": the guard must be this thread's, of the tree's epoch manager"));
