@@ -40,7 +40,11 @@ class RecordWriter {
   explicit RecordWriter(uint8_t* at) : base_(at), p_(reinterpret_cast<uint64_t*>(at) + 4) {}
   void Data(uint64_t word, uint64_t n, const uint8_t* pool_base) {
     *p_++ = MakeEntryHead(EntryType::kData, n, word);
-    std::memcpy(p_, pool_base + word * 8, n * 8);
+    if (n == 1) {  // the common case: no library call for 8 bytes
+      std::memcpy(p_, pool_base + word * 8, 8);
+    } else {
+      std::memcpy(p_, pool_base + word * 8, n * 8);
+    }
     p_ += n;
   }
   void Values(uint64_t word, uint64_t n, const uint64_t* values) {
@@ -231,12 +235,6 @@ Engine::Impl::Impl(Engine& e)
 }
 
 Engine::Impl::~Impl() = default;
-
-ThreadTx& Engine::Impl::Local() {
-  ThreadTx& t = threads_.Local();
-  if (t.impl == nullptr) t.impl = this;
-  return t;
-}
 
 void* ThreadTx::TxAllocate(size_t size, size_t align) {
   return impl->TxAllocate(*this, size, align);

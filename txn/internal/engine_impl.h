@@ -138,7 +138,12 @@ class Engine::Impl {
   ~Impl();
 
   // ---- transactions (txn.cc) ----
-  txn_detail::ThreadTx& Local();
+  txn_detail::ThreadTx& Local() {
+    txn_detail::ThreadTx& t = threads_.Local();
+    if (t.impl == nullptr) [[unlikely]]
+      t.impl = this;
+    return t;
+  }
   absl::Status Begin(txn_detail::ThreadTx& t);
   absl::Status Commit(txn_detail::ThreadTx& t);
   absl::Status Abort(txn_detail::ThreadTx& t);
