@@ -620,43 +620,52 @@ absl::Status Heap::LocateError(const void* p) const {
       absl::StrCat(pool_.path(), ": offset ", off, " is not the start of a heap block"));
 }
 
-absl::Status Heap::Free(void* p) { return FreeImpl(p, FreeMode::kShared); }
-absl::Status Heap::FreeUnshared(void* p) {
-  // The fast path: a small block of a chunk in use, allocated in the running epoch, and room
-  // in the thread's list. Anything else (an error included) takes FreeImpl, which decides
-  // again from scratch: this path changes nothing unless it completes.
+template <bool unshared>
+bool Heap::FreeFast(void* p) {
+  // The fast path of Free and FreeUnshared: a small block of a chunk in use, and either room
+  // in the thread's list (FreeUnshared of a block allocated in the running epoch) or this
+  // epoch's free batch already open. It changes nothing unless it completes; anything else (an
+  // error included) returns false and the caller takes FreeImpl, which decides from scratch
+  // (after this function's guard has closed).
   const uint64_t off = static_cast<uint64_t>(static_cast<uint8_t*>(p) - pool_.base());
-  if (off - data_off_ < (chunks_ << alloc_internal::kChunkShift)) {  // wraps below the heap
-    const uint64_t chunk = (off - data_off_) >> alloc_internal::kChunkShift;
-    const uint8_t sc = small_class_[chunk].load(std::memory_order_acquire);
-    ChunkVolatile* v = vol_[chunk].load(std::memory_order_acquire);
-    if (sc != 0 && v != nullptr) {
-      const int c = sc - 1;
-      const auto rel = static_cast<uint32_t>(off & (kChunkSize - 1));
-      const uint32_t b = SizeClasses::BlockOf(rel, c);
-      if (b * SizeClasses::Size(c) == rel && b < SizeClasses::BlocksPerChunk(c)) {
-        const Context ctx = Local();
-        ThreadCache& tc = *ctx.tc;
-        auto& fl = tc.free[c];
-        if (fl.size() < 2 * SizeClasses::BlocksPerChunk(c) + kRefillBatch) {
-          epoch::LeafGuard g(epochs_, *ctx.slot);  // nothing below opens a guard
-          ChunkVolatile::Word& word = v->words[b / 64];
-          const uint64_t bit = uint64_t{1} << (b % 64);
-          // Media (read inside the guard: it changes only at boundaries) holds the bitmap as
-          // of this epoch's start: a clear bit there means the block was allocated in this
-          // epoch, so nothing durable refers to its contents and it is reusable at once.
-          if ((word.media & bit) == 0 &&
-              (word.live.fetch_and(~bit, std::memory_order_relaxed) & bit) != 0) {
-            Touch(tc, *v, chunk, g.epoch());
-            Bump(tc.frees);
-            fl.push_back(off);
-            return absl::OkStatus();
-          }
-        }
-      }
-    }
+  if (off - data_off_ >= (chunks_ << alloc_internal::kChunkShift)) return false;  // wraps below
+  const uint64_t chunk = (off - data_off_) >> alloc_internal::kChunkShift;
+  const uint8_t sc = small_class_[chunk].load(std::memory_order_acquire);
+  ChunkVolatile* v = vol_[chunk].load(std::memory_order_acquire);
+  if (sc == 0 || v == nullptr) return false;
+  const int c = sc - 1;
+  const auto rel = static_cast<uint32_t>(off & (kChunkSize - 1));
+  const uint32_t b = SizeClasses::BlockOf(rel, c);
+  if (b * SizeClasses::Size(c) != rel || b >= SizeClasses::BlocksPerChunk(c)) return false;
+  const Context ctx = Local();
+  ThreadCache& tc = *ctx.tc;
+  epoch::LeafGuard g(epochs_, *ctx.slot);  // nothing below opens a guard
+  const uint64_t e = g.epoch();
+  ChunkVolatile::Word& word = v->words[b / 64];
+  const uint64_t bit = uint64_t{1} << (b % 64);
+  std::vector<uint64_t>* to;
+  if (unshared && (word.media & bit) == 0) {
+    // Media (read inside the guard: it changes only at boundaries) holds the bitmap as of this
+    // epoch's start: a clear bit there means the block was allocated in this epoch, so nothing
+    // durable refers to its contents and it is reusable at once.
+    to = &tc.free[c];
+    if (to->size() >= 2 * SizeClasses::BlocksPerChunk(c) + kRefillBatch) return false;  // spill
+  } else {
+    if (tc.batch == nullptr || tc.batch_epoch != e) return false;  // FreeImpl opens a batch
+    to = &tc.batch->small[c];  // reusable once e has closed (FreeImpl)
   }
-  return FreeImpl(p, FreeMode::kUnshared);
+  if ((word.live.fetch_and(~bit, std::memory_order_relaxed) & bit) == 0) return false;
+  Touch(tc, *v, chunk, e);  // the boundary copies the cleared bit to media, logged in e
+  Bump(tc.frees);
+  to->push_back(off);
+  return true;
+}
+
+absl::Status Heap::Free(void* p) {
+  return FreeFast<false>(p) ? absl::OkStatus() : FreeImpl(p, FreeMode::kShared);
+}
+absl::Status Heap::FreeUnshared(void* p) {
+  return FreeFast<true>(p) ? absl::OkStatus() : FreeImpl(p, FreeMode::kUnshared);
 }
 absl::Status Heap::FreeUnpublished(void* p) { return FreeImpl(p, FreeMode::kUnpublished); }
 

@@ -167,6 +167,8 @@ class Heap {
              uint64_t e);
   enum class FreeMode { kShared, kUnshared, kUnpublished };
   absl::Status FreeImpl(void* p, FreeMode mode);
+  template <bool unshared>
+  bool FreeFast(void* p);
   void ReleaseBatch(alloc_detail::FreeBatch* batch);
   bool TakeRun(uint64_t n, uint64_t* start);
   bool TakeChunk(uint64_t chunk);  // REQUIRES: chunk_mu_; removes one chunk from the free runs
