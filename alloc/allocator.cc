@@ -48,7 +48,7 @@ struct ThreadCache {
 // allocated in the current epoch (what callers write into new blocks, to be written back at the
 // boundary) are exactly the bits set in `live` and clear in `media`: the boundary derives them,
 // so the hot path records nothing per data line.
-struct ChunkVolatile {
+struct alignas(64) ChunkVolatile {
   // Word w of the live map beside word w of the bitmap as of the current epoch's start (what
   // media holds: it changes only at boundaries, when no guard is open), in one cache line, so
   // FreeUnshared tells a block allocated in this epoch without a second miss.
@@ -56,8 +56,10 @@ struct ChunkVolatile {
     std::atomic<uint64_t> live{0};
     uint64_t media = 0;
   };
-  Word words[kLiveWords];
+  // The last epoch in which the chunk was listed for the boundary (Touch); in the first line,
+  // with the first words of the live map.
   std::atomic<uint64_t> dirty_epoch{0};
+  Word words[kLiveWords];
 };
 
 }  // namespace alloc_detail
@@ -148,7 +150,7 @@ Heap::~Heap() {
   Heap* self = this;
   g_default.compare_exchange_strong(self, nullptr);
   if (vol_ != nullptr)
-    for (uint64_t i = 0; i < chunks_; ++i) delete vol_[i].load();
+    for (uint64_t i = 0; i < chunks_; ++i) delete Vol(i);
   for (FreeBatch* b : spare_batches_) delete b;  // every batch was released by the Advance
 }
 
@@ -244,7 +246,7 @@ absl::Status Heap::Load() {
   }
   state_ = std::make_unique<std::atomic<uint64_t>[]>(chunks_);
   small_class_ = std::make_unique<std::atomic<uint8_t>[]>(chunks_);
-  vol_ = std::make_unique<std::atomic<ChunkVolatile*>[]>(chunks_);
+  vol_ = std::make_unique<std::atomic<uintptr_t>[]>(chunks_);
   // One line per chunk: its recovered state. Bitmaps are read when a chunk is first used.
   uint64_t run_start = 0, run_len = 0;
   for (uint64_t i = 0; i < chunks_; ++i) {
@@ -328,6 +330,17 @@ void Heap::ReturnRun(uint64_t start, uint64_t n) {
   by_length_.insert({n, start});
 }
 
+// ---- chunk volatile state ---------------------------------------------------------------------
+
+ChunkVolatile* Heap::Vol(uint64_t chunk, std::memory_order mo) const {
+  return reinterpret_cast<ChunkVolatile*>(vol_[chunk].load(mo) & ~kVolTagMask);
+}
+
+void Heap::SetVol(uint64_t chunk, ChunkVolatile* v, int c) {
+  vol_[chunk].store(reinterpret_cast<uintptr_t>(v) | static_cast<uintptr_t>(c + 1),
+                    std::memory_order_release);
+}
+
 // ---- the thread's context ---------------------------------------------------------------------
 
 inline Heap::Context Heap::Local() {
@@ -358,6 +371,7 @@ void Heap::SetChunkState(uint64_t chunk, uint64_t state, uint64_t e) {
 }
 
 inline void Heap::Touch(ThreadCache& tc, ChunkVolatile& v, uint64_t chunk, uint64_t e) {
+  // The first change of a chunk in e lists it in the changing thread's cache for e's boundary.
   if (v.dirty_epoch.load(std::memory_order_relaxed) != e &&
       v.dirty_epoch.exchange(e, std::memory_order_relaxed) != e) {
     tc.dirty_chunks[e & 1].push_back(static_cast<uint32_t>(chunk));
@@ -370,7 +384,7 @@ inline void* Heap::Take(ThreadCache& tc, int c, uint64_t e) {
   fl.pop_back();
   const uint64_t chunk = (off - data_off_) >> alloc_internal::kChunkShift;
   const uint32_t b = SizeClasses::BlockOf(static_cast<uint32_t>(off & (kChunkSize - 1)), c);
-  ChunkVolatile& v = *vol_[chunk].load(std::memory_order_relaxed);
+  ChunkVolatile& v = *Vol(chunk, std::memory_order_relaxed);
   v.words[b / 64].live.fetch_or(uint64_t{1} << (b % 64), std::memory_order_relaxed);
   // The block's data is written back at the boundary with whatever the caller stores in it
   // (CollectDirty: live now, clear on media).
@@ -389,7 +403,7 @@ void Heap::CollectDirty(uint64_t e, std::vector<Range>& out) {
   auto dirty_line = [&out](const LoggedLine* l) { out.push_back({l, sizeof(*l)}); };
   caches_.ForEach([&](ThreadCache& tc) {
     for (uint32_t chunk : tc.dirty_chunks[e & 1]) {
-      ChunkVolatile& v = *vol_[chunk].load(std::memory_order_acquire);
+      ChunkVolatile& v = *Vol(chunk);
       LoggedLine* bits = BitmapLines(chunk);
       uint64_t fresh[kLiveWords];  // blocks allocated in e and still live
       for (size_t line = 0; line < kBitmapLines; ++line) {
@@ -527,7 +541,7 @@ bool Heap::Refill(ThreadCache& tc, int c, uint64_t e) {
   //    together with every block handed out from it.
   uint64_t chunk;
   if (!TakeRun(1, &chunk)) return false;
-  vol_[chunk].store(new ChunkVolatile, std::memory_order_release);
+  SetVol(chunk, new ChunkVolatile, c);
   SetChunkState(chunk, MakeState(ChunkKind::kSmall, static_cast<uint32_t>(c), 1), e);
   const uint32_t size = SizeClasses::Size(c);
   for (uint32_t b = SizeClasses::BlocksPerChunk(c); b > 0; --b) {
@@ -554,7 +568,7 @@ ChunkVolatile* Heap::LoadChunk(uint64_t chunk, int c, std::vector<uint64_t>* out
       out->push_back(ChunkOffset(chunk) + uint64_t{b} * size);
   }
   std::erase(unloaded_[c], chunk);
-  vol_[chunk].store(v, std::memory_order_release);
+  SetVol(chunk, v, c);
   return v;
 }
 
@@ -566,12 +580,12 @@ bool Heap::LoadNextChunk(int c, std::vector<uint64_t>* out) {
 }
 
 ChunkVolatile* Heap::EnsureLoaded(uint64_t chunk, int c) {
-  ChunkVolatile* v = vol_[chunk].load(std::memory_order_acquire);
+  ChunkVolatile* v = Vol(chunk);
   if (v != nullptr) return v;
   std::vector<uint64_t> blocks;
   {
     std::lock_guard<std::mutex> l(chunk_mu_);
-    v = vol_[chunk].load(std::memory_order_acquire);
+    v = Vol(chunk);
     if (v != nullptr) return v;
     v = LoadChunk(chunk, c, &blocks);
   }
@@ -630,10 +644,11 @@ bool Heap::FreeFast(void* p) {
   const uint64_t off = static_cast<uint64_t>(static_cast<uint8_t*>(p) - pool_.base());
   if (off - data_off_ >= (chunks_ << alloc_internal::kChunkShift)) return false;  // wraps below
   const uint64_t chunk = (off - data_off_) >> alloc_internal::kChunkShift;
-  const uint8_t sc = small_class_[chunk].load(std::memory_order_acquire);
-  ChunkVolatile* v = vol_[chunk].load(std::memory_order_acquire);
-  if (sc == 0 || v == nullptr) return false;
-  const int c = sc - 1;
+  // One load: the chunk's volatile state and its class (tag 0: not a small chunk in use).
+  const uintptr_t tagged = vol_[chunk].load(std::memory_order_acquire);
+  if ((tagged & kVolTagMask) == 0) return false;
+  auto* v = reinterpret_cast<ChunkVolatile*>(tagged & ~kVolTagMask);
+  const int c = static_cast<int>(tagged & kVolTagMask) - 1;
   const auto rel = static_cast<uint32_t>(off & (kChunkSize - 1));
   const uint32_t b = SizeClasses::BlockOf(rel, c);
   if (b * SizeClasses::Size(c) != rel || b >= SizeClasses::BlocksPerChunk(c)) return false;
@@ -768,7 +783,7 @@ absl::Status Heap::MarkAllocated(uint64_t offset) {
   if (c < 0) return absl::OkStatus();                    // an extent's state word is its allocation
   std::lock_guard<std::mutex> l(chunk_mu_);              // against a concurrent load of the chunk
   if (BlockLive(chunk, block)) return absl::OkStatus();  // replayed already
-  if (vol_[chunk].load(std::memory_order_acquire) != nullptr) {
+  if (Vol(chunk) != nullptr) {
     // A clear bit in a chunk in use means the block sits in a free list: marking it would
     // hand it out twice.
     return absl::FailedPreconditionError(absl::StrCat(
@@ -800,8 +815,8 @@ absl::Status Heap::MarkAllocated(uint64_t offset, size_t usable_size) {
   chunk = (offset - data_off_) >> alloc_internal::kChunkShift;
   block = static_cast<uint32_t>((offset & (kChunkSize - 1)) / usable_size);
   std::lock_guard<std::mutex> l(chunk_mu_);
-  if (StateKind(state_[chunk].load()) != ChunkKind::kFree ||
-      vol_[chunk].load(std::memory_order_acquire) != nullptr || !TakeChunk(chunk)) {
+  if (StateKind(state_[chunk].load()) != ChunkKind::kFree || Vol(chunk) != nullptr ||
+      !TakeChunk(chunk)) {
     return LocateError(pool_.base() + offset);
   }
   // The chunk was formatted in a failed epoch and rolled back with it. Format it again, logged
@@ -854,7 +869,7 @@ absl::Status Heap::MarkFreed(uint64_t offset) {
 // ---- inspection -------------------------------------------------------------------------------
 
 bool Heap::BlockLive(uint64_t chunk, uint32_t block) const {
-  if (const ChunkVolatile* v = vol_[chunk].load(std::memory_order_acquire)) {
+  if (const ChunkVolatile* v = Vol(chunk)) {
     return v->words[block / 64].live.load(std::memory_order_relaxed) >> (block % 64) & 1;
   }
   uint64_t w[kWordsPerLine];
@@ -935,7 +950,7 @@ absl::Status Heap::Check() const {
     }
     const bool small = StateKind(s) == ChunkKind::kSmall && !tail;
     const uint32_t blocks = small ? SizeClasses::BlocksPerChunk(StateClass(s)) : 0;
-    const ChunkVolatile* v = vol_[i].load(std::memory_order_acquire);
+    const ChunkVolatile* v = Vol(i);
     // Bits of blocks the chunk does not have must be clear, on media and in the live map.
     auto beyond = [blocks](size_t word) {  // mask of word `word`'s bits at or past `blocks`
       const size_t first = word * 64;

@@ -165,6 +165,10 @@ class Heap {
   alloc_detail::ChunkVolatile* EnsureLoaded(uint64_t chunk, int c);
   void Touch(alloc_detail::ThreadCache& tc, alloc_detail::ChunkVolatile& v, uint64_t chunk,
              uint64_t e);
+  // vol_[chunk] untagged: the chunk's volatile state, null until it is first used this run.
+  alloc_detail::ChunkVolatile* Vol(uint64_t chunk,
+                                   std::memory_order mo = std::memory_order_acquire) const;
+  void SetVol(uint64_t chunk, alloc_detail::ChunkVolatile* v, int c);
   enum class FreeMode { kShared, kUnshared, kUnpublished };
   absl::Status FreeImpl(void* p, FreeMode mode);
   template <bool unshared>
@@ -203,7 +207,10 @@ class Heap {
   // small chunk in use this run (null until the chunk is first used: its bitmap is read then).
   std::unique_ptr<std::atomic<uint64_t>[]> state_;
   std::unique_ptr<std::atomic<uint8_t>[]> small_class_;  // class + 1 of a small chunk, else 0
-  std::unique_ptr<std::atomic<alloc_detail::ChunkVolatile*>[]> vol_;
+  // A small chunk's volatile state (64-byte aligned) tagged with its class + 1 in the low six
+  // bits: the free path reads both with one load. 0 until the chunk is first used this run.
+  static constexpr uintptr_t kVolTagMask = 63;
+  std::unique_ptr<std::atomic<uintptr_t>[]> vol_;
 
   mutable std::mutex chunk_mu_;                          // guards the three below and chunk loading
   std::map<uint64_t, uint64_t> free_runs_;               // start -> length, coalesced
