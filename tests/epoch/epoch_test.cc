@@ -173,6 +173,49 @@ TEST(EpochTest, NestedGuardStaysInOuterEpoch) {
   EXPECT_EQ(inner.epoch(), outer.epoch());
 }
 
+// LeafGuard: outermost, it announces the epoch and an advance waits for it; nested in a Guard,
+// it runs in the outer epoch and leaves the slot announced when it ends.
+TEST(EpochTest, LeafGuardAnnouncesWhenOutermostAndLeavesAnOuterGuardAlone) {
+  Memory m;
+  Opened o = Open(m, true);
+  epoch::ThreadSlot& slot = o.epochs->LocalSlot();
+  {
+    Guard outer(*o.epochs);
+    {
+      LeafGuard leaf(*o.epochs, slot);
+      EXPECT_EQ(leaf.epoch(), outer.epoch());
+    }
+    EXPECT_EQ(slot.epoch.load(), outer.epoch());  // still inside the outer guard
+  }
+  EXPECT_EQ(slot.epoch.load(), 0u);
+  {
+    LeafGuard leaf(*o.epochs, slot);
+    EXPECT_EQ(leaf.epoch(), o.epochs->current());
+    EXPECT_EQ(slot.epoch.load(), leaf.epoch());
+  }
+  EXPECT_EQ(slot.epoch.load(), 0u);
+
+  std::atomic<bool> entered{false}, release{false}, advanced{false};
+  std::thread holder([&] {
+    LeafGuard g(*o.epochs, o.epochs->LocalSlot());
+    entered = true;
+    while (!release) std::this_thread::yield();
+    EXPECT_FALSE(advanced.load());  // the advance cannot complete while the leaf guard is open
+  });
+  while (!entered) std::this_thread::yield();
+  const uint64_t e = o.epochs->current();
+  std::thread advancer([&] {
+    ASSERT_OK(o.epochs->Advance());
+    advanced = true;
+  });
+  while (o.epochs->current() == e) std::this_thread::yield();
+  EXPECT_EQ(o.epochs->completed(), e - 1);
+  release = true;
+  holder.join();
+  advancer.join();
+  EXPECT_EQ(o.epochs->completed(), e);
+}
+
 TEST(EpochTest, RetiredObjectIsFreedWhenItsEpochCloses) {
   Memory m;
   Opened o = Open(m, true);
