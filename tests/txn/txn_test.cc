@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "tests/txn/txn_runtime.h"
 #include "tests/util/test_util.h"
+#include "txn/internal/log_store.h"
 
 namespace pmrt::txn {
 namespace {
@@ -82,6 +83,19 @@ class TxnTest : public ::testing::Test {
   Runtime rt_;
   Root* root_ = nullptr;
 };
+
+// The record checksum's fast path (whole words, crc field masked) equals the on-media
+// definition: CRC32C of the record with its crc field taken as zero.
+TEST(TxnRecordCrc, FastPathMatchesTheDefinition) {
+  std::vector<uint64_t> buf(64);
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (uint16_t words = 4; words <= 64; ++words) {
+    for (uint64_t& v : buf) v = (x = x * 6364136223846793005ull + 1442695040888963407ull);
+    auto* h = reinterpret_cast<pmrt::txn_internal::RecordHeader*>(buf.data());
+    h->words = words;
+    EXPECT_EQ(pmrt::txn_internal::RecordCrc(h), pmrt::txn_internal::RecordCrcReference(h)) << words;
+  }
+}
 
 TEST_F(TxnTest, CommitIsDurableAndAbortRestores) {
   Open();

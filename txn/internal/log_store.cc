@@ -1,5 +1,6 @@
 #include "txn/internal/log_store.h"
 
+#include <bit>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -19,7 +20,34 @@ bool ValidBlockSize(size_t s) {
 
 }  // namespace
 
+#if defined(__x86_64__)
+namespace {
+// The same CRC32C as RecordCrcReference, 8 bytes per crc32 instruction and no calls: the first
+// word is {words, kind} with the crc field as zero.
+__attribute__((target("sse4.2"))) uint32_t RecordCrcSse42(const RecordHeader* h) {
+  const auto* p = reinterpret_cast<const uint8_t*>(h);
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  uint64_t c = __builtin_ia32_crc32di(0xFFFFFFFFu, v & 0xFFFFFFFFu);
+  for (size_t i = 1, n = h->words; i < n; ++i) {
+    std::memcpy(&v, p + 8 * i, 8);
+    c = __builtin_ia32_crc32di(c, v);
+  }
+  return ~static_cast<uint32_t>(c);
+}
+const bool kHasSse42 = (__builtin_cpu_init(), __builtin_cpu_supports("sse4.2"));
+}  // namespace
+#endif
+
 uint32_t RecordCrc(const RecordHeader* h) {
+  static_assert(std::endian::native == std::endian::little, "the crc field is bytes 4..7");
+#if defined(__x86_64__)
+  if (kHasSse42) return RecordCrcSse42(h);
+#endif
+  return RecordCrcReference(h);
+}
+
+uint32_t RecordCrcReference(const RecordHeader* h) {
   static constexpr uint8_t kZero[4] = {};
   const auto* b = reinterpret_cast<const uint8_t*>(h);
   uint32_t c = Crc32c(b, 4);

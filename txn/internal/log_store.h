@@ -84,6 +84,7 @@ void ForEachEntry(const RecordHeader* h, F&& fn) {
 }
 
 uint32_t RecordCrc(const RecordHeader* h);  // over the record with the crc field taken as zero
+uint32_t RecordCrcReference(const RecordHeader* h);  // the same through Crc32c (tests compare)
 
 class LogStore {
  public:
