@@ -34,7 +34,9 @@ struct FreeBatch {
   std::vector<std::pair<uint64_t, uint64_t>> extents;  // (first chunk, chunk count)
 };
 
-struct ThreadCache {
+// Aligned to a cache line: two threads' caches never share one (the lists and counters are
+// written on every call).
+struct alignas(64) ThreadCache {
   std::vector<uint64_t> free[SizeClasses::kCount];  // block offsets ready to hand out
   uint64_t batch_epoch = 0;
   FreeBatch* batch = nullptr;             // frees of batch_epoch, retired as one object
