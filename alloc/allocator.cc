@@ -334,7 +334,7 @@ void Heap::ReturnRun(uint64_t start, uint64_t n) {
 
 // ---- chunk volatile state ---------------------------------------------------------------------
 
-ChunkVolatile* Heap::Vol(uint64_t chunk, std::memory_order mo) const {
+inline ChunkVolatile* Heap::Vol(uint64_t chunk, std::memory_order mo) const {
   return reinterpret_cast<ChunkVolatile*>(vol_[chunk].load(mo) & ~kVolTagMask);
 }
 
