@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -28,10 +29,14 @@ using alloc_internal::StateRun;
 
 namespace alloc_detail {
 
-// The frees of one thread in one epoch, reusable once the epoch has closed.
+// The frees of one thread in one epoch, reusable once the epoch has closed. Its small blocks
+// go back to the thread cache that freed them (so that two threads' lists do not mix blocks of
+// one live-map line, which costs a contended line per call): the reclaimer marks the batch
+// ready, and the cache collects it (ThreadCache::pending).
 struct FreeBatch {
   std::vector<uint64_t> small[SizeClasses::kCount];    // block offsets by class
   std::vector<std::pair<uint64_t, uint64_t>> extents;  // (first chunk, chunk count)
+  std::atomic<bool> ready{false};                      // the grace period has passed
 };
 
 // Aligned to a cache line: two threads' caches never share one (the lists and counters are
@@ -39,7 +44,16 @@ struct FreeBatch {
 struct alignas(64) ThreadCache {
   std::vector<uint64_t> free[SizeClasses::kCount];  // block offsets ready to hand out
   uint64_t batch_epoch = 0;
-  FreeBatch* batch = nullptr;             // frees of batch_epoch, retired as one object
+  FreeBatch* batch = nullptr;  // frees of batch_epoch, retired as one object
+  // Batches this cache retired, oldest first; collected into the lists once ready. The lock is
+  // taken once per batch by the owner, and by an allocation that finds the heap full
+  // (Heap::StealReady).
+  std::mutex pending_mu;
+  std::deque<FreeBatch*> pending;
+  // Per class: the list size at which a free looks at spilling (see Heap::FreeImpl), and
+  // whether the list ran empty (Refill) since the last look.
+  uint32_t spill_at[SizeClasses::kCount] = {};
+  bool drained[SizeClasses::kCount] = {};
   std::vector<uint32_t> dirty_chunks[2];  // chunks changed, per epoch parity
   // Written by the owner only; read by Stats from any thread.
   std::atomic<uint64_t> allocations{0}, frees{0};
@@ -154,6 +168,10 @@ Heap::~Heap() {
   if (vol_ != nullptr)
     for (uint64_t i = 0; i < chunks_; ++i) delete Vol(i);
   for (FreeBatch* b : spare_batches_) delete b;  // every batch was released by the Advance
+  caches_.ForEach([](ThreadCache& tc) {
+    for (FreeBatch* b : tc.pending) delete b;
+    tc.pending.clear();
+  });
 }
 
 absl::StatusOr<std::unique_ptr<Heap>> Heap::Open(Pool& pool, epoch::Manager& epochs) {
@@ -527,14 +545,30 @@ void* Heap::AllocateExtent(size_t size, uint64_t e) {
 
 bool Heap::Refill(ThreadCache& tc, int c, uint64_t e) {
   auto& fl = tc.free[c];
-  {  // 1. Blocks whose free has passed its grace period.
-    Central& cen = central_[c];
-    std::lock_guard<std::mutex> l(cen.mu);
-    const size_t take = std::min(kRefillBatch, cen.blocks.size());
-    fl.insert(fl.end(), cen.blocks.end() - static_cast<ptrdiff_t>(take), cen.blocks.end());
-    cen.blocks.resize(cen.blocks.size() - take);
-    if (take > 0) return true;
+  tc.drained[c] = true;
+  // 0. This cache's own frees whose grace period has passed.
+  CollectReady(tc);
+  if (!fl.empty()) return true;
+  for (bool stolen = false;; stolen = true) {  // 1. The central list.
+    {
+      Central& cen = central_[c];
+      std::lock_guard<std::mutex> l(cen.mu);
+      const size_t take = std::min(kRefillBatch, cen.blocks.size());
+      fl.insert(fl.end(), cen.blocks.end() - static_cast<ptrdiff_t>(take), cen.blocks.end());
+      cen.blocks.resize(cen.blocks.size() - take);
+      if (take > 0) return true;
+    }
+    if (stolen || !RefillFromChunks(tc, c, e)) {
+      // 4. The heap is full: other caches' ready frees, through the central lists, once.
+      if (stolen || !StealReady()) return !fl.empty();
+      continue;
+    }
+    return true;
   }
+}
+
+bool Heap::RefillFromChunks(ThreadCache& tc, int c, uint64_t e) {
+  auto& fl = tc.free[c];
   // 2. A chunk of this class from an earlier run, not read yet in this one.
   while (LoadNextChunk(c, &fl)) {
     if (!fl.empty()) return true;
@@ -666,7 +700,7 @@ bool Heap::FreeFast(void* p) {
     // epoch's start: a clear bit there means the block was allocated in this epoch, so nothing
     // durable refers to its contents and it is reusable at once.
     to = &tc.free[c];
-    if (to->size() >= 2 * SizeClasses::BlocksPerChunk(c) + kRefillBatch) return false;  // spill
+    if (to->size() >= SpillAt(tc, c)) return false;  // FreeImpl looks at spilling
   } else {
     if (tc.batch == nullptr || tc.batch_epoch != e) return false;  // FreeImpl opens a batch
     to = &tc.batch->small[c];  // reusable once e has closed (FreeImpl)
@@ -712,9 +746,7 @@ absl::Status Heap::FreeImpl(void* p, FreeMode mode) {
       Bump(tc.frees);
       auto& fl = tc.free[c];
       fl.push_back(off);
-      // A thread that frees more than it allocates (a consumer) would strand blocks in its
-      // own list: past two chunks' worth, the oldest chunk's worth goes to the central list.
-      if (fl.size() > 2 * SizeClasses::BlocksPerChunk(c) + kRefillBatch) SpillToCentral(fl, c);
+      MaybeSpill(tc, c);
       return absl::OkStatus();
     }
   } else {
@@ -733,6 +765,7 @@ absl::Status Heap::FreeImpl(void* p, FreeMode mode) {
     batch = tc.batch;
   } else {
     // Reusable once e has closed: no guard can hold the block any more, and e is durable.
+    CollectReady(tc);  // once per thread per epoch: earlier batches back into the lists
     {
       std::lock_guard<std::mutex> l(batches_mu_);
       if (spare_batches_.empty()) {
@@ -742,11 +775,20 @@ absl::Status Heap::FreeImpl(void* p, FreeMode mode) {
         spare_batches_.pop_back();
       }
     }
+    {
+      std::lock_guard<std::mutex> l(tc.pending_mu);
+      tc.pending.push_back(batch);
+    }
     tc.batch = batch;
     tc.batch_epoch = e;
     retired_batches_.fetch_add(1, std::memory_order_relaxed);  // once per thread per epoch
     epochs_.Retire(batch, [this](void* b) {
-      ReleaseBatch(static_cast<FreeBatch*>(b));
+      // Runs once e has closed. Extents return to the free runs now; small blocks wait in the
+      // batch for the cache that freed them.
+      auto* fb = static_cast<FreeBatch*>(b);
+      for (auto [first, n] : fb->extents) ReturnRun(first, n);
+      fb->extents.clear();
+      fb->ready.store(true, std::memory_order_release);
       retired_batches_.fetch_sub(1, std::memory_order_release);
     });
   }
@@ -771,8 +813,72 @@ void Heap::ReleaseBatch(FreeBatch* batch) {
   }
   for (auto [chunk, n] : batch->extents) ReturnRun(chunk, n);
   batch->extents.clear();
+  batch->ready.store(false, std::memory_order_relaxed);
   std::lock_guard<std::mutex> l(batches_mu_);
   spare_batches_.push_back(batch);
+}
+
+uint32_t Heap::SpillAt(ThreadCache& tc, int c) {
+  if (tc.spill_at[c] == 0) tc.spill_at[c] = 2 * SizeClasses::BlocksPerChunk(c) + kRefillBatch;
+  return tc.spill_at[c];
+}
+
+void Heap::MaybeSpill(ThreadCache& tc, int c) {
+  // A thread that frees more than it allocates (a consumer) would strand blocks in its own
+  // list. When the list reaches spill_at: if it ran empty since the last look, the thread uses
+  // what it frees (a batch workload) and the threshold doubles; otherwise the oldest chunk's
+  // worth goes to the central list.
+  auto& fl = tc.free[c];
+  if (fl.size() < SpillAt(tc, c)) return;
+  if (tc.drained[c]) {
+    tc.drained[c] = false;
+    tc.spill_at[c] = static_cast<uint32_t>(std::min<size_t>(2 * fl.size(), uint32_t{1} << 30));
+  } else {
+    SpillToCentral(fl, c);
+  }
+}
+
+void Heap::CollectReady(ThreadCache& tc) {
+  // The owner only. Ready batches (their epochs closed) in retirement order: their blocks join
+  // this cache's lists, and the batch is reused.
+  for (;;) {
+    FreeBatch* b;
+    {
+      std::lock_guard<std::mutex> l(tc.pending_mu);
+      if (tc.pending.empty() || !tc.pending.front()->ready.load(std::memory_order_acquire)) return;
+      b = tc.pending.front();
+      tc.pending.pop_front();
+    }
+    for (int c = 0; c < SizeClasses::kCount; ++c) {
+      auto& v = b->small[c];
+      if (v.empty()) continue;
+      tc.free[c].insert(tc.free[c].end(), v.begin(), v.end());
+      v.clear();
+      MaybeSpill(tc, c);
+    }
+    ReleaseBatch(b);  // empty now: back to the spares
+  }
+}
+
+bool Heap::StealReady() {
+  // The heap is full: ready batches of every cache (their owners may be idle, or gone) go to
+  // the central lists. Lists of other caches are not touched (only their owners do).
+  bool any = false;
+  caches_.ForEach([&](ThreadCache& tc) {
+    std::vector<FreeBatch*> ready;
+    {
+      std::lock_guard<std::mutex> l(tc.pending_mu);
+      while (!tc.pending.empty() && tc.pending.front()->ready.load(std::memory_order_acquire)) {
+        ready.push_back(tc.pending.front());
+        tc.pending.pop_front();
+      }
+    }
+    for (FreeBatch* b : ready) {
+      for (int c = 0; c < SizeClasses::kCount; ++c) any |= !b->small[c].empty();
+      ReleaseBatch(b);
+    }
+  });
+  return any;
 }
 
 // ---- transaction replay hooks -----------------------------------------------------------------

@@ -174,6 +174,11 @@ class Heap {
   template <bool unshared>
   bool FreeFast(void* p);
   void ReleaseBatch(alloc_detail::FreeBatch* batch);
+  void CollectReady(alloc_detail::ThreadCache& tc);
+  bool StealReady();
+  bool RefillFromChunks(alloc_detail::ThreadCache& tc, int c, uint64_t e);
+  uint32_t SpillAt(alloc_detail::ThreadCache& tc, int c);
+  void MaybeSpill(alloc_detail::ThreadCache& tc, int c);
   bool TakeRun(uint64_t n, uint64_t* start);
   bool TakeChunk(uint64_t chunk);  // REQUIRES: chunk_mu_; removes one chunk from the free runs
   void ReturnRun(uint64_t start, uint64_t n);

@@ -2,12 +2,15 @@
 # The allocator comparison of docs/performance.md ("Allocator"), in one run:
 # pmrt vs PMDK's libpmemobj vs glibc malloc on threadtest, shbench and larson at 1 and 2
 # threads and prodcon at 2, all on the pmem backend (/dev/shm with PMEM_IS_PMEM_FORCE=1), then
-# pmrt's and PMDK's restart times. About 2.5 minutes with the defaults.
+# pmrt's and PMDK's restart times. About 5 minutes with the defaults (3 rounds).
 #
 #   bench/allocbench.sh [BINARY]
 #     BINARY   default build-allocbench/bench/pmrt-allocbench
 #   environment:
 #     RUN_SECONDS=3       length of each throughput run
+#     REPEAT=3            rounds: each round runs pmrt, pmdk and malloc back to back on every
+#                         test; the tables give each allocator's median and the median (and
+#                         range) of the per-round ratios, which cancels slow drifts of the host
 #     OUT=FILE            JSON lines (default ${TMPDIR:-/tmp}/allocbench-YYYYmmdd-HHMMSS.jsonl)
 #     RESTART_OBJECTS=4000000, RESTART_REPEAT=3, RESTART=0 to skip the restart part
 #
@@ -26,6 +29,7 @@ set -u -o pipefail
 
 BIN=${1:-build-allocbench/bench/pmrt-allocbench}
 RUN_SECONDS=${RUN_SECONDS:-3}
+REPEAT=${REPEAT:-3}
 OUT=${OUT:-${TMPDIR:-/tmp}/allocbench-$(date +%Y%m%d-%H%M%S).jsonl}
 RESTART=${RESTART:-1}
 RESTART_OBJECTS=${RESTART_OBJECTS:-4000000}
@@ -40,7 +44,7 @@ fi
 
 echo "# machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1)," \
   "load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# binary: $BIN; ${RUN_SECONDS}s per run; backend pmem; JSON lines in $OUT"
+echo "# binary: $BIN; ${RUN_SECONDS}s per run, $REPEAT rounds; backend pmem; JSON lines in $OUT"
 
 # One run; a run whose JSON line is missing is retried once. A nonzero exit after the JSON line
 # (seen with pmemobj_close, see docs/performance.md) is reported but the figures are kept.
@@ -60,12 +64,14 @@ run() {
   return 1
 }
 
-for test in threadtest shbench larson prodcon; do
-  for threads in 1 2; do
-    [[ $test == prodcon && $threads == 1 ]] && continue
-    for alloc in pmrt pmdk malloc; do
-      run --allocator "$alloc" --test "$test" --threads "$threads" --seconds "$RUN_SECONDS" \
-        --backend pmem
+for ((round = 1; round <= REPEAT; ++round)); do
+  for test in threadtest shbench larson prodcon; do
+    for threads in 1 2; do
+      [[ $test == prodcon && $threads == 1 ]] && continue
+      for alloc in pmrt pmdk malloc; do
+        run --allocator "$alloc" --test "$test" --threads "$threads" --seconds "$RUN_SECONDS" \
+          --backend pmem
+      done
     done
   done
 done
@@ -79,8 +85,15 @@ fi
 
 python3 - "$OUT" <<'EOF'
 import json, sys
+import statistics
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-runs = {(r["test"], r["threads"], r["allocator"]): r for r in rows if r["test"] != "restart"}
+# Every run of (test, threads, allocator), in order: run i of each allocator is round i.
+rounds = {}
+for r in rows:
+    if r["test"] != "restart":
+        rounds.setdefault((r["test"], r["threads"], r["allocator"]), []).append(r)
+# The run whose wall figure is the median, for the per-run detail tables below.
+runs = {k: sorted(v, key=lambda r: r["ops_per_sec"])[len(v) // 2] for k, v in rounds.items()}
 tests = [("threadtest", 1), ("threadtest", 2), ("shbench", 1), ("shbench", 2),
          ("larson", 1), ("larson", 2), ("prodcon", 2)]
 
@@ -89,20 +102,26 @@ def table(key, title):
     print(f"| test | T | pmrt | pmdk | malloc | pmrt/pmdk | pmrt/malloc | targets (>=30x, >=0.7x) |")
     print("|---|---|---|---|---|---|---|---|")
     for t, n in tests:
-        r = {a: runs.get((t, n, a)) for a in ("pmrt", "pmdk", "malloc")}
+        r = {a: rounds.get((t, n, a)) for a in ("pmrt", "pmdk", "malloc")}
         if any(v is None for v in r.values()):
             print(f"| {t} | {n} | missing | | | | | |")
             continue
         k = key if t != "prodcon" else "ops_per_sec"
-        v = {a: r[a][k] / 1e6 for a in r}
-        rp, rm = v["pmrt"] / v["pmdk"], v["pmrt"] / v["malloc"]
+        v = {a: [x[k] / 1e6 for x in r[a]] for a in r}
+        m = min(len(x) for x in v.values())
+        rps = [v["pmrt"][i] / v["pmdk"][i] for i in range(m)]
+        rms = [v["pmrt"][i] / v["malloc"][i] for i in range(m)]
+        rp, rm = statistics.median(rps), statistics.median(rms)
+        span = lambda xs, f: "" if len(xs) < 2 else f" ({min(xs):{f}}-{max(xs):{f}})"
         ok = ("met" if rp >= 30 else "MISS") + " / " + ("met" if rm >= 0.7 else "MISS")
         note = " (wall)" if t == "prodcon" and key != "ops_per_sec" else ""
-        print(f"| {t}{note} | {n} | {v['pmrt']:.2f} | {v['pmdk']:.2f} | {v['malloc']:.2f} | "
-              f"{rp:.1f}x | {rm:.2f}x | {ok} |")
+        med = {a: statistics.median(v[a]) for a in v}
+        print(f"| {t}{note} | {n} | {med['pmrt']:.2f} | {med['pmdk']:.2f} | {med['malloc']:.2f} | "
+              f"{rp:.1f}x{span(rps, '.1f')} | {rm:.2f}x{span(rms, '.2f')} | {ok} |")
 
-table("ops_per_cpu_sec", "CPU-normalized Mops/s (primary; prodcon: wall)")
-table("ops_per_sec", "Wall-clock Mops/s")
+table("ops_per_cpu_sec", "CPU-normalized Mops/s (primary; prodcon: wall); medians over the rounds, ratios: "
+      "median of the per-round ratios (min-max)")
+table("ops_per_sec", "Wall-clock Mops/s, the same way")
 
 print("\npmrt: fences and lines written back per op; epoch advances and their real period "
       "(64 ms nominal); boundary (closed-epoch) time share; heap footprint at the end")
@@ -124,7 +143,7 @@ if tt:
           "process's other threads (pmrt's advancer) per alloc+free pair")
     print("| allocator | T | alloc ns | free ns | background ns/pair |")
     print("|---|---|---|---|---|")
-    for r in tt:
+    for r in sorted(tt, key=lambda r: (r["allocator"] != "pmrt", r["allocator"], r["threads"])):
         print(f"| {r['allocator']} | {r['threads']} | {r['alloc_cpu_ns']:.1f} | "
               f"{r['free_cpu_ns']:.1f} | {r['background_cpu_ns_per_pair']:.1f} |")
 

@@ -146,7 +146,7 @@ if want txbench; then
 fi
 if want allocbench; then
   if ((quick)); then
-    run_suite allocbench env RUN_SECONDS=0.5 RESTART=0 OUT="$out/allocbench.jsonl" \
+    run_suite allocbench env RUN_SECONDS=0.5 REPEAT=1 RESTART=0 OUT="$out/allocbench.jsonl" \
       bench/allocbench.sh build/release/bench/pmrt-allocbench
   else
     run_suite allocbench env RUN_SECONDS=3 RESTART=1 RESTART_REPEAT=3 \

@@ -263,6 +263,71 @@ TEST(HeapTest, FreeUnsharedReusesOnlyBlocksOfTheRunningEpoch) {
   ASSERT_OK(r.heap->Check());
 }
 
+// Blocks a thread frees come back to that thread's lists, also after a grace period, so two
+// threads never work on blocks of one live-map line (each change would move the line between
+// their cores). A thread that allocates what it frees keeps its list however long it grows.
+TEST(HeapTest, FreedBlocksReturnToTheThreadThatFreedThem) {
+  Memory m(64 << 20);
+  Runtime r = Open(m, true);
+  std::vector<void*> a_blocks(10000);
+  std::thread a([&] {
+    for (int round = 0; round < 3; ++round) {
+      for (void*& p : a_blocks) p = r.heap->Allocate(64);
+      for (void* p : a_blocks) ASSERT_OK(round == 1 ? r.heap->Free(p) : r.heap->FreeUnshared(p));
+      ASSERT_OK(r.epochs->Advance());  // round 1's frees pass their grace period
+    }
+    for (void*& p : a_blocks) p = r.heap->Allocate(64);  // A's own blocks again
+  });
+  a.join();
+  std::set<void*> mine(a_blocks.begin(), a_blocks.end());
+  for (void* p : a_blocks) ASSERT_OK(r.heap->FreeUnshared(p));  // allocated in this epoch
+  ASSERT_OK(r.epochs->Advance());
+  std::thread b([&] {
+    for (int i = 0; i < 10000; ++i) {
+      void* p = r.heap->Allocate(64);
+      ASSERT_NE(p, nullptr);
+      EXPECT_EQ(mine.count(p), 0u) << "thread B got a block thread A freed into its own list";
+      if (mine.count(p) != 0) return;
+    }
+  });
+  b.join();
+  ASSERT_OK(r.heap->Check());
+}
+
+// The other side: when the heap is full, frees waiting in the cache of a thread that has gone
+// idle (or exited) are found and reused.
+TEST(HeapTest, AnIdleThreadsFreesAreReusedWhenTheHeapIsFull) {
+  Memory m(4 << 20);
+  Runtime r = Open(m, true);
+  void* own = r.heap->Allocate(256);  // this thread has its own cache (it cannot adopt A's)
+  ASSERT_OK(r.heap->FreeUnshared(own));
+  std::vector<void*> blocks;
+  std::atomic<bool> freed_all{false}, done{false};
+  std::thread a([&] {
+    for (void* p; (p = r.heap->Allocate(256)) != nullptr;) blocks.push_back(p);
+    for (void* p : blocks) ASSERT_OK(r.heap->Free(p));  // into A's batch
+    freed_all = true;
+    while (!done) std::this_thread::yield();  // idle, holding no guard
+  });
+  while (!freed_all) std::this_thread::yield();
+  ASSERT_GT(blocks.size(), 1000u);
+  ASSERT_OK(r.epochs->Advance());
+  ASSERT_OK(r.epochs->Advance());
+  std::set<void*> freed(blocks.begin(), blocks.end());
+  size_t reused = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    void* p = r.heap->Allocate(256);
+    ASSERT_NE(p, nullptr) << "allocation " << i << ": " << AllocErrorName(Heap::LastError());
+    reused += freed.count(p);
+  }
+  done = true;
+  a.join();
+  // Every allocation succeeded; all but the blocks of this thread's own chunk (where `own`
+  // came from, 64 KiB / 256 B) are A's.
+  EXPECT_GE(reused, blocks.size() - 256);
+  ASSERT_OK(r.heap->Check());
+}
+
 TEST(HeapTest, GracePeriodDelaysReuseUntilTheEpochCloses) {
   Memory m;
   Runtime r = Open(m, true);
