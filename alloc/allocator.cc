@@ -54,6 +54,14 @@ struct alignas(64) ThreadCache {
   // whether the list ran empty (Refill) since the last look.
   uint32_t spill_at[SizeClasses::kCount] = {};
   bool drained[SizeClasses::kCount] = {};
+  // Blocks of this cache's chunks freed by other caches (reusable at once), collected by
+  // Refill; and this cache's outgoing ones, per owner (a few owners at a time), sent in bulk.
+  std::mutex inbox_mu;
+  std::vector<uint64_t> inbox;
+  static constexpr int kOutboxes = 4;
+  static constexpr size_t kOutboxBatch = 64;
+  ThreadCache* out_owner[kOutboxes] = {};
+  std::vector<uint64_t> out[kOutboxes];
   std::vector<uint32_t> dirty_chunks[2];  // chunks changed, per epoch parity
   // Written by the owner only; read by Stats from any thread.
   std::atomic<uint64_t> allocations{0}, frees{0};
@@ -75,6 +83,11 @@ struct alignas(64) ChunkVolatile {
   // The last epoch in which the chunk was listed for the boundary (Touch); in the first line,
   // with the first words of the live map.
   std::atomic<uint64_t> dirty_epoch{0};
+  // The thread cache that took the chunk (fresh, or read from an earlier run by Refill); null
+  // for a chunk first read by a free. Set before the chunk is published, then immutable. A
+  // block of this chunk freed by another cache in the epoch of its allocation is sent back to
+  // the owner (ThreadCache::inbox), so that allocations in a chunk come from one thread only.
+  ThreadCache* owner = nullptr;
   Word words[kLiveWords];
 };
 
@@ -546,7 +559,9 @@ void* Heap::AllocateExtent(size_t size, uint64_t e) {
 bool Heap::Refill(ThreadCache& tc, int c, uint64_t e) {
   auto& fl = tc.free[c];
   tc.drained[c] = true;
-  // 0. This cache's own frees whose grace period has passed.
+  // 0. Blocks of this cache's chunks that other caches freed, and this cache's own frees whose
+  //    grace period has passed.
+  CollectInbox(tc);
   CollectReady(tc);
   if (!fl.empty()) return true;
   for (bool stolen = false;; stolen = true) {  // 1. The central list.
@@ -570,14 +585,16 @@ bool Heap::Refill(ThreadCache& tc, int c, uint64_t e) {
 bool Heap::RefillFromChunks(ThreadCache& tc, int c, uint64_t e) {
   auto& fl = tc.free[c];
   // 2. A chunk of this class from an earlier run, not read yet in this one.
-  while (LoadNextChunk(c, &fl)) {
+  while (LoadNextChunk(c, &fl, &tc)) {
     if (!fl.empty()) return true;
   }
   // 3. A fresh chunk. Its state change is logged in e: if e fails, the chunk is free again
   //    together with every block handed out from it.
   uint64_t chunk;
   if (!TakeRun(1, &chunk)) return false;
-  SetVol(chunk, new ChunkVolatile, c);
+  auto* v = new ChunkVolatile;
+  v->owner = &tc;
+  SetVol(chunk, v, c);
   SetChunkState(chunk, MakeState(ChunkKind::kSmall, static_cast<uint32_t>(c), 1), e);
   const uint32_t size = SizeClasses::Size(c);
   for (uint32_t b = SizeClasses::BlocksPerChunk(c); b > 0; --b) {
@@ -586,10 +603,12 @@ bool Heap::RefillFromChunks(ThreadCache& tc, int c, uint64_t e) {
   return true;
 }
 
-ChunkVolatile* Heap::LoadChunk(uint64_t chunk, int c, std::vector<uint64_t>* out) {
+ChunkVolatile* Heap::LoadChunk(uint64_t chunk, int c, std::vector<uint64_t>* out,
+                               ThreadCache* owner) {
   // REQUIRES: chunk_mu_. The recovered bitmap becomes the live map; its clear bits are free
   // blocks, in no free list yet (the chunk was untouched this run).
   auto* v = new ChunkVolatile;
+  v->owner = owner;
   const uint32_t size = SizeClasses::Size(c), blocks = SizeClasses::BlocksPerChunk(c);
   for (size_t line = 0; line < kBitmapLines; ++line) {
     uint64_t w[kWordsPerLine];
@@ -608,10 +627,10 @@ ChunkVolatile* Heap::LoadChunk(uint64_t chunk, int c, std::vector<uint64_t>* out
   return v;
 }
 
-bool Heap::LoadNextChunk(int c, std::vector<uint64_t>* out) {
+bool Heap::LoadNextChunk(int c, std::vector<uint64_t>* out, ThreadCache* owner) {
   std::lock_guard<std::mutex> l(chunk_mu_);
   if (unloaded_[c].empty()) return false;
-  LoadChunk(unloaded_[c].back(), c, out);
+  LoadChunk(unloaded_[c].back(), c, out, owner);
   return true;
 }
 
@@ -623,7 +642,7 @@ ChunkVolatile* Heap::EnsureLoaded(uint64_t chunk, int c) {
     std::lock_guard<std::mutex> l(chunk_mu_);
     v = Vol(chunk);
     if (v != nullptr) return v;
-    v = LoadChunk(chunk, c, &blocks);
+    v = LoadChunk(chunk, c, &blocks, nullptr);  // its free blocks go to the central list
   }
   Central& cen = central_[c];
   std::lock_guard<std::mutex> l(cen.mu);
@@ -695,12 +714,24 @@ bool Heap::FreeFast(void* p) {
   ChunkVolatile::Word& word = v->words[b / 64];
   const uint64_t bit = uint64_t{1} << (b % 64);
   std::vector<uint64_t>* to;
+  ThreadCache* send_to = nullptr;
   if (unshared && (word.media & bit) == 0) {
     // Media (read inside the guard: it changes only at boundaries) holds the bitmap as of this
     // epoch's start: a clear bit there means the block was allocated in this epoch, so nothing
-    // durable refers to its contents and it is reusable at once.
-    to = &tc.free[c];
-    if (to->size() >= SpillAt(tc, c)) return false;  // FreeImpl looks at spilling
+    // durable refers to its contents and it is reusable at once: by its chunk's owner.
+    if (v->owner != nullptr && v->owner != &tc) {
+      const int slot =
+          static_cast<int>((reinterpret_cast<uintptr_t>(v->owner) >> 6) % ThreadCache::kOutboxes);
+      to = &tc.out[slot];
+      if (tc.out_owner[slot] != v->owner) {
+        if (!to->empty()) SendOutbox(tc, slot);
+        tc.out_owner[slot] = v->owner;
+      }
+      if (to->size() + 1 >= ThreadCache::kOutboxBatch) send_to = v->owner;
+    } else {
+      to = &tc.free[c];
+      if (to->size() >= SpillAt(tc, c)) return false;  // FreeImpl looks at spilling
+    }
   } else {
     if (tc.batch == nullptr || tc.batch_epoch != e) return false;  // FreeImpl opens a batch
     to = &tc.batch->small[c];  // reusable once e has closed (FreeImpl)
@@ -709,7 +740,30 @@ bool Heap::FreeFast(void* p) {
   Touch(tc, *v, chunk, e);  // the boundary copies the cleared bit to media, logged in e
   Bump(tc.frees);
   to->push_back(off);
+  if (send_to != nullptr) SendOutbox(tc, static_cast<int>(to - tc.out));
   return true;
+}
+
+void Heap::SendOutbox(ThreadCache& tc, int slot) {
+  ThreadCache& owner = *tc.out_owner[slot];
+  std::lock_guard<std::mutex> l(owner.inbox_mu);
+  owner.inbox.insert(owner.inbox.end(), tc.out[slot].begin(), tc.out[slot].end());
+  tc.out[slot].clear();
+}
+
+void Heap::CollectInbox(ThreadCache& tc) {
+  // The owner only: blocks of its chunks that other caches freed go back into its lists.
+  std::vector<uint64_t> in;
+  {
+    std::lock_guard<std::mutex> l(tc.inbox_mu);
+    if (tc.inbox.empty()) return;
+    in.swap(tc.inbox);
+  }
+  for (uint64_t off : in) {
+    const uint64_t chunk = (off - data_off_) >> alloc_internal::kChunkShift;
+    const int c = static_cast<int>(vol_[chunk].load(std::memory_order_acquire) & kVolTagMask) - 1;
+    tc.free[c].push_back(off);
+  }
 }
 
 absl::Status Heap::Free(void* p) {
@@ -766,6 +820,8 @@ absl::Status Heap::FreeImpl(void* p, FreeMode mode) {
   } else {
     // Reusable once e has closed: no guard can hold the block any more, and e is durable.
     CollectReady(tc);  // once per thread per epoch: earlier batches back into the lists
+    for (int slot = 0; slot < ThreadCache::kOutboxes; ++slot)
+      if (!tc.out[slot].empty()) SendOutbox(tc, slot);
     {
       std::lock_guard<std::mutex> l(batches_mu_);
       if (spare_batches_.empty()) {
@@ -876,6 +932,18 @@ bool Heap::StealReady() {
     for (FreeBatch* b : ready) {
       for (int c = 0; c < SizeClasses::kCount; ++c) any |= !b->small[c].empty();
       ReleaseBatch(b);
+    }
+    std::vector<uint64_t> in;
+    {
+      std::lock_guard<std::mutex> l(tc.inbox_mu);
+      in.swap(tc.inbox);
+    }
+    for (uint64_t off : in) {
+      const uint64_t chunk = (off - data_off_) >> alloc_internal::kChunkShift;
+      const int c = static_cast<int>(vol_[chunk].load(std::memory_order_acquire) & kVolTagMask) - 1;
+      std::lock_guard<std::mutex> l(central_[c].mu);
+      central_[c].blocks.push_back(off);
+      any = true;
     }
   });
   return any;

@@ -160,8 +160,9 @@ class Heap {
   void SpillToCentral(std::vector<uint64_t>& free_list, int c);
   void* AllocateExtent(size_t size, uint64_t e);
   bool Refill(alloc_detail::ThreadCache& tc, int c, uint64_t e);
-  bool LoadNextChunk(int c, std::vector<uint64_t>* out);
-  alloc_detail::ChunkVolatile* LoadChunk(uint64_t chunk, int c, std::vector<uint64_t>* out);
+  bool LoadNextChunk(int c, std::vector<uint64_t>* out, alloc_detail::ThreadCache* owner);
+  alloc_detail::ChunkVolatile* LoadChunk(uint64_t chunk, int c, std::vector<uint64_t>* out,
+                                         alloc_detail::ThreadCache* owner);
   alloc_detail::ChunkVolatile* EnsureLoaded(uint64_t chunk, int c);
   void Touch(alloc_detail::ThreadCache& tc, alloc_detail::ChunkVolatile& v, uint64_t chunk,
              uint64_t e);
@@ -175,6 +176,8 @@ class Heap {
   bool FreeFast(void* p);
   void ReleaseBatch(alloc_detail::FreeBatch* batch);
   void CollectReady(alloc_detail::ThreadCache& tc);
+  void CollectInbox(alloc_detail::ThreadCache& tc);
+  void SendOutbox(alloc_detail::ThreadCache& tc, int slot);
   bool StealReady();
   bool RefillFromChunks(alloc_detail::ThreadCache& tc, int c, uint64_t e);
   uint32_t SpillAt(alloc_detail::ThreadCache& tc, int c);

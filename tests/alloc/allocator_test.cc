@@ -294,6 +294,29 @@ TEST(HeapTest, FreedBlocksReturnToTheThreadThatFreedThem) {
   ASSERT_OK(r.heap->Check());
 }
 
+// A block another thread frees in the epoch of its allocation goes back to the thread that owns
+// its chunk (in batches of 64): allocations in a chunk come from one thread.
+TEST(HeapTest, RemoteFreesGoBackToTheChunksOwner) {
+  Memory m(64 << 20);
+  Runtime r = Open(m, true);
+  std::vector<void*> blocks(6400);                   // a multiple of the 64-block send batch
+  for (void*& p : blocks) p = r.heap->Allocate(64);  // this thread owns their chunks
+  std::thread b([&] {
+    for (void* p : blocks) ASSERT_OK(r.heap->FreeUnshared(p));
+    for (int i = 0; i < 1000; ++i) {  // B's own allocations come from a chunk of its own
+      void* p = r.heap->Allocate(64);
+      EXPECT_EQ(std::count(blocks.begin(), blocks.end(), p), 0) << "B reused a remote block";
+    }
+  });
+  b.join();
+  std::set<void*> mine(blocks.begin(), blocks.end());
+  size_t back = 0;
+  // This thread's list still holds the rest of its last chunk (< 1024 blocks), then the inbox.
+  for (size_t i = 0; i < blocks.size() + 1024; ++i) back += mine.count(r.heap->Allocate(64));
+  EXPECT_EQ(back, blocks.size());
+  ASSERT_OK(r.heap->Check());
+}
+
 // The other side: when the heap is full, frees waiting in the cache of a thread that has gone
 // idle (or exited) are found and reused.
 TEST(HeapTest, AnIdleThreadsFreesAreReusedWhenTheHeapIsFull) {
