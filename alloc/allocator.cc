@@ -41,7 +41,21 @@ struct FreeBatch {
 
 // Aligned to a cache line: two threads' caches never share one (the lists and counters are
 // written on every call).
+// Per class: the list size at which a free first looks at spilling (two chunks' worth and a
+// refill batch; see Heap::MaybeSpill).
+constexpr std::array<uint32_t, SizeClasses::kCount> kInitialSpillAt = [] {
+  std::array<uint32_t, SizeClasses::kCount> a{};
+  for (int c = 0; c < SizeClasses::kCount; ++c) a[c] = 2 * SizeClasses::kBlocksPerChunk[c] + 64;
+  return a;
+}();
+
 struct alignas(64) ThreadCache {
+  // Written by the owner only (every call); read by Stats from any thread.
+  std::atomic<uint64_t> allocations{0}, frees{0};
+  // Per class: the list size at which a free looks at spilling (Heap::MaybeSpill), and
+  // whether the list ran empty (Refill) since the last look.
+  std::array<uint32_t, SizeClasses::kCount> spill_at = kInitialSpillAt;
+  bool drained[SizeClasses::kCount] = {};
   std::vector<uint64_t> free[SizeClasses::kCount];  // block offsets ready to hand out
   uint64_t batch_epoch = 0;
   FreeBatch* batch = nullptr;  // frees of batch_epoch, retired as one object
@@ -50,10 +64,6 @@ struct alignas(64) ThreadCache {
   // (Heap::StealReady).
   std::mutex pending_mu;
   std::deque<FreeBatch*> pending;
-  // Per class: the list size at which a free looks at spilling (see Heap::FreeImpl), and
-  // whether the list ran empty (Refill) since the last look.
-  uint32_t spill_at[SizeClasses::kCount] = {};
-  bool drained[SizeClasses::kCount] = {};
   // Blocks of this cache's chunks freed by other caches (reusable at once), collected by
   // Refill; and this cache's outgoing ones, per owner (a few owners at a time), sent in bulk.
   std::mutex inbox_mu;
@@ -63,8 +73,6 @@ struct alignas(64) ThreadCache {
   ThreadCache* out_owner[kOutboxes] = {};
   std::vector<uint64_t> out[kOutboxes];
   std::vector<uint32_t> dirty_chunks[2];  // chunks changed, per epoch parity
-  // Written by the owner only; read by Stats from any thread.
-  std::atomic<uint64_t> allocations{0}, frees{0};
 };
 
 // A small chunk in use this run. `live` is the truth about its blocks while the heap runs
@@ -117,6 +125,8 @@ constexpr Site kHeaderFlush{"alloc.heap.header.flush"};
 constexpr Site kHeaderFence{"alloc.heap.header.fence"};
 constexpr uint64_t kTailState = MakeState(ChunkKind::kExtent, 0, 0);  // inside an extent
 constexpr size_t kRefillBatch = 64;
+static_assert(alloc_detail::kInitialSpillAt[0] ==
+              2 * SizeClasses::kBlocksPerChunk[0] + kRefillBatch);
 
 thread_local AllocError tls_error = AllocError::kNone;
 std::atomic<Heap*> g_default{nullptr};
@@ -730,7 +740,7 @@ bool Heap::FreeFast(void* p) {
       if (to->size() + 1 >= ThreadCache::kOutboxBatch) send_to = v->owner;
     } else {
       to = &tc.free[c];
-      if (to->size() >= SpillAt(tc, c)) return false;  // FreeImpl looks at spilling
+      if (to->size() >= tc.spill_at[c]) return false;  // FreeImpl looks at spilling
     }
   } else {
     if (tc.batch == nullptr || tc.batch_epoch != e) return false;  // FreeImpl opens a batch
@@ -874,18 +884,13 @@ void Heap::ReleaseBatch(FreeBatch* batch) {
   spare_batches_.push_back(batch);
 }
 
-uint32_t Heap::SpillAt(ThreadCache& tc, int c) {
-  if (tc.spill_at[c] == 0) tc.spill_at[c] = 2 * SizeClasses::BlocksPerChunk(c) + kRefillBatch;
-  return tc.spill_at[c];
-}
-
 void Heap::MaybeSpill(ThreadCache& tc, int c) {
   // A thread that frees more than it allocates (a consumer) would strand blocks in its own
   // list. When the list reaches spill_at: if it ran empty since the last look, the thread uses
   // what it frees (a batch workload) and the threshold doubles; otherwise the oldest chunk's
   // worth goes to the central list.
   auto& fl = tc.free[c];
-  if (fl.size() < SpillAt(tc, c)) return;
+  if (fl.size() < tc.spill_at[c]) return;
   if (tc.drained[c]) {
     tc.drained[c] = false;
     tc.spill_at[c] = static_cast<uint32_t>(std::min<size_t>(2 * fl.size(), uint32_t{1} << 30));

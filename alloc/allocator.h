@@ -180,7 +180,6 @@ class Heap {
   void SendOutbox(alloc_detail::ThreadCache& tc, int slot);
   bool StealReady();
   bool RefillFromChunks(alloc_detail::ThreadCache& tc, int c, uint64_t e);
-  uint32_t SpillAt(alloc_detail::ThreadCache& tc, int c);
   void MaybeSpill(alloc_detail::ThreadCache& tc, int c);
   bool TakeRun(uint64_t n, uint64_t* start);
   bool TakeChunk(uint64_t chunk);  // REQUIRES: chunk_mu_; removes one chunk from the free runs
