@@ -39,16 +39,19 @@ struct FreeBatch {
   std::atomic<bool> ready{false};                      // the grace period has passed
 };
 
-// Aligned to a cache line: two threads' caches never share one (the lists and counters are
-// written on every call).
+constexpr size_t kRefillBatch = 64;  // blocks moved from a central list per refill
+
 // Per class: the list size at which a free first looks at spilling (two chunks' worth and a
 // refill batch; see Heap::MaybeSpill).
 constexpr std::array<uint32_t, SizeClasses::kCount> kInitialSpillAt = [] {
   std::array<uint32_t, SizeClasses::kCount> a{};
-  for (int c = 0; c < SizeClasses::kCount; ++c) a[c] = 2 * SizeClasses::kBlocksPerChunk[c] + 64;
+  for (int c = 0; c < SizeClasses::kCount; ++c)
+    a[c] = static_cast<uint32_t>(2 * SizeClasses::kBlocksPerChunk[c] + kRefillBatch);
   return a;
 }();
 
+// Aligned to a cache line: two threads' caches never share one (the lists and counters are
+// written on every call).
 struct alignas(64) ThreadCache {
   // Written by the owner only (every call); read by Stats from any thread.
   std::atomic<uint64_t> allocations{0}, frees{0};
@@ -117,16 +120,10 @@ struct TlsContext {
 thread_local TlsContext tls_context;
 std::atomic<uint64_t> g_next_heap_id{1};
 
-}  // namespace
-
-namespace {
-
 constexpr Site kHeaderFlush{"alloc.heap.header.flush"};
 constexpr Site kHeaderFence{"alloc.heap.header.fence"};
 constexpr uint64_t kTailState = MakeState(ChunkKind::kExtent, 0, 0);  // inside an extent
-constexpr size_t kRefillBatch = 64;
-static_assert(alloc_detail::kInitialSpillAt[0] ==
-              2 * SizeClasses::kBlocksPerChunk[0] + kRefillBatch);
+using alloc_detail::kRefillBatch;
 
 thread_local AllocError tls_error = AllocError::kNone;
 std::atomic<Heap*> g_default{nullptr};
@@ -379,6 +376,11 @@ inline ChunkVolatile* Heap::Vol(uint64_t chunk, std::memory_order mo) const {
   return reinterpret_cast<ChunkVolatile*>(vol_[chunk].load(mo) & ~kVolTagMask);
 }
 
+int Heap::LoadedClass(uint64_t off) const {
+  const uint64_t chunk = (off - data_off_) >> alloc_internal::kChunkShift;
+  return static_cast<int>(vol_[chunk].load(std::memory_order_acquire) & kVolTagMask) - 1;
+}
+
 void Heap::SetVol(uint64_t chunk, ChunkVolatile* v, int c) {
   vol_[chunk].store(reinterpret_cast<uintptr_t>(v) | static_cast<uintptr_t>(c + 1),
                     std::memory_order_release);
@@ -574,22 +576,18 @@ bool Heap::Refill(ThreadCache& tc, int c, uint64_t e) {
   CollectInbox(tc);
   CollectReady(tc);
   if (!fl.empty()) return true;
-  for (bool stolen = false;; stolen = true) {  // 1. The central list.
-    {
-      Central& cen = central_[c];
-      std::lock_guard<std::mutex> l(cen.mu);
-      const size_t take = std::min(kRefillBatch, cen.blocks.size());
-      fl.insert(fl.end(), cen.blocks.end() - static_cast<ptrdiff_t>(take), cen.blocks.end());
-      cen.blocks.resize(cen.blocks.size() - take);
-      if (take > 0) return true;
-    }
-    if (stolen || !RefillFromChunks(tc, c, e)) {
-      // 4. The heap is full: other caches' ready frees, through the central lists, once.
-      if (stolen || !StealReady()) return !fl.empty();
-      continue;
-    }
-    return true;
-  }
+  // 1. The central list; 2-3. chunks; 4. the heap is full: other caches' ready frees, through
+  //    the central list, once.
+  return TakeCentral(fl, c) || RefillFromChunks(tc, c, e) || (StealReady() && TakeCentral(fl, c));
+}
+
+bool Heap::TakeCentral(std::vector<uint64_t>& fl, int c) {
+  Central& cen = central_[c];
+  std::lock_guard<std::mutex> l(cen.mu);
+  const size_t take = std::min(kRefillBatch, cen.blocks.size());
+  fl.insert(fl.end(), cen.blocks.end() - static_cast<ptrdiff_t>(take), cen.blocks.end());
+  cen.blocks.resize(cen.blocks.size() - take);
+  return take > 0;
 }
 
 bool Heap::RefillFromChunks(ThreadCache& tc, int c, uint64_t e) {
@@ -770,9 +768,7 @@ void Heap::CollectInbox(ThreadCache& tc) {
     in.swap(tc.inbox);
   }
   for (uint64_t off : in) {
-    const uint64_t chunk = (off - data_off_) >> alloc_internal::kChunkShift;
-    const int c = static_cast<int>(vol_[chunk].load(std::memory_order_acquire) & kVolTagMask) - 1;
-    tc.free[c].push_back(off);
+    tc.free[LoadedClass(off)].push_back(off);
   }
 }
 
@@ -899,17 +895,21 @@ void Heap::MaybeSpill(ThreadCache& tc, int c) {
   }
 }
 
+std::vector<FreeBatch*> Heap::TakeReady(ThreadCache& tc) {
+  // The ready batches at the front of tc's pending list (their epochs closed), oldest first.
+  std::vector<FreeBatch*> ready;
+  std::lock_guard<std::mutex> l(tc.pending_mu);
+  while (!tc.pending.empty() && tc.pending.front()->ready.load(std::memory_order_acquire)) {
+    ready.push_back(tc.pending.front());
+    tc.pending.pop_front();
+  }
+  return ready;
+}
+
 void Heap::CollectReady(ThreadCache& tc) {
-  // The owner only. Ready batches (their epochs closed) in retirement order: their blocks join
-  // this cache's lists, and the batch is reused.
-  for (;;) {
-    FreeBatch* b;
-    {
-      std::lock_guard<std::mutex> l(tc.pending_mu);
-      if (tc.pending.empty() || !tc.pending.front()->ready.load(std::memory_order_acquire)) return;
-      b = tc.pending.front();
-      tc.pending.pop_front();
-    }
+  // The owner only: the ready batches' blocks join this cache's lists, and the batches are
+  // reused.
+  for (FreeBatch* b : TakeReady(tc)) {
     for (int c = 0; c < SizeClasses::kCount; ++c) {
       auto& v = b->small[c];
       if (v.empty()) continue;
@@ -926,15 +926,7 @@ bool Heap::StealReady() {
   // the central lists. Lists of other caches are not touched (only their owners do).
   bool any = false;
   caches_.ForEach([&](ThreadCache& tc) {
-    std::vector<FreeBatch*> ready;
-    {
-      std::lock_guard<std::mutex> l(tc.pending_mu);
-      while (!tc.pending.empty() && tc.pending.front()->ready.load(std::memory_order_acquire)) {
-        ready.push_back(tc.pending.front());
-        tc.pending.pop_front();
-      }
-    }
-    for (FreeBatch* b : ready) {
+    for (FreeBatch* b : TakeReady(tc)) {
       for (int c = 0; c < SizeClasses::kCount; ++c) any |= !b->small[c].empty();
       ReleaseBatch(b);
     }
@@ -944,10 +936,9 @@ bool Heap::StealReady() {
       in.swap(tc.inbox);
     }
     for (uint64_t off : in) {
-      const uint64_t chunk = (off - data_off_) >> alloc_internal::kChunkShift;
-      const int c = static_cast<int>(vol_[chunk].load(std::memory_order_acquire) & kVolTagMask) - 1;
-      std::lock_guard<std::mutex> l(central_[c].mu);
-      central_[c].blocks.push_back(off);
+      Central& cen = central_[LoadedClass(off)];
+      std::lock_guard<std::mutex> l(cen.mu);
+      cen.blocks.push_back(off);
       any = true;
     }
   });

@@ -170,15 +170,19 @@ class Heap {
   alloc_detail::ChunkVolatile* Vol(uint64_t chunk,
                                    std::memory_order mo = std::memory_order_acquire) const;
   void SetVol(uint64_t chunk, alloc_detail::ChunkVolatile* v, int c);
+  // The class of a small block whose chunk is in use this run (its tag in vol_).
+  int LoadedClass(uint64_t off) const;
   enum class FreeMode { kShared, kUnshared, kUnpublished };
   absl::Status FreeImpl(void* p, FreeMode mode);
   template <bool unshared>
   bool FreeFast(void* p);
   void ReleaseBatch(alloc_detail::FreeBatch* batch);
+  std::vector<alloc_detail::FreeBatch*> TakeReady(alloc_detail::ThreadCache& tc);
   void CollectReady(alloc_detail::ThreadCache& tc);
   void CollectInbox(alloc_detail::ThreadCache& tc);
   void SendOutbox(alloc_detail::ThreadCache& tc, int slot);
   bool StealReady();
+  bool TakeCentral(std::vector<uint64_t>& fl, int c);  // a refill batch from the central list
   bool RefillFromChunks(alloc_detail::ThreadCache& tc, int c, uint64_t e);
   void MaybeSpill(alloc_detail::ThreadCache& tc, int c);
   bool TakeRun(uint64_t n, uint64_t* start);

@@ -62,6 +62,18 @@ Runtime Open(Memory& m, bool create,
   return r;
 }
 
+// `freed` (a block of `size` bytes freed in the running epoch) is not among `n` allocations of
+// the same size in this epoch, and comes back within 5000 allocations once the epoch has closed.
+void ExpectReusedOnlyAfterTheEpochCloses(Runtime& r, void* freed, size_t size, int n) {
+  std::set<void*> same_epoch;
+  for (int i = 0; i < n; ++i) same_epoch.insert(r.heap->Allocate(size));
+  EXPECT_EQ(same_epoch.count(freed), 0u);
+  ASSERT_OK(r.epochs->Advance());
+  bool reused = false;
+  for (int i = 0; i < 5000 && !reused; ++i) reused = r.heap->Allocate(size) == freed;
+  EXPECT_TRUE(reused);
+}
+
 std::set<uint64_t> LiveOffsets(const Heap& h) {
   std::set<uint64_t> s;
   EXPECT_OK(h.Walk([&](const BlockInfo& b) { s.insert(b.offset); }));
@@ -242,13 +254,7 @@ TEST(HeapTest, FreeUnsharedReusesOnlyBlocksOfTheRunningEpoch) {
   ASSERT_OK(r.heap->FreeUnshared(old));
   EXPECT_THAT(r.heap->FreeUnshared(old),
               testing::StatusIs(absl::StatusCode::kFailedPrecondition, "double free"));
-  std::set<void*> same_epoch;
-  for (int i = 0; i < 3000; ++i) same_epoch.insert(r.heap->Allocate(80));
-  EXPECT_EQ(same_epoch.count(old), 0u);
-  ASSERT_OK(r.epochs->Advance());
-  bool reused = false;
-  for (int i = 0; i < 5000 && !reused; ++i) reused = r.heap->Allocate(80) == old;
-  EXPECT_TRUE(reused);
+  ExpectReusedOnlyAfterTheEpochCloses(r, old, 80, 3000);
 
   const auto before = LiveOffsets(*r.heap);
   void* p = r.heap->Allocate(80);
@@ -356,13 +362,7 @@ TEST(HeapTest, GracePeriodDelaysReuseUntilTheEpochCloses) {
   Runtime r = Open(m, true);
   void* a = r.heap->Allocate(48);
   ASSERT_OK(r.heap->Free(a));
-  std::set<void*> same_epoch;
-  for (int i = 0; i < 5000; ++i) same_epoch.insert(r.heap->Allocate(48));
-  EXPECT_EQ(same_epoch.count(a), 0u);
-  ASSERT_OK(r.epochs->Advance());
-  bool reused = false;
-  for (int i = 0; i < 5000 && !reused; ++i) reused = r.heap->Allocate(48) == a;
-  EXPECT_TRUE(reused);
+  ExpectReusedOnlyAfterTheEpochCloses(r, a, 48, 5000);
 }
 
 TEST(HeapTest, CrossThreadFreesAreReused) {
