@@ -1,6 +1,7 @@
 // Persistence seam and crash simulator figures (docs/performance.md):
 //
 //   BM_PersistLine/<backend>   one cache-line store + flush + fence on a /dev/shm pool file
+//   BM_RecordPersist/<copy>/<lines>  a log record persisted: in place + Flush, or CopyFlush
 //   BM_FlushBatch/<lines>      the pmem batch flush of N dirty lines (the epoch boundary's core)
 //   BM_SimImages/<pool MiB>    crash images per second over the toy redo log
 //
@@ -50,6 +51,35 @@ BENCHMARK(BM_PersistLine)
     ->Arg(static_cast<int>(BackendKind::kPmem))
     ->Arg(static_cast<int>(BackendKind::kEadr))
     ->Arg(static_cast<int>(BackendKind::kMsync));
+
+// A log record of N lines appended to a 16 MiB ring, made durable with one fence: written in
+// place then flushed (arg 0), or built in a cached buffer and copied with CopyFlush (arg 1, the
+// commit path of txn/). Side by side in one run: the ratio is what CopyFlush saves per commit.
+void BM_RecordPersist(benchmark::State& state) {
+  auto pool = BenchPool(BackendKind::kPmem);
+  const bool copy = state.range(0) != 0;
+  const size_t bytes = static_cast<size_t>(state.range(1)) * kCacheLine;
+  auto* ring = static_cast<uint8_t*>(pool->region_base(PoolRegion::kHeap));
+  const size_t ring_bytes = 16 << 20;
+  std::vector<uint64_t> stage(bytes / 8);
+  const Persister& p = pool->persister();
+  size_t at = 0;
+  uint64_t v = 0;
+  for (auto _ : state) {
+    uint64_t* dst = reinterpret_cast<uint64_t*>(ring + at);
+    uint64_t* out = copy ? stage.data() : dst;
+    for (size_t i = 0; i < bytes / 8; ++i) out[i] = ++v;
+    if (copy) {
+      p.CopyFlush(kBenchFlush, dst, stage.data(), bytes);
+    } else {
+      p.Flush(kBenchFlush, dst, bytes);
+    }
+    p.Fence(kBenchFence);
+    at = (at + bytes) % ring_bytes;
+  }
+  state.SetLabel(copy ? "stage + CopyFlush + Fence" : "in place + Flush + Fence");
+}
+BENCHMARK(BM_RecordPersist)->ArgsProduct({{0, 1}, {1, 5}});
 
 void BM_FlushBatch(benchmark::State& state) {
   auto pool = BenchPool(BackendKind::kPmem);

@@ -1,6 +1,9 @@
 #include "epoch/persist.h"
 
 #include <libpmem.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -138,7 +141,34 @@ ThreadCounters& LocalCounters() {
 }
 
 void PmemFlush(const void* addr, size_t len) { pmem_flush(addr, len); }
+#if defined(__x86_64__)
+// sfence: what pmem_drain does after clwb/clflushopt, and what orders the non-temporal stores
+// of PmemCopyNoDrain (pmem_drain is empty where libpmem flushes with plain clflush).
+void PmemDrain() { _mm_sfence(); }
+// Non-temporal stores, 8 bytes each (movnti): the bytes go to memory through the write-combining
+// buffers, not the cache; the next sfence waits for them. A range that is not 8-byte aligned and
+// sized takes memcpy + pmem_flush.
+void PmemCopyNoDrain(void* dst, const void* src, size_t len) {
+  if (((reinterpret_cast<uintptr_t>(dst) | len) & 7) != 0) {
+    std::memcpy(dst, src, len);
+    pmem_flush(dst, len);
+    return;
+  }
+  auto* d = static_cast<long long*>(dst);
+  const auto* s = static_cast<const uint8_t*>(src);
+  for (size_t i = 0; i < len / 8; ++i) {
+    long long v;
+    std::memcpy(&v, s + i * 8, 8);
+    _mm_stream_si64(d + i, v);
+  }
+}
+#else
 void PmemDrain() { pmem_drain(); }
+void PmemCopyNoDrain(void* dst, const void* src, size_t len) {
+  std::memcpy(dst, src, len);
+  pmem_flush(dst, len);
+}
+#endif
 
 void MsyncRecord(const void* addr, size_t len) {
   if (len == 0) return;

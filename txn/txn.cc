@@ -14,6 +14,7 @@ namespace pmrt::txn {
 
 using txn_detail::BlockRec;
 using txn_detail::kCompactWritesAt;
+using txn_detail::kFirstTouch;
 using txn_detail::ThreadTx;
 using txn_detail::WriteRec;
 using txn_internal::EntryType;
@@ -23,9 +24,15 @@ using txn_internal::RecordHeader;
 using txn_internal::RecordKind;
 using txn_internal::WordIndex;
 
+namespace txn_detail {
+thread_local Hot* tls_hot = nullptr;
+}  // namespace txn_detail
+
 namespace {
 
 std::atomic<Engine*> g_default{nullptr};
+
+constexpr uint64_t WordOf(const WriteRec& r) { return r.word & ~kFirstTouch; }
 
 absl::Status NoTransaction(const char* what) {
   return absl::FailedPreconditionError(
@@ -184,7 +191,7 @@ absl::Status abort() {
   Engine* e = Engine::Default();
   return e == nullptr ? NoEngine() : e->Abort();
 }
-absl::Status add(const void* p, size_t n) {
+absl::Status txn_detail::AddGeneral(const void* p, size_t n) {
   Engine* e = Engine::Default();
   return e == nullptr ? NoEngine() : e->Add(p, n);
 }
@@ -241,6 +248,17 @@ void* ThreadTx::TxAllocate(size_t size, size_t align) {
 }
 absl::Status ThreadTx::TxFree(void* p) { return impl->TxFree(*this, p); }
 
+void ThreadTx::GrowWrites() {
+  const size_t n = writes_size();
+  const size_t cap = std::max<size_t>(64, 2 * static_cast<size_t>(hot.limit - hot.begin));
+  auto grown = std::make_unique<WriteRec[]>(cap);
+  std::copy(hot.begin, hot.end, grown.get());
+  write_buf = std::move(grown);
+  hot.begin = write_buf.get();
+  hot.end = hot.begin + n;
+  hot.limit = hot.begin + cap;
+}
+
 absl::Status Engine::Impl::AssignSlot(ThreadTx& t) {
   std::lock_guard<std::mutex> l(slot_mu_);
   for (uint32_t s = 0; s < txn_internal::kMaxSlots; ++s) {
@@ -255,6 +273,7 @@ absl::Status Engine::Impl::AssignSlot(ThreadTx& t) {
 }
 
 absl::Status Engine::Impl::Doom(ThreadTx& t, absl::Status st) {
+  t.hot.size.store(0, std::memory_order_relaxed);  // every later add takes the general path
   if (t.doom.ok()) t.doom = st;
   return t.doom;
 }
@@ -283,6 +302,14 @@ absl::Status Engine::Impl::Begin(ThreadTx& t) {
   t.seq.store(t.seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // odd
   t.outer_scope = alloc::tls_tx_scope;  // another engine's transaction on this thread, if any
   alloc::tls_tx_scope = &t;
+  if (t.hot.begin == nullptr) t.GrowWrites();
+  if (&engine == Engine::Default()) {  // txn::add's inline path (txn.h)
+    t.hot.index = &index->at(0);
+    t.hot.base = reinterpret_cast<uintptr_t>(pool.base());
+    t.hot.epoch = static_cast<uint32_t>(t.epoch);
+    t.hot.size.store(pool.size(), std::memory_order_relaxed);
+    txn_detail::tls_hot = &t.hot;
+  }
   return absl::OkStatus();
 }
 
@@ -310,13 +337,20 @@ absl::Status Engine::Impl::AddRefused(ThreadTx& t, const void* p, size_t n) {
 }
 
 void Engine::Impl::CompactWrites(ThreadTx& t) {
-  // Keeps each word's first entry (its value from before the transaction).
-  std::stable_sort(t.writes.begin(), t.writes.end(),
-                   [](const WriteRec& a, const WriteRec& b) { return a.word < b.word; });
-  t.writes.erase(std::unique(t.writes.begin(), t.writes.end(),
-                             [](const WriteRec& a, const WriteRec& b) { return a.word == b.word; }),
-                 t.writes.end());
-  t.compact_at = std::max<size_t>(kCompactWritesAt, 2 * t.writes.size());
+  // Keeps each word's first entry (its value from before the transaction), with the
+  // first-touch mark of any of its entries.
+  std::stable_sort(t.hot.begin, t.hot.end,
+                   [](const WriteRec& a, const WriteRec& b) { return WordOf(a) < WordOf(b); });
+  WriteRec* out = t.hot.begin;
+  for (WriteRec* r = t.hot.begin; r != t.hot.end; ++r) {
+    if (out != t.hot.begin && WordOf(out[-1]) == WordOf(*r)) {
+      out[-1].word |= r->word & kFirstTouch;
+    } else {
+      *out++ = *r;
+    }
+  }
+  t.hot.end = out;
+  t.compact_at = std::max<size_t>(kCompactWritesAt, 2 * t.writes_size());
 }
 
 absl::Status Engine::Impl::Add(ThreadTx& t, const void* p, size_t n) {
@@ -336,7 +370,7 @@ absl::Status Engine::Impl::Add(ThreadTx& t, const void* p, size_t n) {
   // A word declared twice gets two entries in `writes`: RollBack restores them newest first, so
   // the first entry's value (from before the transaction) wins, and the record lists each word
   // once. CompactWrites bounds the list when a transaction declares the same words many times.
-  if (t.writes.size() >= t.compact_at) [[unlikely]]
+  if (t.writes_size() >= t.compact_at) [[unlikely]]
     CompactWrites(t);
   t.cold.clear();
   for (uint64_t w = first; w <= last; ++w) {
@@ -361,7 +395,7 @@ absl::Status Engine::Impl::Add(ThreadTx& t, const void* p, size_t n) {
     }
     uint64_t old;
     std::memcpy(&old, base + w * 8, 8);
-    t.writes.push_back({w, old});
+    t.PushWrite({w, old});
   }
   if (t.cold.empty()) return absl::OkStatus();
   if (absl::Status st = Snapshot(t); !st.ok()) return Doom(t, st);
@@ -426,7 +460,7 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
       epochs.RecordDirty(base + w * 8, 8);
       uint64_t old;
       std::memcpy(&old, base + w * 8, 8);
-      t.writes.push_back({w, old});
+      t.PushWrite({w, old});
     }
   }
   KickIfOverTrigger();
@@ -448,7 +482,7 @@ absl::Status Engine::Impl::Commit(ThreadTx& t) {
                      " ms and was aborted"));
   } else if (!t.doom.ok()) {
     st = t.doom;
-  } else if (!t.writes.empty() || !t.allocs.empty() || !t.frees.empty()) {
+  } else if (!t.writes_empty() || !t.allocs.empty() || !t.frees.empty()) {
     st = WriteCommit(t);
   }
   if (!st.ok() && !t.aborted) {
@@ -465,14 +499,14 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
   //    dropped: the free's tombstone covers them.
   std::vector<uint64_t>& words = t.words;
   words.clear();
-  if (t.allocs.empty() && t.writes.size() <= txn_detail::SmallWordSet::kMaxWords) {
+  if (t.allocs.empty() && t.writes_size() <= txn_detail::SmallWordSet::kMaxWords) {
     // The common case: each word once, in declaration order (a range declared in ascending
     // order still forms one run). No sort: a record's entries may come in any order.
     t.small_set.Reset();
-    for (const WriteRec& w : t.writes)
-      if (t.small_set.Insert(w.word)) words.push_back(w.word);
+    for (const WriteRec* w = t.hot.begin; w != t.hot.end; ++w)
+      if (t.small_set.Insert(WordOf(*w))) words.push_back(WordOf(*w));
   } else {
-    for (const WriteRec& w : t.writes) words.push_back(w.word);
+    for (const WriteRec* w = t.hot.begin; w != t.hot.end; ++w) words.push_back(WordOf(*w));
   }
   if (!t.frees.empty()) {
     std::erase_if(words, [&](uint64_t w) {
@@ -483,7 +517,7 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
   }
   for (const BlockRec& a : t.allocs)
     for (uint64_t w = a.offset / 8; w < (a.offset + a.bytes) / 8; ++w) words.push_back(w);
-  if (!t.allocs.empty() || t.writes.size() > txn_detail::SmallWordSet::kMaxWords) {
+  if (!t.allocs.empty() || t.writes_size() > txn_detail::SmallWordSet::kMaxWords) {
     std::sort(words.begin(), words.end());
     words.erase(std::unique(words.begin(), words.end()), words.end());
   }
@@ -499,19 +533,22 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
   const uint64_t stamp = next_stamp.fetch_add(1, std::memory_order_relaxed);
   txn_internal::Chain& log = store.chain(t.slot);
   ASSIGN_OR_RETURN(uint8_t * at, store.Reserve(log, t.slot, bytes));
-  // 3. Write the record; its checksum (computed last, over everything) is the commit mark.
+  // 3. Build the record in the thread's staging buffer (cached); its checksum (computed last,
+  //    over everything) is the commit mark.
   const uint8_t* base = pool.base();
-  RecordWriter w(at);
+  if (t.stage == nullptr) t.stage = std::make_unique<uint64_t[]>(store.max_record_bytes() / 8);
+  RecordWriter w(reinterpret_cast<uint8_t*>(t.stage.get()));
   ForEachRun(words, [&](size_t a, size_t b) { w.Data(words[a], b - a, base); });
   for (const BlockRec& a : t.allocs) w.Mark(EntryType::kAlloc, a.offset / 8, a.usable / 8);
   for (const BlockRec& f : t.frees) w.Mark(EntryType::kFree, f.offset / 8, f.bytes / 8);
   const size_t written = w.Finish(RecordKind::kCommit, stamp, t.epoch, store.BlockGen(log.tail));
-  // 4. Flush the record's lines (Reserve flushed a new block's header, link, head and table
+  // 4. Copy the record into the log with non-temporal stores (CopyFlush: as stores + flush of
+  //    its lines, without the cache; Reserve flushed a new block's header, link, head and table
   //    entry), then the one fence of the commit. Before it completes the record may be on
   //    media whole (the transaction counts as committed: allowed, commit has not returned),
   //    torn (bad checksum: recovery stops this log there) or absent. The data lines are not
   //    flushed: the record redoes them, and the epoch boundary writes them back.
-  pool.persister().Flush(txn_detail::kCommitFlush, at, written);
+  pool.persister().CopyFlush(txn_detail::kCommitFlush, at, t.stage.get(), written);
   pool.persister().Fence(txn_detail::kCommitFence);
   store.Publish(log, written);
   // 5. The index: the record is now the newest of each of its words. A freed block's words go
@@ -545,6 +582,7 @@ absl::Status Engine::Impl::Abort(ThreadTx& t) {
     RollBack(t);
     t.aborts.Add(1);
     t.aborted = true;
+    t.hot.size.store(0, std::memory_order_relaxed);  // later adds report the abort
   }
   if (--t.depth == 0) End(t);
   return absl::OkStatus();
@@ -555,21 +593,32 @@ void Engine::Impl::RollBack(ThreadTx& t) {
   // The words stay registered dirty, so the boundary writes the restored values back; their
   // records (or snapshots) stay the newest, and say the same.
   uint8_t* base = pool.base();
-  // Newest first: a word declared more than once ends with its first entry's value.
-  for (auto it = t.writes.rbegin(); it != t.writes.rend(); ++it)
-    std::memcpy(base + it->word * 8, &it->old, 8);
+  // Newest first: a word declared more than once ends with its first entry's value. The list
+  // stays (End registers first touches dirty).
+  for (const WriteRec* r = t.hot.end; r != t.hot.begin;) {
+    --r;
+    std::memcpy(base + WordOf(*r) * 8, &r->old, 8);
+  }
   for (const BlockRec& a : t.allocs) {
     if (absl::Status st = heap.FreeUnpublished(pool.at(a.offset)); !st.ok()) {
       std::fprintf(stderr, "pmrt txn: undoing an allocation failed: %s\n", st.ToString().c_str());
     }
   }
-  t.writes.clear();
   t.allocs.clear();
   t.frees.clear();
 }
 
 void Engine::Impl::End(ThreadTx& t) {
-  t.writes.clear();
+  // Words whose touch epoch the inline add() moved forward are registered dirty now, still
+  // under the guard: the boundary that closes this epoch writes their lines back (committed
+  // values, or restored ones after an abort).
+  const uint8_t* base = pool.base();
+  for (const WriteRec* r = t.hot.begin; r != t.hot.end; ++r) {
+    if ((r->word & kFirstTouch) != 0) epochs.RecordDirty(base + WordOf(*r) * 8, 8);
+  }
+  t.hot.end = t.hot.begin;
+  t.hot.size.store(0, std::memory_order_relaxed);
+  if (txn_detail::tls_hot == &t.hot) txn_detail::tls_hot = nullptr;
   t.allocs.clear();
   t.frees.clear();
   t.compact_at = kCompactWritesAt;
@@ -600,6 +649,7 @@ void* Engine::Impl::TxAllocate(ThreadTx& t, size_t size, size_t align) {
     return nullptr;
   }
   t.allocs.push_back({pool.offset_of(p), bytes, heap.UsableSize(p)});
+  t.hot.size.store(0, std::memory_order_relaxed);  // add() must check the fresh blocks
   return p;
 }
 

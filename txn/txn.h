@@ -80,6 +80,34 @@ namespace pmrt::txn {
 
 namespace txn_detail {
 struct ThreadTx;
+
+// One declared word of a transaction: its pool word index and its value when declared (abort
+// restores it). kFirstTouch in `word`: the declaration moved the word's touch epoch forward in
+// the index, and the word is registered dirty with the epoch when the transaction ends.
+struct WriteRec {
+  uint64_t word;
+  uint64_t old;
+};
+inline constexpr uint64_t kFirstTouch = uint64_t{1} << 63;
+
+// What the inline path of add() reads and writes of the calling thread's open transaction on
+// the default engine (txn/txn.cc, Engine::Impl::Begin sets it up). The write list lives here
+// because both paths append to it.
+struct Hot {
+  std::atomic<uint64_t>* index = nullptr;  // the word index (txn/internal/word_index.h)
+  uintptr_t base = 0;                      // the pool's mapping
+  // The pool's size while the inline path may run; 0 sends every add() to the general path,
+  // which reports the reason (set by the owner when the transaction is aborted, doomed or has
+  // allocated, and by the watchdog when it expires).
+  std::atomic<uint64_t> size{0};
+  uint32_t epoch = 0;  // low 32 bits of the transaction's epoch
+  WriteRec* begin = nullptr;
+  WriteRec* end = nullptr;
+  WriteRec* limit = nullptr;
+};
+// The calling thread's open transaction on the default engine, or null.
+extern thread_local Hot* tls_hot;
+absl::Status AddGeneral(const void* p, size_t n);
 }  // namespace txn_detail
 
 struct Options {
@@ -186,7 +214,41 @@ absl::Status begin();
 absl::Status commit();
 absl::Status abort();
 // Declares [p, p+n) about to be modified in place (see above).
-absl::Status add(const void* p, size_t n);
+//
+// Inline: an aligned 8-byte word of a hot word (one with a live record) in a transaction that
+// has not allocated, with room in the write list. It reads the word's index slot (moving its
+// touch epoch forward with a CAS at its first declaration in the epoch, as the general path
+// does) and keeps the word's old value. A transaction of K random words is then a short loop
+// whose cache misses (index slot and data line of each word) the processor overlaps;
+// everything else takes the general path.
+inline absl::Status add(const void* p, size_t n) {
+  txn_detail::Hot* h = txn_detail::tls_hot;
+  if (h != nullptr) [[likely]] {
+    const uint64_t off = reinterpret_cast<uintptr_t>(p) - h->base;
+    if (n == 8 && (off & 7) == 0 && off < h->size.load(std::memory_order_relaxed) &&
+        h->end != h->limit) [[likely]] {
+      std::atomic<uint64_t>& slot = h->index[off / 8];
+      uint64_t v = slot.load(std::memory_order_acquire);
+      if ((v >> 32) != 0) [[likely]] {  // hot (key != 0)
+        uint64_t first = 0;
+        if (static_cast<uint32_t>(v) != h->epoch) {
+          // Pairs with the reclaimer's cold CAS (txn/reclaim.cc): once this succeeds, the
+          // word's newest record stays while the transaction can still fail.
+          if (!slot.compare_exchange_strong(v, (v & ~uint64_t{0xFFFFFFFF}) | h->epoch,
+                                            std::memory_order_acq_rel, std::memory_order_acquire)) {
+            return txn_detail::AddGeneral(p, n);
+          }
+          first = txn_detail::kFirstTouch;
+        }
+        uint64_t old;
+        std::memcpy(&old, p, 8);
+        *h->end++ = {(off / 8) | first, old};
+        return absl::OkStatus();
+      }
+    }
+  }
+  return txn_detail::AddGeneral(p, n);
+}
 // *field = value, declared: add(field, sizeof(T)) then the store (not done if add fails).
 template <class T>
 absl::Status write(T* field, const T& value) {

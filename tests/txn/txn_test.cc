@@ -9,6 +9,7 @@
 #include <array>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <set>
@@ -242,6 +243,76 @@ TEST_F(TxnTest, FlatNesting) {
   EXPECT_EQ(engine().stats().commits, 1u);
 }
 
+uint64_t Fences() { return CountersSnapshot(BackendKind::kEadr).fences; }
+
+// txn::add's inline path (an aligned word with a live record, on the default engine) refuses
+// what the general path refuses, keeps old values for abort, and hands over to the general path
+// when the write list is full, after an allocation and for anything unaligned.
+TEST_F(TxnTest, InlineAddOfHotWordsMatchesTheGeneralPath) {
+  Open();
+  constexpr int kHot = 100;
+  ASSERT_OK(txn::Run([&]() -> absl::Status {
+    for (int i = 0; i < kHot; ++i) {
+      if (absl::Status st = write(&root_->words[i], uint64_t(i)); !st.ok()) return st;
+    }
+    return write(&root_->obj, uint64_t{0});
+  }));
+  // A new epoch: the next declarations move each word's touch epoch (the CAS of the inline
+  // path) and register the word dirty when the transaction ends.
+  ASSERT_OK(rt_.epochs->Advance());
+  const uint64_t fences = Fences();
+  auto expect_original = [&](const char* when) {
+    for (int i = 0; i < kHot; ++i) ASSERT_EQ(root_->words[i], uint64_t(i)) << when << " " << i;
+  };
+  // Inner abort: everything restored, later declarations refused and not stored.
+  ASSERT_OK(begin());
+  for (int i = 0; i < kHot; ++i) ASSERT_OK(write(&root_->words[i], uint64_t(1000 + i)));
+  auto* bytes = reinterpret_cast<uint8_t*>(&root_->words[kHot - 2]);
+  ASSERT_OK(add(bytes + 4, 8));  // unaligned: the general path, two words
+  std::memset(bytes + 4, 0xAB, 8);
+  ASSERT_OK(begin());
+  ASSERT_OK(abort());
+  expect_original("after the inner abort");
+  EXPECT_THAT(write(&root_->words[5], uint64_t{7}),
+              StatusIs(absl::StatusCode::kAborted, "aborted"));
+  EXPECT_EQ(root_->words[5], 5u);
+  EXPECT_THAT(commit(), StatusIs(absl::StatusCode::kAborted, "aborted"));
+  // A doomed transaction: hot words are refused with the doom.
+  uint64_t local = 0;
+  ASSERT_OK(begin());
+  ASSERT_OK(write(&root_->words[0], uint64_t{77}));
+  EXPECT_THAT(add(&local, 8), StatusIs(absl::StatusCode::kInvalidArgument, "not inside the pool"));
+  EXPECT_THAT(write(&root_->words[1], uint64_t{78}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "not inside the pool"));
+  EXPECT_EQ(root_->words[1], 1u);
+  EXPECT_THAT(commit(), StatusIs(absl::StatusCode::kInvalidArgument, "not inside the pool"));
+  expect_original("after the doomed transaction");
+  // Many declarations (the list grows and is compacted on the general path): abort restores
+  // the values from before the transaction.
+  ASSERT_OK(begin());
+  for (int r = 0; r < 20; ++r)
+    for (int i = 0; i < kHot; ++i) ASSERT_OK(write(&root_->words[i], uint64_t(r * 1000 + i)));
+  ASSERT_OK(abort());
+  expect_original("after the long abort");
+  // Hot words, then an allocation (the inline path stops), then more words: all committed.
+  ASSERT_OK(begin());
+  for (int r = 0; r < 3; ++r)
+    for (int i = 0; i < kHot; ++i) ASSERT_OK(write(&root_->words[i], uint64_t(r * 1000 + i)));
+  Obj* o = alloc::pnew<Obj>(Obj{1, 2, 3});
+  ASSERT_NE(o, nullptr);
+  ASSERT_OK(write(&root_->obj, rt_.pool->offset_of(o)));
+  ASSERT_OK(write(&root_->words[0], uint64_t{4242}));
+  ASSERT_OK(commit());
+  // No snapshot: every word was hot (one fence per commit, none for the aborted ones).
+  EXPECT_EQ(Fences() - fences, 1u);
+  CrashAndRecover();
+  EXPECT_EQ(root_->words[0], 4242u);
+  for (int i = 1; i < kHot; ++i) EXPECT_EQ(root_->words[i], uint64_t(2000 + i)) << i;
+  auto* r = static_cast<Obj*>(rt_.pool->at(root_->obj));
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->c, 3u);
+}
+
 TEST_F(TxnTest, MisuseErrors) {
   Open();
   EXPECT_THAT(commit(), StatusIs(absl::StatusCode::kFailedPrecondition, "no transaction"));
@@ -301,6 +372,9 @@ TEST_F(TxnTest, TransactionOpenTooLongFails) {
   o.background = true;  // the watchdog runs on the background thread
   o.max_open = std::chrono::milliseconds(20);
   Open(o);
+  // words[1] hot: its declaration below takes txn::add's inline path, which the watchdog
+  // closes when the transaction expires.
+  ASSERT_OK(txn::Run([&] { return write(&root_->words[1], uint64_t{0}); }));
   ASSERT_OK(begin());
   ASSERT_OK(write(&root_->words[0], uint64_t{1}));
   std::this_thread::sleep_for(std::chrono::milliseconds(120));
@@ -313,8 +387,6 @@ TEST_F(TxnTest, TransactionOpenTooLongFails) {
       txn::Run([&] { return write(&root_->words[0], uint64_t{3}); }));  // the next one is fine
   EXPECT_EQ(root_->words[0], 3u);
 }
-
-uint64_t Fences() { return CountersSnapshot(BackendKind::kEadr).fences; }
 
 TEST_F(TxnTest, ColdThenHotThenColdAgain) {
   Options o = Quiet();

@@ -82,10 +82,6 @@ class SmallWordSet {
 // at twice its compacted size.
 inline constexpr size_t kCompactWritesAt = 256;
 
-struct WriteRec {
-  uint64_t word;  // pool word index
-  uint64_t old;   // its value when first declared in the transaction (for abort)
-};
 struct BlockRec {
   uint64_t offset;
   uint64_t bytes;   // allocations: the requested size rounded up to 8 (recorded whole);
@@ -105,13 +101,25 @@ struct ThreadTx final : alloc::TxScope {
   alloc::TxScope* outer_scope = nullptr;  // restored at the end (a transaction of another pool)
   uint64_t epoch = 0;
   std::thread::id owner;
-  std::vector<WriteRec> writes;          // in declaration order; a word may appear more than once
-  size_t compact_at = kCompactWritesAt;  // CompactWrites when writes reaches this size
+  // The write list (in hot: begin/end/limit over write_buf), in declaration order; a word may
+  // appear more than once.
+  Hot hot;
+  std::unique_ptr<WriteRec[]> write_buf;
+  size_t compact_at = kCompactWritesAt;  // CompactWrites when the list reaches this size
+  size_t writes_size() const { return static_cast<size_t>(hot.end - hot.begin); }
+  bool writes_empty() const { return hot.end == hot.begin; }
+  void PushWrite(const WriteRec& r) {
+    if (hot.end == hot.limit) [[unlikely]]
+      GrowWrites();
+    *hot.end++ = r;
+  }
+  void GrowWrites();
   std::vector<BlockRec> allocs;
   std::vector<BlockRec> frees;
-  std::vector<uint64_t> cold;   // scratch: words to snapshot
-  std::vector<uint64_t> words;  // scratch: the record's words
-  SmallWordSet small_set;       // scratch: dedup at commit
+  std::vector<uint64_t> cold;         // scratch: words to snapshot
+  std::vector<uint64_t> words;        // scratch: the record's words
+  std::unique_ptr<uint64_t[]> stage;  // scratch: the commit record, copied to the log
+  SmallWordSet small_set;             // scratch: dedup at commit
   // Watchdog, without a clock read on the hot path: `seq` is odd while a transaction is open
   // (owner: +1 at begin and at end). The background thread notes when it first saw an odd seq
   // and sets `expired` if it is still the same after max_open. Relaxed: advisory, checked at the
