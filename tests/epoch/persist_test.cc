@@ -149,6 +149,42 @@ TEST(PersistTest, MsyncFenceWithNothingRecordedIsHarmless) {
   EXPECT_EQ((CountersSnapshot(BackendKind::kMsync) - before).fences, 2u);
 }
 
+// CopyFlush copies on every backend and counts as a flush of the destination; on kPmem it
+// takes the non-temporal path for aligned ranges and memcpy + flush otherwise.
+TEST(PersistTest, CopyFlushCopiesAndCountsOnEveryBackend) {
+  MappedFile f;
+  ASSERT_NE(f.base(), nullptr);
+  std::vector<uint8_t> src(300);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + 1);
+  for (BackendKind kind : {BackendKind::kPmem, BackendKind::kEadr, BackendKind::kMsync}) {
+    const Persister p(kind, nullptr);
+    const PersistCounts before = CountersSnapshot(kind);
+    // Aligned (the log's case), starting mid-line; then unaligned start and length.
+    uint8_t* a = f.base() + 4096 + 24;
+    uint8_t* b = f.base() + 8192 + 3;
+    p.CopyFlush(kFlushSite, a, src.data(), 296);
+    p.CopyFlush(kFlushSite, b, src.data(), 45);
+    p.Fence(kFenceSite);
+    EXPECT_EQ(std::memcmp(a, src.data(), 296), 0) << BackendName(kind);
+    EXPECT_EQ(std::memcmp(b, src.data(), 45), 0) << BackendName(kind);
+    const PersistCounts d = CountersSnapshot(kind) - before;
+    EXPECT_EQ(d.flushes, 2u) << BackendName(kind);
+    EXPECT_EQ(d.bytes_flushed, 296u + 45) << BackendName(kind);
+    EXPECT_EQ(d.lines_flushed, 5u + 1) << BackendName(kind);  // bytes 24..319: lines 0-4
+    EXPECT_EQ(d.fences, 1u) << BackendName(kind);
+    std::memset(a, 0, 296);
+    std::memset(b, 0, 45);
+  }
+  // A disabled site still copies (the bytes are in place; only the write-back is missing).
+  mutation::Disable(kFlushSite);
+  const Persister p(BackendKind::kPmem, nullptr);
+  const PersistCounts before = CountersSnapshot(BackendKind::kPmem);
+  p.CopyFlush(kFlushSite, f.base(), src.data(), 64);
+  mutation::EnableAll();
+  EXPECT_EQ(std::memcmp(f.base(), src.data(), 64), 0);
+  EXPECT_EQ((CountersSnapshot(BackendKind::kPmem) - before).flushes, 0u);
+}
+
 TEST(PersistTest, DisabledSiteIsANoOp) {
   MappedFile f;
   ASSERT_NE(f.base(), nullptr);

@@ -51,6 +51,30 @@ TEST(SimTest, UnflushedStoreMayBeLostAndFencedStoreNever) {
   EXPECT_EQ((*sim)->stats().crash_points, 2u);
 }
 
+// CopyFlush on the simulator is a copy then a flush of the destination: pending at the first
+// crash point after it, durable once fenced.
+TEST(SimTest, CopyFlushIsDurableAfterTheFence) {
+  auto sim = Sim::Create(kSmallPool, {});
+  ASSERT_OK(sim);
+  auto* w = static_cast<uint64_t*>((*sim)->working());
+  Persister p = (*sim)->persister();
+  std::set<uint64_t> seen;
+  (*sim)->SetHandler([&](CrashImage& img) {
+    auto* m = static_cast<uint64_t*>(img.base());
+    seen.insert(m[9]);
+    if (img.id().fence >= 2 && (m[8] != 11 || m[9] != 12)) {
+      return absl::DataLossError("fenced copy lost");
+    }
+    return absl::OkStatus();
+  });
+  const uint64_t src[2] = {11, 12};
+  p.CopyFlush(kTestFlush, &w[8], src, sizeof(src));
+  p.Fence(kTestFence);  // crash point: the copy pending (either way)
+  p.Fence(kTestFence);  // crash point: durable
+  EXPECT_FALSE((*sim)->failed()) << (*sim)->Report();
+  EXPECT_EQ(seen, (std::set<uint64_t>{0, 12}));
+}
+
 TEST(SimTest, FirstCrashPointSeesPendingFlushEitherWay) {
   auto sim = Sim::Create(kSmallPool, {});
   ASSERT_OK(sim);
