@@ -612,10 +612,10 @@ void Engine::Impl::End(ThreadTx& t) {
   // Words whose touch epoch the inline add() moved forward are registered dirty now, still
   // under the guard: the boundary that closes this epoch writes their lines back (committed
   // values, or restored ones after an abort).
-  const uint8_t* base = pool.base();
-  for (const WriteRec* r = t.hot.begin; r != t.hot.end; ++r) {
-    if ((r->word & kFirstTouch) != 0) epochs.RecordDirty(base + WordOf(*r) * 8, 8);
-  }
+  const WriteRec* writes = t.hot.begin;
+  epochs.RecordDirtyWords(pool.base(), t.writes_size(), [writes](size_t i) {
+    return (writes[i].word & kFirstTouch) != 0 ? WordOf(writes[i]) : epoch::Manager::kNoWord;
+  });
   t.hot.end = t.hot.begin;
   t.hot.size.store(0, std::memory_order_relaxed);
   if (txn_detail::tls_hot == &t.hot) txn_detail::tls_hot = nullptr;
