@@ -2,7 +2,7 @@
 // persistent array, on four systems with the same workload code (docs/performance.md,
 // "Transactions"; bench/txbench.sh runs the whole comparison).
 //
-//   pmrt-txbench --system pmrt|pmdk|undo|plain --words K --dist uniform|zipf --array N
+//   pmrt-txbench --system pmrt|pmdk|undo|plain|floor --words K --dist uniform|zipf --array N
 //                --threads T [--seconds S] [--warmup S] [--json] [--dir DIR]
 //                [--budget-mb M] [--block-kb B] [--backend pmem|eadr|msync] [--seed N]
 //                [--prewarm] [--draws D]
@@ -19,6 +19,10 @@
 //          commit the data words are flushed and fenced, then the commit mark is persisted
 //          (K + 2 fences per transaction).
 //   plain  the same stores into DRAM, no crash consistency.
+//   floor  the work no design of pmrt's kind can skip, and nothing else (PmrtSystem::FloorTx):
+//          per word an index slot read (8 bytes per word, in DRAM), the old value kept and the
+//          new one stored; one record copied to a log ring with CopyFlush and one fence. A
+//          bound on what pmrt could reach on this machine, not a crash-consistent system.
 // The array is zeroed first; every system warms up for --warmup (1) s, then runs --seconds (3).
 // --prewarm (pmrt): before that, every word is written once in a transaction and a reclamation
 // folds the records, so the measurement is pmrt's steady state (every word hot) rather than its
@@ -143,8 +147,10 @@ std::string PoolPath(const Args& a, const char* what) {
 
 class PmrtSystem : public System {
  public:
-  explicit PmrtSystem(const Args& a, bool with_txn) : with_txn_(with_txn) {
-    const std::string path = PoolPath(a, with_txn ? "pmrt" : "undo");
+  enum Mode { kSpec, kUndo, kFloor };
+  explicit PmrtSystem(const Args& a, Mode mode) : mode_(mode) {
+    const bool with_txn = mode == kSpec;
+    const std::string path = PoolPath(a, a.system.c_str());
     unlink(path.c_str());
     pmrt::PoolOptions po;
     auto kind = pmrt::ParseBackend(a.backend);
@@ -179,7 +185,18 @@ class PmrtSystem : public System {
       epochs_->RecordDirty(arr_, a.array * 8);
     }
     if (!epochs_->Sync().ok()) Die("sync");
-    if (!with_txn) {
+    if (mode == kFloor) {
+      index_ = std::make_unique<uint64_t[]>(a.array);
+      for (uint64_t i = 0; i < a.array; ++i) index_[i] = uint64_t{1} << 32;  // every word hot
+      floor_.resize(static_cast<size_t>(a.threads));
+      for (FloorLog& f : floor_) {
+        void* r = heap_->Allocate(kFloorRing, 64);
+        if (r == nullptr) Die("cannot allocate a floor ring");
+        f.ring = static_cast<uint8_t*>(r);
+        f.stage.resize(2 * static_cast<size_t>(a.words));
+        f.old.resize(static_cast<size_t>(a.words));
+      }
+    } else if (!with_txn) {
       // The undo logs: one per thread, K entries of 24 bytes and a commit mark line.
       for (int t = 0; t < a.threads; ++t) {
         void* l = heap_->Allocate(64 + static_cast<size_t>(a.words) * 64, 64);
@@ -200,7 +217,15 @@ class PmrtSystem : public System {
   bool CountsFences() const override { return true; }
 
   bool Tx(int thread, const uint64_t* idx, const uint64_t* val, int k) override {
-    return with_txn_ ? SpecTx(idx, val, k) : UndoTx(thread, idx, val, k);
+    switch (mode_) {
+      case kSpec:
+        return SpecTx(idx, val, k);
+      case kUndo:
+        return UndoTx(thread, idx, val, k);
+      case kFloor:
+        return FloorTx(thread, idx, val, k);
+    }
+    return false;
   }
 
   void Sample() override {
@@ -272,7 +297,46 @@ class PmrtSystem : public System {
     return true;
   }
 
-  bool with_txn_;
+  // The floor: the work no design of pmrt's kind can skip, and nothing else. Per word, the word's
+  // slot in a DRAM index of 8 bytes per word is read and its epoch field stored when it
+  // changes (pmrt: hot or cold, and the touch epoch), the old value is kept (for abort) and the
+  // new one stored; then the transaction's {word, value} pairs are copied into a log ring with
+  // CopyFlush and one fence (pmrt's one persist per commit). No checksum, no deduplication, no
+  // log blocks, no reclamation, no epoch guard, no recovery: a bound on what a faster
+  // implementation could reach on this machine, not a crash-consistent system.
+  static constexpr size_t kFloorRing = 1 << 20;
+  struct FloorLog {
+    uint8_t* ring = nullptr;
+    size_t at = 0;
+    uint64_t n = 0;
+    std::vector<uint64_t> stage, old;
+  };
+  bool FloorTx(int thread, const uint64_t* idx, const uint64_t* val, int k) {
+    static constexpr pmrt::Site kRecord{"bench.floor.record"}, kFence{"bench.floor.fence"};
+    FloorLog& f = floor_[static_cast<size_t>(thread)];
+    const uint32_t epoch = static_cast<uint32_t>(++f.n >> 16);  // changes now and then
+    for (int j = 0; j < k; ++j) {
+      uint64_t& slot = index_[idx[j]];
+      const uint64_t v = slot;
+      if ((v >> 32) == 0) return false;  // never: every word is hot
+      if (static_cast<uint32_t>(v) != epoch) slot = (v & ~uint64_t{0xFFFFFFFF}) | epoch;
+      f.old[static_cast<size_t>(j)] = arr_[idx[j]];
+      arr_[idx[j]] = val[j];
+      f.stage[2 * static_cast<size_t>(j)] = idx[j];
+      f.stage[2 * static_cast<size_t>(j) + 1] = val[j];
+    }
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // keep the old values
+    const size_t bytes = 16 * static_cast<size_t>(k);
+    if (f.at + bytes > kFloorRing) f.at = 0;
+    pool_->persister().CopyFlush(kRecord, f.ring + f.at, f.stage.data(), bytes);
+    pool_->persister().Fence(kFence);
+    f.at += bytes;
+    return true;
+  }
+
+  Mode mode_;
+  std::unique_ptr<uint64_t[]> index_;
+  std::vector<FloorLog> floor_;
   std::unique_ptr<pmrt::Pool> pool_;
   std::unique_ptr<pmrt::epoch::Manager> epochs_;
   std::unique_ptr<pmrt::alloc::Heap> heap_;
@@ -340,11 +404,12 @@ class PlainSystem : public System {
 // ---- driver ---------------------------------------------------------------------------------
 
 void Usage() {
-  std::fprintf(stderr,
-               "usage: pmrt-txbench --system pmrt|pmdk|undo|plain --words K --dist uniform|zipf "
-               "--array N --threads T [--seconds S] [--warmup S] [--json] [--dir DIR] "
-               "[--budget-mb M] [--block-kb B] [--backend pmem|eadr|msync] [--seed N] [--prewarm] "
-               "[--draws D]\n");
+  std::fprintf(
+      stderr,
+      "usage: pmrt-txbench --system pmrt|pmdk|undo|plain|floor --words K --dist uniform|zipf "
+      "--array N --threads T [--seconds S] [--warmup S] [--json] [--dir DIR] "
+      "[--budget-mb M] [--block-kb B] [--backend pmem|eadr|msync] [--seed N] [--prewarm] "
+      "[--draws D]\n");
   std::exit(2);
 }
 
@@ -391,7 +456,8 @@ Args Parse(int argc, char** argv) {
   }
   if (a.words < 1 || a.words > 1024 || a.threads < 1 ||
       a.array < static_cast<uint64_t>(a.threads) || (a.dist != "uniform" && a.dist != "zipf") ||
-      (a.system != "pmrt" && a.system != "pmdk" && a.system != "undo" && a.system != "plain")) {
+      (a.system != "pmrt" && a.system != "pmdk" && a.system != "undo" && a.system != "plain" &&
+       a.system != "floor")) {
     Usage();
   }
   return a;
@@ -404,8 +470,10 @@ int main(int argc, char** argv) {
   const Args a = Parse(argc, argv);
   std::unique_ptr<System> sys;
   PmrtSystem* pmrt_sys = nullptr;
-  if (a.system == "pmrt" || a.system == "undo") {
-    auto p = std::make_unique<PmrtSystem>(a, a.system == "pmrt");
+  if (a.system == "pmrt" || a.system == "undo" || a.system == "floor") {
+    auto p = std::make_unique<PmrtSystem>(a, a.system == "pmrt"   ? PmrtSystem::kSpec
+                                             : a.system == "undo" ? PmrtSystem::kUndo
+                                                                  : PmrtSystem::kFloor);
     pmrt_sys = p.get();
     sys = std::move(p);
   } else if (a.system == "pmdk") {

@@ -3,6 +3,7 @@
 #include "txn/txn.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -113,6 +114,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(Pool& pool, epoch::Manager&
   e->impl_ = std::make_unique<Impl>(*e);
   ASSIGN_OR_RETURN(e->impl_->index, txn_internal::WordIndex::Create(pool.size()));
   RETURN_IF_ERROR(e->impl_->Recover());
+  e->impl_->SetThresholds();  // the block size is known now
   e->impl_->StartBackground();
   Engine* none = nullptr;
   g_default.compare_exchange_strong(none, e.get());
@@ -290,7 +292,10 @@ absl::Status Engine::Impl::Begin(ThreadTx& t) {
   if (t.slot == txn_internal::kCompactSlot) RETURN_IF_ERROR(AssignSlot(t));
   // Backpressure, before the guard: the reclaimer may need to advance the epoch. Not when the
   // caller already holds a guard (the advance would wait for it).
-  if (options.background && epochs.LocalSlot().depth == 0) WaitForRoom();
+  if (options.background && store.blocks_in_use() >= stall_blocks_ &&
+      epochs.LocalSlot().depth == 0) {
+    WaitForRoom();
+  }
   t.owner = std::this_thread::get_id();
   t.depth = 1;
   t.aborted = false;
@@ -675,12 +680,20 @@ absl::Status Engine::Impl::TxFree(ThreadTx& t, void* p) {
   return absl::OkStatus();
 }
 
-void Engine::Impl::WaitForRoom() {
+void Engine::Impl::SetThresholds() {
   // The budget is the bound the log keeps under a steady load: above it, new transactions wait
   // for the reclaimer (the records of open ones may still take a block each, and a cycle holds
   // the old and the new compacted log at once until its descriptor switches).
-  const uint64_t stall =
+  stall_blocks_ =
       std::min<uint64_t>(store.limit_blocks() * 7 / 8, options.log_budget / store.block_size());
+  // Committers wake the reclaimer once the log holds reclaim_trigger of the budget.
+  trigger_blocks_ = static_cast<uint64_t>(
+      std::ceil(static_cast<double>(options.log_budget) * options.reclaim_trigger /
+                static_cast<double>(store.block_size())));
+}
+
+void Engine::Impl::WaitForRoom() {
+  const uint64_t stall = stall_blocks_;
   if (store.blocks_in_use() < stall) return;
   stalls.fetch_add(1, std::memory_order_relaxed);
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -698,9 +711,7 @@ void Engine::Impl::KickIfOverTrigger() {
   // kick_blocks_: the trigger, raised by the background thread to where its hysteresis would
   // run a cycle (a kick below that only wakes it for nothing).
   const uint64_t used = store.blocks_in_use();
-  if (used * store.block_size() < options.log_budget * options.reclaim_trigger ||
-      used < kick_blocks_.load(std::memory_order_relaxed))
-    return;
+  if (used < trigger_blocks_ || used < kick_blocks_.load(std::memory_order_relaxed)) return;
   if (!bg_kick_.exchange(true)) {
     std::lock_guard<std::mutex> l(bg_mu_);  // the waiter tests bg_kick_ under this mutex
     bg_cv_.notify_one();

@@ -210,6 +210,15 @@ class Engine::Impl {
   void WaitForRoom();
 
  public:
+  void SetThresholds();  // after Recover: stall_blocks_, trigger_blocks_
+
+ private:
+  // Log sizes in blocks: begin() waits for the reclaimer from stall_blocks_ on; committers
+  // wake it from trigger_blocks_ on (see KickIfOverTrigger).
+  uint64_t stall_blocks_ = ~uint64_t{0};
+  uint64_t trigger_blocks_ = 0;
+
+ public:
   template <class F>
   void ForEachThread(F&& f) {
     threads_.ForEach(f);
