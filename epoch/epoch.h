@@ -122,19 +122,6 @@ class Manager : public EpochView {
   // flushed at the boundary. REQUIRES: the caller holds a Guard. Call once per object per epoch
   // (the in-object epoch mark that InCLL and the external log check is what deduplicates).
   void RecordDirty(const void* addr, size_t len);
-  // The same for n 8-byte words, word i at base + 8 * word_of(i), in one call (the transaction
-  // layer registers a transaction's first-touched words at its end). No merging of neighbours.
-  template <class WordOf>
-  void RecordDirtyWords(const void* base, size_t n, WordOf&& word_of) {
-    std::vector<Range>& d = LocalDirty();
-    const auto* b = static_cast<const uint8_t*>(base);
-    for (size_t i = 0; i < n; ++i) {
-      const uint64_t w = word_of(i);
-      if (w != kNoWord) d.push_back({b + w * 8, 8});
-    }
-  }
-  // word_of's "skip this one".
-  static constexpr uint64_t kNoWord = ~uint64_t{0};
 
   // A producer of extra ranges to write back at every boundary (step 3), for layers that track
   // dirty memory their own way (the allocator's per-chunk line maps). Called with no guard
@@ -163,11 +150,6 @@ class Manager : public EpochView {
   ThreadSlot& LocalSlot() { return slots_.Local(); }
 
  private:
-  // The calling thread's dirty list of the epoch its guard is in (RecordDirty's).
-  std::vector<Range>& LocalDirty() {
-    ThreadSlot& slot = LocalSlot();
-    return slot.dirty[slot.epoch.load(std::memory_order_relaxed) & 1];
-  }
   friend class Guard;
   friend class LeafGuard;
   const bool asymmetric_ = AsymmetricFences();  // read by every Guard; fixed per process

@@ -109,7 +109,8 @@ struct Trim {
 absl::Status Engine::Impl::Reclaim(bool advance) {
   std::lock_guard<std::mutex> cycle_lock(reclaim_mu);
   // 0. The horizon: the newest completed epoch. Every record of an epoch <= it is complete (its
-  //    guard ended) and its data is durable (the boundary wrote back every word it touched).
+  //    guard ended). Its data lines are not necessarily durable: a hot word's committed value
+  //    is in its newest record, and its line is written back when the word goes cold (1).
   if (advance && epochs.completed() <= horizon) RETURN_IF_ERROR(epochs.Advance());
   const uint64_t h_new = epochs.completed();
   if (h_new <= horizon) return absl::OkStatus();
@@ -179,12 +180,16 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
           continue;
         }
         // Cold: the last transaction that touched the word ran in an epoch <= cold_limit, so
-        // it has ended and the boundary made its value (committed or restored) durable. The
+        // it has ended and the word holds its value (committed, or restored by an abort). The
         // CAS fails if a transaction touches the word meanwhile (it moves the epoch first):
-        // then the entry stays, as that transaction may still fail.
+        // then the entry stays, as that transaction may still fail. After the CAS the word's
+        // line is flushed; step 2's fence makes it durable before the descriptor that drops
+        // the word's record (a transaction that writes the word after the CAS snapshots it
+        // first, so the line may also carry its uncommitted value: the snapshot undoes it).
         if ((full || mutation::Swapped(txn_detail::kRuleMutant)) &&
             WordIndex::FullEpoch(v, now_epoch) <= cold_limit &&
             slot.compare_exchange_strong(v, 0, std::memory_order_acq_rel)) {
+          pool.persister().Flush(txn_detail::kColdFlush, pool.base() + e.word * 8, 8);
           ++cold;
           continue;
         }
@@ -267,8 +272,8 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
     if (failed.ok()) failed = decide();
     out.Finish();
     k_bytes = out.bytes();
-    // 2. K' (records, block headers, links, table entries) durable before the descriptor that
-    //    makes it the compacted log.
+    // 2. K' (records, block headers, links, table entries) and the lines of the words that
+    //    went cold durable before the descriptor that makes K' the compacted log.
     pool.persister().Fence(txn_detail::kCompactFence);
   }
   if (!failed.ok()) {
@@ -376,6 +381,50 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
 
 void Engine::Impl::StartBackground() {
   if (options.background) bg_ = std::thread([this] { BackgroundLoop(); });
+}
+
+void Engine::Impl::WriteBackForClose() {
+  // REQUIRES: no transaction open, the background thread stopped. Every data entry of K and of
+  // the thread logs (up to what each owner published), flushed in one batch with one fence;
+  // the pool's clean close follows, after which Recover replays nothing.
+  std::lock_guard<std::mutex> cycle_lock(reclaim_mu);
+  const size_t bs = store.block_size();
+  const uint8_t* data = pool.base();
+  std::vector<Range> ranges;
+  auto add = [&](const RecordHeader* h) {
+    ForEachEntry(h, [&](uint64_t head, const uint64_t*) {
+      if (EntryTypeOf(head) != EntryType::kData) return;
+      const uint64_t w = EntryWord(head), n = EntryWords(head);
+      if ((w + n) * 8 <= pool.size()) ranges.push_back({data + w * 8, n * 8});
+    });
+  };
+  for (uint32_t s = 0; s <= kMaxSlots; ++s) {
+    const uint32_t slot = s == kMaxSlots ? kCompactSlot : s;
+    Chain& c = store.chain(slot);
+    uint64_t pub = kNothingPublished;
+    if (slot != kCompactSlot) {
+      pub = c.published.load(std::memory_order_acquire);
+      if (pub == kNothingPublished) continue;
+    }
+    std::vector<uint32_t> blocks;
+    {
+      std::lock_guard<std::mutex> l(c.mu);
+      blocks.assign(c.blocks.begin(), c.blocks.end());
+    }
+    for (uint32_t b : blocks) {
+      const uint8_t* base = store.BlockAt(b);
+      const bool last = slot != kCompactSlot && b == static_cast<uint32_t>(pub >> 32);
+      const size_t end = last ? static_cast<size_t>(pub & 0xFFFFFFFFu) : bs;
+      for (size_t pos = kBlockPayload; pos < end;) {
+        const RecordHeader* h = txn_internal::ValidRecord(base, bs, store.BlockGen(b), pos);
+        if (h == nullptr) break;
+        if (slot != kCompactSlot || h->stamp <= seq) add(h);
+        pos += size_t{h->words} * 8;
+      }
+      if (last) break;
+    }
+  }
+  pool.persister().FlushBatch(txn_detail::kCloseWriteBack, ranges);
 }
 
 void Engine::Impl::StopBackground() {

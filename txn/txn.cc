@@ -15,7 +15,6 @@ namespace pmrt::txn {
 
 using txn_detail::BlockRec;
 using txn_detail::kCompactWritesAt;
-using txn_detail::kFirstTouch;
 using txn_detail::ThreadTx;
 using txn_detail::WriteRec;
 using txn_internal::EntryType;
@@ -32,8 +31,6 @@ thread_local Hot* tls_hot = nullptr;
 namespace {
 
 std::atomic<Engine*> g_default{nullptr};
-
-constexpr uint64_t WordOf(const WriteRec& r) { return r.word & ~kFirstTouch; }
 
 absl::Status NoTransaction(const char* what) {
   return absl::FailedPreconditionError(
@@ -101,6 +98,7 @@ Engine::Engine(Pool& pool, epoch::Manager& epochs, alloc::Heap& heap, Options op
 
 Engine::~Engine() {
   impl_->StopBackground();
+  impl_->WriteBackForClose();
   Engine* self = this;
   g_default.compare_exchange_strong(self, nullptr);
 }
@@ -342,19 +340,11 @@ absl::Status Engine::Impl::AddRefused(ThreadTx& t, const void* p, size_t n) {
 }
 
 void Engine::Impl::CompactWrites(ThreadTx& t) {
-  // Keeps each word's first entry (its value from before the transaction), with the
-  // first-touch mark of any of its entries.
+  // Keeps each word's first entry (its value from before the transaction).
   std::stable_sort(t.hot.begin, t.hot.end,
-                   [](const WriteRec& a, const WriteRec& b) { return WordOf(a) < WordOf(b); });
-  WriteRec* out = t.hot.begin;
-  for (WriteRec* r = t.hot.begin; r != t.hot.end; ++r) {
-    if (out != t.hot.begin && WordOf(out[-1]) == WordOf(*r)) {
-      out[-1].word |= r->word & kFirstTouch;
-    } else {
-      *out++ = *r;
-    }
-  }
-  t.hot.end = out;
+                   [](const WriteRec& a, const WriteRec& b) { return a.word < b.word; });
+  t.hot.end = std::unique(t.hot.begin, t.hot.end,
+                          [](const WriteRec& a, const WriteRec& b) { return a.word == b.word; });
   t.compact_at = std::max<size_t>(kCompactWritesAt, 2 * t.writes_size());
 }
 
@@ -384,14 +374,15 @@ absl::Status Engine::Impl::Add(ThreadTx& t, const void* p, size_t n) {
     uint64_t v = slot.load(std::memory_order_acquire);
     for (;;) {
       if (WordIndex::Key(v) == 0) break;                                   // cold
-      if (WordIndex::Epoch32(v) == static_cast<uint32_t>(t.epoch)) break;  // dirty in this epoch
+      if (WordIndex::Epoch32(v) == static_cast<uint32_t>(t.epoch)) break;  // touched already
       // Move the touch epoch forward. The reclaimer's CAS of the old value (to cold) now fails,
       // so the word's newest record stays while this transaction can still fail. Pairs with
-      // the reclaimer's cold CAS in Reclaim.
+      // the reclaimer's cold CAS in Reclaim. (The data line is not registered dirty: a hot
+      // word's committed value is in its newest record; the reclaimer writes the line back
+      // when the word goes cold.)
       if (slot.compare_exchange_weak(v, WordIndex::Pack(WordIndex::Key(v), t.epoch),
                                      std::memory_order_acq_rel, std::memory_order_acquire)) {
-        epochs.RecordDirty(base + w * 8, 8);  // first touch in this epoch: written back at the
-        break;                                // boundary
+        break;
       }
     }
     if (WordIndex::Key(v) == 0) {
@@ -462,7 +453,6 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
       const uint64_t w = cold[c];
       // A cold word is written only by its holder: the reclaimer CASes only hot values.
       index->at(w).store(WordIndex::Pack(key, t.epoch), std::memory_order_release);
-      epochs.RecordDirty(base + w * 8, 8);
       uint64_t old;
       std::memcpy(&old, base + w * 8, 8);
       t.PushWrite({w, old});
@@ -509,9 +499,9 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
     // order still forms one run). No sort: a record's entries may come in any order.
     t.small_set.Reset();
     for (const WriteRec* w = t.hot.begin; w != t.hot.end; ++w)
-      if (t.small_set.Insert(WordOf(*w))) words.push_back(WordOf(*w));
+      if (t.small_set.Insert(w->word)) words.push_back(w->word);
   } else {
-    for (const WriteRec* w = t.hot.begin; w != t.hot.end; ++w) words.push_back(WordOf(*w));
+    for (const WriteRec* w = t.hot.begin; w != t.hot.end; ++w) words.push_back(w->word);
   }
   if (!t.frees.empty()) {
     std::erase_if(words, [&](uint64_t w) {
@@ -598,11 +588,11 @@ void Engine::Impl::RollBack(ThreadTx& t) {
   // The words stay registered dirty, so the boundary writes the restored values back; their
   // records (or snapshots) stay the newest, and say the same.
   uint8_t* base = pool.base();
-  // Newest first: a word declared more than once ends with its first entry's value. The list
-  // stays (End registers first touches dirty).
+  // Newest first: a word declared more than once ends with its first entry's value. (The
+  // list is cleared by End.)
   for (const WriteRec* r = t.hot.end; r != t.hot.begin;) {
     --r;
-    std::memcpy(base + WordOf(*r) * 8, &r->old, 8);
+    std::memcpy(base + r->word * 8, &r->old, 8);
   }
   for (const BlockRec& a : t.allocs) {
     if (absl::Status st = heap.FreeUnpublished(pool.at(a.offset)); !st.ok()) {
@@ -614,13 +604,6 @@ void Engine::Impl::RollBack(ThreadTx& t) {
 }
 
 void Engine::Impl::End(ThreadTx& t) {
-  // Words whose touch epoch the inline add() moved forward are registered dirty now, still
-  // under the guard: the boundary that closes this epoch writes their lines back (committed
-  // values, or restored ones after an abort).
-  const WriteRec* writes = t.hot.begin;
-  epochs.RecordDirtyWords(pool.base(), t.writes_size(), [writes](size_t i) {
-    return (writes[i].word & kFirstTouch) != 0 ? WordOf(writes[i]) : epoch::Manager::kNoWord;
-  });
   t.hot.end = t.hot.begin;
   t.hot.size.store(0, std::memory_order_relaxed);
   if (txn_detail::tls_hot == &t.hot) txn_detail::tls_hot = nullptr;

@@ -82,13 +82,11 @@ namespace txn_detail {
 struct ThreadTx;
 
 // One declared word of a transaction: its pool word index and its value when declared (abort
-// restores it). kFirstTouch in `word`: the declaration moved the word's touch epoch forward in
-// the index, and the word is registered dirty with the epoch when the transaction ends.
+// restores it).
 struct WriteRec {
   uint64_t word;
   uint64_t old;
 };
-inline constexpr uint64_t kFirstTouch = uint64_t{1} << 63;
 
 // What the inline path of add() reads and writes of the calling thread's open transaction on
 // the default engine (txn/txn.cc, Engine::Impl::Begin sets it up). The write list lives here
@@ -230,7 +228,6 @@ inline absl::Status add(const void* p, size_t n) {
       std::atomic<uint64_t>& slot = h->index[off / 8];
       uint64_t v = slot.load(std::memory_order_acquire);
       if ((v >> 32) != 0) [[likely]] {  // hot (key != 0)
-        uint64_t first = 0;
         if (static_cast<uint32_t>(v) != h->epoch) {
           // Pairs with the reclaimer's cold CAS (txn/reclaim.cc): once this succeeds, the
           // word's newest record stays while the transaction can still fail.
@@ -238,11 +235,10 @@ inline absl::Status add(const void* p, size_t n) {
                                             std::memory_order_acq_rel, std::memory_order_acquire)) {
             return txn_detail::AddGeneral(p, n);
           }
-          first = txn_detail::kFirstTouch;
         }
         uint64_t old;
         std::memcpy(&old, p, 8);
-        *h->end++ = {(off / 8) | first, old};
+        *h->end++ = {off / 8, old};
         return absl::OkStatus();
       }
     }

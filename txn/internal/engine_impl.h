@@ -27,6 +27,10 @@ inline constexpr Site kSnapshotFence{"txn.snapshot.fence"};
 inline constexpr Site kCommitFlush{"txn.commit.flush"};
 inline constexpr Site kCommitFence{"txn.commit.fence"};
 inline constexpr Site kCompactFlush{"txn.reclaim.compact.flush"};
+// The data line of a word the reclaimer turns cold (fenced by kCompactFence).
+inline constexpr Site kColdFlush{"txn.reclaim.cold.flush"};
+// The close's write-back of every word a record holds (a batch flush, fence included).
+inline constexpr Site kCloseWriteBack{"txn.close.writeback"};
 inline constexpr Site kCompactFence{"txn.reclaim.compact.fence"};
 inline constexpr Site kDescFlush{"txn.reclaim.desc.flush"};
 inline constexpr Site kDescFence{"txn.reclaim.desc.fence"};
@@ -166,6 +170,9 @@ class Engine::Impl {
   absl::Status Reclaim(bool advance);
   void StartBackground();
   void StopBackground();
+  // At close: writes back the line of every word a live record holds (hot words' lines are not
+  // written back by epoch boundaries), so a clean shutdown leaves nothing to replay.
+  void WriteBackForClose();
 
   Engine& engine;
   Pool& pool;
