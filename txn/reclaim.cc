@@ -484,11 +484,12 @@ void Engine::Impl::Watchdog() {
     t.watch_since = 0;  // reported
     t.expired_seq.store(open, std::memory_order_relaxed);
     t.hot.size.store(0, std::memory_order_relaxed);  // its next add takes the general path
+    // (Not t.slot: the owner writes it without synchronization with this thread.)
     std::fprintf(stderr,
-                 "pmrt txn: a transaction (log slot %u) has been open for more than %lld ms "
-                 "(max_open); it holds back the epoch boundary and will fail with "
-                 "kDeadlineExceeded at its next call\n",
-                 t.slot, static_cast<long long>(options.max_open.count()));
+                 "pmrt txn: a transaction has been open for more than %lld ms (max_open); it "
+                 "holds back the epoch boundary and will fail with kDeadlineExceeded at its "
+                 "next call\n",
+                 static_cast<long long>(options.max_open.count()));
   });
 }
 
