@@ -15,7 +15,8 @@
 # memory with clwb + sfence):
 #   ycsb        bench/ycsb.sh: durable vs transient Masstree, YCSB A/B/C/E, uniform and Zipfian
 #               0.99, 1M keys, 2 threads, 2M operations per workload and tree; recovery at 1M keys
-#   txbench     bench/txbench.sh: pmrt vs PMDK vs an undo log vs plain stores, K = 1/4/16 words
+#   txbench     bench/txbench.sh: pmrt vs PMDK vs an undo log vs plain stores vs the floor, K = 1/4/16
+#               words, 3 rounds (1 with --quick)
 #   allocbench  bench/allocbench.sh: pmrt's heap vs PMDK vs glibc, four allocator benchmarks
 #   server      bench/server_bench.sh (when present): redis-benchmark against `pmrt serve` and
 #               Debian's redis-server (persistence off, and appendonly + appendfsync everysec)
@@ -137,7 +138,7 @@ fi
 if want txbench; then
   : >"$out/txbench.jsonl"
   if ((quick)); then
-    run_suite txbench env SECONDS_PER_RUN=0.3 WARMUP=0.1 STEADY_SECONDS=0 ARRAY=131072 \
+    run_suite txbench env SECONDS_PER_RUN=0.3 WARMUP=0.1 STEADY_SECONDS=0 ARRAY=131072 REPEAT=1 \
       OUT="$out/txbench.jsonl" bench/txbench.sh build/release
   else
     run_suite txbench env SECONDS_PER_RUN=2 WARMUP=1 STEADY_SECONDS=10 \

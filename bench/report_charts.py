@@ -157,7 +157,8 @@ def txbench_chart(rows):
     runs = [r for r in rows if keep(r)]
     if not runs:
         return None
-    systems = [s for s in ("pmrt", "pmdk", "undo", "plain") if any(r["system"] == s for r in runs)]
+    systems = [s for s in ("pmrt", "pmdk", "undo", "plain", "floor")
+               if any(r["system"] == s for r in runs)]
     groups = []
     for d in ("uniform", "zipf"):
         for k, t in ((1, 1), (4, 1), (16, 1), (4, 2)):
@@ -167,10 +168,10 @@ def txbench_chart(rows):
             label = f"{d} K={k}" + (f" T={t}" if t != 1 else "")
             groups.append((label, [median_of([r for r in sel if r["system"] == s], "ops_per_sec")
                                    for s in systems]))
-    return Chart("txbench", "Transactions: pmrt vs PMDK libpmemobj, an undo log, and plain stores",
+    return Chart("txbench", "Transactions: pmrt vs PMDK libpmemobj, an undo log, plain stores, the floor",
                  "k transactions/s (wall, log scale)", systems, groups, log=True, scale=1e3,
-                 by_design=lambda label, col: "T=" in label and col in ("undo", "plain"),
-                 note="T=2: pmrt and PMDK only; pmrt prewarmed (bench/txbench.sh)")
+                 by_design=lambda label, col: "T=" in label and col in ("undo", "plain", "floor"),
+                 note="T=2: pmrt and PMDK only; pmrt prewarmed; medians of the rounds (bench/txbench.sh)")
 
 
 def allocbench_chart(rows):
