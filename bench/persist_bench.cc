@@ -2,6 +2,7 @@
 //
 //   BM_PersistLine/<backend>   one cache-line store + flush + fence on a /dev/shm pool file
 //   BM_RecordPersist/<copy>/<lines>  a log record persisted: in place + Flush, or CopyFlush
+//   BM_ReloadAfterFlush/<flush>/<reload>  whether a flushed line stays in the cache
 //   BM_FlushBatch/<lines>      the pmem batch flush of N dirty lines (the epoch boundary's core)
 //   BM_SimImages/<pool MiB>    crash images per second over the toy redo log
 //
@@ -80,6 +81,32 @@ void BM_RecordPersist(benchmark::State& state) {
   state.SetLabel(copy ? "stage + CopyFlush + Fence" : "in place + Flush + Fence");
 }
 BENCHMARK(BM_RecordPersist)->ArgsProduct({{0, 1}, {1, 5}});
+
+// Does a flush leave the line in the cache? Store to a line, optionally flush it (clwb here),
+// fence, and optionally load it back, the next line's address depending on the loaded value
+// (so the load's latency counts). The reload's cost is the difference between /1/1 and /1/0
+// (after a flush) and between /0/1 and /0/0 (without one). On the AMD EPYC of
+// docs/performance.md clwb evicts the line: the epoch boundary's write-back makes the next
+// access to each written-back line a memory miss.
+void BM_ReloadAfterFlush(benchmark::State& state) {
+  auto pool = BenchPool(BackendKind::kPmem);
+  const bool flush = state.range(0) != 0;
+  const bool reload = state.range(1) != 0;
+  auto* lines = static_cast<uint64_t*>(pool->region_base(PoolRegion::kHeap));
+  const Persister& p = pool->persister();
+  uint64_t i = 0;
+  for (auto _ : state) {
+    volatile uint64_t* w = &lines[(i % 512) * 8];
+    *w = i + 1;
+    if (flush) p.Flush(kBenchFlush, const_cast<uint64_t*>(w), 8);
+    p.Fence(kBenchFence);
+    i = reload ? *w : i + 1;
+  }
+  benchmark::DoNotOptimize(i);
+  state.SetLabel(std::string(flush ? "store + clwb + sfence" : "store + sfence") +
+                 (reload ? " + reload" : ""));
+}
+BENCHMARK(BM_ReloadAfterFlush)->ArgsProduct({{0, 1}, {0, 1}});
 
 void BM_FlushBatch(benchmark::State& state) {
   auto pool = BenchPool(BackendKind::kPmem);
