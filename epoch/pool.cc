@@ -777,6 +777,9 @@ absl::Status Pool::Close() {
     } else if (!recovery_acknowledged()) {
       // A crashed pool whose recovery this run did not complete: it stays marked as crashed
       // (clean_shutdown 0 since Open), and the next Open recovers.
+    } else if (txn_engine_open()) {
+      // A transaction engine is still open: words it holds may be durable only in its log, so
+      // the pool stays marked as crashed and the next Open replays the log.
     } else {
       // 2. clean_shutdown = 1, its own line, persisted: a crash before the fence leaves 0 (an
       //    unclean shutdown, recovery runs and finds nothing to do), after it 1.

@@ -106,6 +106,14 @@ class Pool {
   // True when Close would mark the pool cleanly shut down.
   bool recovery_acknowledged() const;
 
+  // A txn::Engine is open on the pool: set by Engine::Open, cleared by the engine's close once
+  // it has written back every word its log holds (a hot word's committed value may be only in
+  // the log until then). Close does not mark the pool clean while it is set (an engine leaked,
+  // or closed after the pool, or a transaction left open by an exited thread): the next Open
+  // replays the log.
+  void SetTxnEngineOpen(bool open) { txn_engine_open_.store(open, std::memory_order_release); }
+  bool txn_engine_open() const { return txn_engine_open_.load(std::memory_order_acquire); }
+
   // The root object: sizeof(T) bytes at a fixed offset, zero at first use. The first call
   // records sizeof(T); a later call (in any run) with another size gets kFailedPrecondition,
   // and one larger than the root region gets kInvalidArgument.
@@ -164,6 +172,7 @@ class Pool {
   bool closed_ = false;
   bool was_clean_shutdown_ = true;
   std::atomic<uint32_t> recovered_{0};  // RecoveryPart bits acknowledged in this run
+  std::atomic<bool> txn_engine_open_{false};
   Persister persister_;
 };
 

@@ -58,6 +58,16 @@ class CompactWriter {
     return absl::OkStatus();
   }
 
+  // A mark entry (a tombstone carried into an incremental segment): the head alone.
+  absl::Status Mark(EntryType type, uint64_t word, uint64_t n) {
+    if (rec_ == nullptr || used_ + 8 > room_) RETURN_IF_ERROR(Next());
+    const uint64_t head = MakeEntryHead(type, n, word);
+    std::memcpy(rec_ + used_, &head, 8);
+    used_ += 8;
+    run_head_ = nullptr;  // the next data entry starts a new run
+    return absl::OkStatus();
+  }
+
   // Closes the last record (flushed; the caller fences).
   void Finish() {
     if (rec_ == nullptr) return;
@@ -203,7 +213,30 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
       absl::Status st = absl::OkStatus();
       ForEachEntry(h, [&](uint64_t head, const uint64_t* values) {
         if (!st.ok()) return;
-        if (EntryTypeOf(head) != EntryType::kData) return;  // allocations, tombstones: done
+        const EntryType type = EntryTypeOf(head);
+        if (type == EntryType::kFree && !full) {
+          // A tombstone is the newest record of the freed block's words. A full cycle drops
+          // every older entry of them (their keys no longer match); an incremental one does not
+          // read K, whose earlier segments may hold such entries, so it carries the tombstone
+          // into its segment for the words that are still cold (no newer record: a newer one
+          // is kept in this segment or comes later, and overrides K at recovery). Without it,
+          // recovery would replay K's old entries into the block's next life.
+          const uint64_t first = EntryWord(head), end = first + EntryWords(head);
+          for (uint64_t w = first; w < end && st.ok();) {
+            if (w >= index->words() || index->at(w).load(std::memory_order_acquire) != 0) {
+              ++w;
+              continue;
+            }
+            uint64_t n = 1;
+            while (w + n < end && n < kMaxEntryWords &&
+                   index->at(w + n).load(std::memory_order_acquire) == 0)
+              ++n;
+            st = out.Mark(EntryType::kFree, w, n);
+            w += n;
+          }
+          return;
+        }
+        if (type != EntryType::kData) return;  // allocations; tombstones in a full cycle: done
         for (uint64_t i = 0, w = EntryWord(head); i < EntryWords(head); ++i, ++w) {
           pending.push_back({w, values[i], key});
           if (pending.size() == kBatch) {

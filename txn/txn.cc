@@ -98,7 +98,16 @@ Engine::Engine(Pool& pool, epoch::Manager& epochs, alloc::Heap& heap, Options op
 
 Engine::~Engine() {
   impl_->StopBackground();
-  impl_->WriteBackForClose();
+  // A transaction left open by a thread that exited: its in-place values are not committed,
+  // so the pool must not be marked clean (the next Open undoes them from the log).
+  bool open_tx = false;
+  impl_->ForEachThread([&](const ThreadTx& t) { open_tx |= t.depth > 0; });
+  // Not after a failed Open (nothing to write back) or after the pool's Close (it stayed
+  // unclean).
+  if (pool_.base() != nullptr && pool_.txn_engine_open()) {
+    impl_->WriteBackForClose();
+    if (!open_tx) pool_.SetTxnEngineOpen(false);
+  }
   Engine* self = this;
   g_default.compare_exchange_strong(self, nullptr);
 }
@@ -112,7 +121,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(Pool& pool, epoch::Manager&
   e->impl_ = std::make_unique<Impl>(*e);
   ASSIGN_OR_RETURN(e->impl_->index, txn_internal::WordIndex::Create(pool.size()));
   RETURN_IF_ERROR(e->impl_->Recover());
-  e->impl_->SetThresholds();  // the block size is known now
+  e->impl_->SetThresholds();    // the block size is known now
+  pool.SetTxnEngineOpen(true);  // until the close's write-back (Pool::Close checks it)
   e->impl_->StartBackground();
   Engine* none = nullptr;
   g_default.compare_exchange_strong(none, e.get());
@@ -542,7 +552,7 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
   //    entry), then the one fence of the commit. Before it completes the record may be on
   //    media whole (the transaction counts as committed: allowed, commit has not returned),
   //    torn (bad checksum: recovery stops this log there) or absent. The data lines are not
-  //    flushed: the record redoes them, and the epoch boundary writes them back.
+  //    flushed: the record redoes them (written back when a word goes cold, or at close).
   pool.persister().CopyFlush(txn_detail::kCommitFlush, at, t.stage.get(), written);
   pool.persister().Fence(txn_detail::kCommitFence);
   store.Publish(log, written);
@@ -585,8 +595,8 @@ absl::Status Engine::Impl::Abort(ThreadTx& t) {
 
 void Engine::Impl::RollBack(ThreadTx& t) {
   // From the volatile copies: every declared word gets its value from before the transaction.
-  // The words stay registered dirty, so the boundary writes the restored values back; their
-  // records (or snapshots) stay the newest, and say the same.
+  // Their records (or snapshots) stay the newest, and say the same; the lines are written back
+  // when the words go cold or at close, like any hot word's.
   uint8_t* base = pool.base();
   // Newest first: a word declared more than once ends with its first entry's value. (The
   // list is cleared by End.)

@@ -139,6 +139,30 @@ TEST(PoolTest, DestructorClosesCleanly) {
   EXPECT_TRUE((*pool)->was_clean_shutdown());
 }
 
+// A pool closed while a transaction engine is still open on it (SetTxnEngineOpen) stays marked
+// as crashed: the engine's log may hold the only durable copy of its hot words.
+TEST(PoolTest, CloseUnderAnOpenTxnEngineLeavesThePoolUnclean) {
+  TempDir dir;
+  const std::string path = dir.File("e.pool");
+  {
+    auto pool = Pool::Create(path, kSize, kLayout);
+    ASSERT_OK(pool);
+    (*pool)->SetTxnEngineOpen(true);
+    EXPECT_TRUE((*pool)->txn_engine_open());
+    ASSERT_OK((*pool)->Close());
+  }
+  EXPECT_EQ(ReadStateWord(path, 0), 0u);
+  {
+    auto pool = Pool::Open(path, kLayout);
+    ASSERT_OK(pool);
+    EXPECT_FALSE((*pool)->was_clean_shutdown());
+    (*pool)->AcknowledgeRecovery();
+    (*pool)->SetTxnEngineOpen(true);
+    (*pool)->SetTxnEngineOpen(false);  // the engine closed first: a clean close again
+  }
+  EXPECT_EQ(ReadStateWord(path, 0), 1u);
+}
+
 TEST(PoolTest, CreateRoundsSizeUpTo4KiB) {
   TempDir dir;
   const std::string path = dir.File("r.pool");

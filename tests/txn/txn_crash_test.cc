@@ -160,8 +160,7 @@ absl::Status CheckHeap(testing::Runtime& r, const State& s) {
 }
 
 // Declares the word at p in e's open transaction: on the default engine, half the time through
-// txn::add (whose inline path defers the first-touch dirty registration to the transaction's
-// end), otherwise e.Add (the general path).
+// txn::add (its inline path for hot words), otherwise e.Add (the general path).
 absl::Status Declare(Engine& e, void* p, uint64_t r) {
   if (Engine::Default() == &e && (r & (uint64_t{1} << 40)) != 0) return add(p, 8);
   return e.Add(p, 8);

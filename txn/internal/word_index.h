@@ -6,12 +6,13 @@
 //   key    0: cold — the word has no live record; its first write in a transaction snapshots it.
 //          otherwise the newest live record of the word: KeyOf(stamp) for a commit or snapshot
 //          record, CompactKey(seq) for the compacted log of reclamation cycle `seq`.
-//   epoch  low 32 bits of the last epoch in which a transaction touched the word (it was
-//          registered dirty then). Reconstructed against the current epoch by FullEpoch().
+//   epoch  low 32 bits of the last epoch in which a transaction touched the word.
+//          Reconstructed against the current epoch by FullEpoch().
 //
 // Concurrency (docs/txn.md, "The index"): a word is written by the transaction that holds it
 // (the caller's isolation) and by the reclaimer, which only ever CASes a value it has read: hot
-// -> cold (when the touch epoch is durable) or key -> compact key. A transaction that finds a
+// -> cold (when the touch epoch has completed; it then flushes the word's line) or key ->
+// compact key. A transaction that finds a
 // value with an old epoch CASes the epoch forward, so the reclaimer's CAS of the old value fails.
 #ifndef PMRT_TXN_INTERNAL_WORD_INDEX_H_
 #define PMRT_TXN_INTERNAL_WORD_INDEX_H_
