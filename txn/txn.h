@@ -225,6 +225,9 @@ inline absl::Status add(const void* p, size_t n) {
     const uint64_t off = reinterpret_cast<uintptr_t>(p) - h->base;
     if (n == 8 && (off & 7) == 0 && off < h->size.load(std::memory_order_relaxed) &&
         h->end != h->limit) [[likely]] {
+      // The data line is needed below (the old value) and by the caller's store: start its
+      // miss now, alongside the index slot's (the CAS below orders later loads after it).
+      __builtin_prefetch(p, 1);
       std::atomic<uint64_t>& slot = h->index[off / 8];
       uint64_t v = slot.load(std::memory_order_acquire);
       if ((v >> 32) != 0) [[likely]] {  // hot (key != 0)
