@@ -598,12 +598,12 @@ void Engine::Impl::RollBack(ThreadTx& t) {
   // Their records (or snapshots) stay the newest, and say the same; the lines are written back
   // when the words go cold or at close, like any hot word's.
   uint8_t* base = pool.base();
-  // Newest first: a word declared more than once ends with its first entry's value. (The
-  // list is cleared by End.)
+  // Newest first: a word declared more than once ends with its first entry's value.
   for (const WriteRec* r = t.hot.end; r != t.hot.begin;) {
     --r;
     std::memcpy(base + r->word * 8, &r->old, 8);
   }
+  t.hot.end = t.hot.begin;
   for (const BlockRec& a : t.allocs) {
     if (absl::Status st = heap.FreeUnpublished(pool.at(a.offset)); !st.ok()) {
       std::fprintf(stderr, "pmrt txn: undoing an allocation failed: %s\n", st.ToString().c_str());

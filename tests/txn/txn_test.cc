@@ -579,7 +579,7 @@ TEST_F(TxnTest, AFreedBlocksOldEntriesAreNotReplayedIntoItsNextLife) {
   ASSERT_OK(write(&root_->obj, rt_.pool->offset_of(o)));
   ASSERT_OK(commit());
   const uint64_t off = rt_.pool->offset_of(o);
-  ASSERT_OK(rt_.epochs->Sync());   // o's transaction's epoch completes, so the cycle folds it
+  ASSERT_OK(rt_.epochs->Sync());  // o's transaction's epoch completes, so the cycle folds it
   ASSERT_OK(engine().Reclaim());  // the first cycle is full: o's words are in the compacted log
   ASSERT_GE(engine().stats().words_kept, 4u);
   ASSERT_OK(begin());

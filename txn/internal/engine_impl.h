@@ -165,6 +165,7 @@ class Engine::Impl {
 
   // ---- recovery (recovery.cc) ----
   absl::Status Recover();
+  void SetThresholds();  // after Recover (the block size is known): stall_blocks_, trigger_blocks_
 
   // ---- reclamation (reclaim.cc) ----
   absl::Status Reclaim(bool advance);
@@ -216,10 +217,6 @@ class Engine::Impl {
   void KickIfOverTrigger();
   void WaitForRoom();
 
- public:
-  void SetThresholds();  // after Recover: stall_blocks_, trigger_blocks_
-
- private:
   // Log sizes in blocks: begin() waits for the reclaimer from stall_blocks_ on; committers
   // wake it from trigger_blocks_ on (see KickIfOverTrigger).
   uint64_t stall_blocks_ = ~uint64_t{0};

@@ -12,8 +12,8 @@
 // Concurrency (docs/txn.md, "The index"): a word is written by the transaction that holds it
 // (the caller's isolation) and by the reclaimer, which only ever CASes a value it has read: hot
 // -> cold (when the touch epoch has completed; it then flushes the word's line) or key ->
-// compact key. A transaction that finds a
-// value with an old epoch CASes the epoch forward, so the reclaimer's CAS of the old value fails.
+// compact key. A transaction that finds a value with an old epoch CASes the epoch forward, so
+// the reclaimer's CAS of the old value fails.
 #ifndef PMRT_TXN_INTERNAL_WORD_INDEX_H_
 #define PMRT_TXN_INTERNAL_WORD_INDEX_H_
 
