@@ -108,6 +108,7 @@ struct ThreadCounterSlot {
       r.retired[i] += counters.Read(static_cast<BackendKind>(i));
     }
     std::erase(r.live, &counters);
+    tls_counters = nullptr;  // a later use at this thread's exit takes the slow path again
   }
 };
 
@@ -135,8 +136,11 @@ PersistCounts ThreadCounters::Read(BackendKind kind) const {
   return c;
 }
 
-ThreadCounters& LocalCounters() {
+constinit thread_local ThreadCounters* tls_counters = nullptr;
+
+ThreadCounters& LocalCountersSlow() {
   thread_local ThreadCounterSlot slot;
+  tls_counters = &slot.counters;
   return slot.counters;
 }
 
@@ -145,22 +149,33 @@ void PmemFlush(const void* addr, size_t len) { pmem_flush(addr, len); }
 // sfence: what pmem_drain does after clwb/clflushopt, and what orders the non-temporal stores
 // of PmemCopyNoDrain (pmem_drain is empty where libpmem flushes with plain clflush).
 void PmemDrain() { _mm_sfence(); }
-// Non-temporal stores, 8 bytes each (movnti): the bytes go to memory through the write-combining
-// buffers, not the cache; the next sfence waits for them. A range that is not 8-byte aligned and
-// sized takes memcpy + pmem_flush.
+// Non-temporal stores (movntdq, 16 bytes each, with movnti for an 8-byte head or tail that is
+// not 16-byte aligned): the bytes go to memory through the write-combining buffers, not the
+// cache; the next sfence waits for them. Half as many stores as 8-byte movnti, so the store
+// buffer that the fence drains holds half as many entries. A range that is not 8-byte aligned
+// and sized takes memcpy + pmem_flush.
 void PmemCopyNoDrain(void* dst, const void* src, size_t len) {
   if (((reinterpret_cast<uintptr_t>(dst) | len) & 7) != 0) {
     std::memcpy(dst, src, len);
     pmem_flush(dst, len);
     return;
   }
-  auto* d = static_cast<long long*>(dst);
+  auto* d = static_cast<uint8_t*>(dst);
   const auto* s = static_cast<const uint8_t*>(src);
-  for (size_t i = 0; i < len / 8; ++i) {
+  const uint8_t* const end = d + len;
+  auto stream8 = [&] {
     long long v;
-    std::memcpy(&v, s + i * 8, 8);
-    _mm_stream_si64(d + i, v);
+    std::memcpy(&v, s, 8);
+    _mm_stream_si64(reinterpret_cast<long long*>(d), v);
+    d += 8;
+    s += 8;
+  };
+  if ((reinterpret_cast<uintptr_t>(d) & 15) != 0 && d < end) stream8();
+  for (; end - d >= 16; d += 16, s += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
   }
+  if (d < end) stream8();
 }
 #else
 void PmemDrain() { pmem_drain(); }

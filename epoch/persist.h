@@ -101,7 +101,14 @@ struct ThreadCounters {
   }
   PersistCounts Read(BackendKind kind) const;
 };
-ThreadCounters& LocalCounters();
+// The calling thread's block: a pointer read on the hot path (constinit: no TLS wrapper call);
+// LocalCountersSlow creates and registers the block at the thread's first use.
+extern constinit thread_local ThreadCounters* tls_counters;
+ThreadCounters& LocalCountersSlow();
+inline ThreadCounters& LocalCounters() {
+  ThreadCounters* c = tls_counters;
+  return c != nullptr ? *c : LocalCountersSlow();
+}
 void PmemFlush(const void* addr, size_t len);
 void PmemDrain();
 void PmemCopyNoDrain(void* dst, const void* src, size_t len);

@@ -104,7 +104,9 @@ struct Hot {
   WriteRec* limit = nullptr;
 };
 // The calling thread's open transaction on the default engine, or null.
-extern thread_local Hot* tls_hot;
+// constinit: no dynamic initialization, so other translation units read it directly (no TLS
+// wrapper call on the inline path).
+extern constinit thread_local Hot* tls_hot;
 absl::Status AddGeneral(const void* p, size_t n);
 }  // namespace txn_detail
 

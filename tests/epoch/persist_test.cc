@@ -185,6 +185,30 @@ TEST(PersistTest, CopyFlushCopiesAndCountsOnEveryBackend) {
   EXPECT_EQ((CountersSnapshot(BackendKind::kPmem) - before).flushes, 0u);
 }
 
+// The non-temporal path mixes 8- and 16-byte stores by the destination's alignment: every
+// 8-byte aligned start (mod 16) and length copies exactly its bytes and nothing around them.
+TEST(PersistTest, CopyFlushNonTemporalCopiesEveryAlignmentAndLengthExactly) {
+  MappedFile f;
+  ASSERT_NE(f.base(), nullptr);
+  std::vector<uint8_t> src(256);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 13 + 5);
+  const Persister p(BackendKind::kPmem, nullptr);
+  for (size_t start : {0, 8, 16, 24}) {
+    for (size_t len = 8; len <= 136; len += 8) {
+      uint8_t* region = f.base() + 4096;
+      std::memset(region, 0xEE, 512);
+      p.CopyFlush(kFlushSite, region + 64 + start, src.data() + start, len);
+      p.Fence(kFenceSite);
+      ASSERT_EQ(std::memcmp(region + 64 + start, src.data() + start, len), 0)
+          << "start " << start << " len " << len;
+      for (size_t i = 0; i < 512; ++i) {
+        if (i >= 64 + start && i < 64 + start + len) continue;
+        ASSERT_EQ(region[i], 0xEE) << "byte " << i << " start " << start << " len " << len;
+      }
+    }
+  }
+}
+
 TEST(PersistTest, DisabledSiteIsANoOp) {
   MappedFile f;
   ASSERT_NE(f.base(), nullptr);

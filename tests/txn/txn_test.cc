@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "epoch/persist.h"
+#include "epoch/status_macros.h"
 #include "gtest/gtest.h"
 #include "tests/txn/txn_runtime.h"
 #include "tests/util/test_util.h"
@@ -157,6 +158,58 @@ TEST_F(TxnTest, RepeatedDeclarationsAbortAndCommit) {
   EXPECT_EQ(root_->words[12], 99u);
   EXPECT_EQ(root_->words[13], 73u);
   EXPECT_EQ(root_->words[30], 0u);
+}
+
+// A small commit (no allocation or free, at most kSmallCommitWrites declarations) builds its
+// record in one pass in declaration order; a larger one sorts. Both record each word once with
+// its last value, and recovery replays either.
+TEST_F(TxnTest, SmallAndGeneralCommitsRecordEachWordOnceWithItsLastValue) {
+  Open();
+  // Every word hot first, so that no snapshot interleaves.
+  ASSERT_OK(begin());
+  for (int i = 0; i < 64; ++i) ASSERT_OK(write(&root_->words[i], uint64_t{1}));
+  ASSERT_OK(commit());
+  const std::vector<int> order = {5, 6, 5, 7, 8, 20, 19, 21, 21};
+  auto declare = [&](uint64_t base) -> absl::Status {
+    for (size_t j = 0; j < order.size(); ++j) {
+      RETURN_IF_ERROR(write(&root_->words[order[j]], base + j));
+    }
+    for (int w = 40; w < 60; ++w) RETURN_IF_ERROR(write(&root_->words[w], base + 100 + w));
+    return absl::OkStatus();
+  };
+  // 29 declarations: the small path. Runs in declaration order: {5,6,7,8} (the repeat of 5
+  // inside the run is dropped), {20}, {19}, {21}, {40..59}: 5 heads and 27 values.
+  uint64_t before = engine().stats().record_bytes;
+  ASSERT_OK(begin());
+  ASSERT_OK(declare(1000));
+  ASSERT_OK(commit());
+  EXPECT_EQ(engine().stats().record_bytes - before, 32u + 8 * (5 + 27));
+  // The same plus 40 repeats of word 50 (69 declarations): the general path sorts, so 19, 20
+  // and 21 form one run: 3 heads and 27 values.
+  before = engine().stats().record_bytes;
+  ASSERT_OK(begin());
+  ASSERT_OK(declare(2000));
+  for (int r = 0; r < 40; ++r) ASSERT_OK(write(&root_->words[50], uint64_t(3000 + r)));
+  ASSERT_OK(commit());
+  EXPECT_EQ(engine().stats().record_bytes - before, 32u + 8 * (3 + 27));
+  // Exactly kSmallCommitWrites declarations of consecutive words: one run of 64.
+  before = engine().stats().record_bytes;
+  ASSERT_OK(begin());
+  for (int i = 0; i < 64; ++i) ASSERT_OK(write(&root_->words[100 + i], uint64_t(4000 + i)));
+  ASSERT_OK(commit());
+  EXPECT_EQ(engine().stats().record_bytes - before, 32u + 8 * (1 + 64));
+  CrashAndRecover();
+  EXPECT_EQ(root_->words[5], 2002u);  // the second declaration of 5 (j = 2) is its last
+  EXPECT_EQ(root_->words[6], 2001u);
+  EXPECT_EQ(root_->words[7], 2003u);
+  EXPECT_EQ(root_->words[8], 2004u);
+  EXPECT_EQ(root_->words[20], 2005u);
+  EXPECT_EQ(root_->words[19], 2006u);
+  EXPECT_EQ(root_->words[21], 2008u);
+  for (int w = 40; w < 60; ++w) {
+    EXPECT_EQ(root_->words[w], w == 50 ? 3039u : uint64_t(2100 + w)) << w;
+  }
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(root_->words[100 + i], uint64_t(4000 + i)) << i;
 }
 
 TEST_F(TxnTest, UncommittedInPlaceWritesAreUndoneByRecovery) {

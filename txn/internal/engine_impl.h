@@ -82,6 +82,10 @@ class SmallWordSet {
   uint64_t gen_ = 0;
 };
 
+// Transactions with no allocation or free and at most this many declarations commit through
+// Engine::Impl::WriteSmallCommit.
+inline constexpr size_t kSmallCommitWrites = 64;
+
 // A transaction's write list is compacted (duplicates dropped) when it reaches this size, then
 // at twice its compacted size.
 inline constexpr size_t kCompactWritesAt = 256;
@@ -120,10 +124,11 @@ struct ThreadTx final : alloc::TxScope {
   void GrowWrites();
   std::vector<BlockRec> allocs;
   std::vector<BlockRec> frees;
-  std::vector<uint64_t> cold;         // scratch: words to snapshot
-  std::vector<uint64_t> words;        // scratch: the record's words
-  std::unique_ptr<uint64_t[]> stage;  // scratch: the commit record, copied to the log
-  SmallWordSet small_set;             // scratch: dedup at commit
+  std::vector<uint64_t> cold;                // scratch: words to snapshot
+  std::vector<uint64_t> words;               // scratch: the record's words
+  std::unique_ptr<uint64_t[]> stage;         // scratch: the commit record, copied to the log
+  SmallWordSet small_set;                    // scratch: dedup at commit
+  uint64_t small_words[kSmallCommitWrites];  // scratch: the words of a small commit
   // Watchdog, without a clock read on the hot path: `seq` is odd while a transaction is open
   // (owner: +1 at begin and at end). The background thread notes when it first saw an odd seq
   // and sets `expired` if it is still the same after max_open. Relaxed: advisory, checked at the
@@ -209,6 +214,7 @@ class Engine::Impl {
   absl::Status Doom(txn_detail::ThreadTx& t, absl::Status st);
   absl::Status Snapshot(txn_detail::ThreadTx& t);
   absl::Status WriteCommit(txn_detail::ThreadTx& t);
+  absl::Status WriteSmallCommit(txn_detail::ThreadTx& t);
   void RollBack(txn_detail::ThreadTx& t);
   [[gnu::cold]] absl::Status AddRefused(txn_detail::ThreadTx& t, const void* p, size_t n);
   [[gnu::noinline]] static void CompactWrites(txn_detail::ThreadTx& t);

@@ -336,7 +336,7 @@ absl::StatusOr<uint8_t*> LogStore::Reserve(Chain& c, uint32_t slot, size_t bytes
                                                    " bytes does not fit in a log block (at most ",
                                                    max_record_bytes(), "); split the transaction"));
   }
-  if (c.tail != kNoBlock && c.pos + bytes <= block_size_) return BlockAt(c.tail) + c.pos;
+  if (uint8_t* at = TryReserve(c, bytes)) return at;
   ASSIGN_OR_RETURN(const uint32_t b, Acquire(slot));
   {
     std::lock_guard<std::mutex> l(c.mu);
@@ -353,12 +353,6 @@ absl::StatusOr<uint8_t*> LogStore::Reserve(Chain& c, uint32_t slot, size_t bytes
   c.tail = b;
   c.pos = kBlockPayload;
   return BlockAt(b) + c.pos;
-}
-
-void LogStore::Publish(Chain& c, size_t bytes) {
-  c.pos += static_cast<uint32_t>(bytes);
-  // Release: the record's bytes happen-before the reclaimer's acquire load of `published`.
-  c.published.store(uint64_t{c.tail} << 32 | c.pos, std::memory_order_release);
 }
 
 void LogStore::Release(const std::vector<uint32_t>& blocks) {

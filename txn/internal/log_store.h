@@ -126,8 +126,17 @@ class LogStore {
   // fence covers them). REQUIRES: a Guard, until the caller's fence. kResourceExhausted when no
   // block can be had, kInvalidArgument when the record can never fit in a block.
   absl::StatusOr<uint8_t*> Reserve(Chain& c, uint32_t slot, size_t bytes);
+  // Reserve's common case, inline: room for `bytes` in c's tail block, or null (then call
+  // Reserve). REQUIRES: bytes <= max_record_bytes().
+  uint8_t* TryReserve(Chain& c, size_t bytes) {
+    return c.tail != kNoBlock && c.pos + bytes <= block_size_ ? BlockAt(c.tail) + c.pos : nullptr;
+  }
   // The record of `bytes` just reserved is complete (its fence has returned): publish it.
-  void Publish(Chain& c, size_t bytes);
+  void Publish(Chain& c, size_t bytes) {
+    c.pos += static_cast<uint32_t>(bytes);
+    // Release: the record's bytes happen-before the reclaimer's acquire load of `published`.
+    c.published.store(uint64_t{c.tail} << 32 | c.pos, std::memory_order_release);
+  }
   // Makes the next record of c start a new block.
   void Seal(Chain& c) { c.tail = kNoBlock; }
 
