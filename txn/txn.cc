@@ -30,8 +30,6 @@ constinit thread_local Hot* tls_hot = nullptr;
 
 namespace {
 
-std::atomic<Engine*> g_default{nullptr};
-
 absl::Status NoTransaction(const char* what) {
   return absl::FailedPreconditionError(
       absl::StrCat("txn::", what,
@@ -115,7 +113,7 @@ Engine::~Engine() {
     if (!open_tx) pool_.SetTxnEngineOpen(false);
   }
   Engine* self = this;
-  g_default.compare_exchange_strong(self, nullptr);
+  txn_detail::g_default.compare_exchange_strong(self, nullptr);
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(Pool& pool, epoch::Manager& epochs,
@@ -131,11 +129,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(Pool& pool, epoch::Manager&
   pool.SetTxnEngineOpen(true);  // until the close's write-back (Pool::Close checks it)
   e->impl_->StartBackground();
   Engine* none = nullptr;
-  g_default.compare_exchange_strong(none, e.get());
+  txn_detail::g_default.compare_exchange_strong(none, e.get());
   return e;
 }
-
-Engine* Engine::Default() { return g_default.load(std::memory_order_acquire); }
 
 absl::Status Engine::Begin() { return impl_->Begin(impl_->Local()); }
 absl::Status Engine::Commit() { return impl_->Commit(impl_->Local()); }
@@ -313,7 +309,8 @@ absl::Status Engine::Impl::Begin(ThreadTx& t) {
   t.owner = std::this_thread::get_id();
   t.depth = 1;
   t.aborted = false;
-  t.doom = absl::OkStatus();
+  if (!t.doom.ok()) [[unlikely]]
+    t.doom = absl::OkStatus();
   // The guard keeps the epoch from closing until commit: the transaction's in-place writes and
   // its record belong to one epoch (docs/txn.md, "Epochs").
   t.guard.emplace(epochs);
@@ -322,9 +319,11 @@ absl::Status Engine::Impl::Begin(ThreadTx& t) {
   t.outer_scope = alloc::tls_tx_scope;  // another engine's transaction on this thread, if any
   alloc::tls_tx_scope = &t;
   if (t.hot.begin == nullptr) t.GrowWrites();
-  if (&engine == Engine::Default()) {  // txn::add's inline path (txn.h)
-    t.hot.index = &index->at(0);
-    t.hot.base = reinterpret_cast<uintptr_t>(pool.base());
+  if (&engine == Engine::Default()) {           // txn::add's inline path (txn.h)
+    if (t.hot.index == nullptr) [[unlikely]] {  // fixed for the engine's life
+      t.hot.index = &index->at(0);
+      t.hot.base = reinterpret_cast<uintptr_t>(pool.base());
+    }
     t.hot.epoch = static_cast<uint32_t>(t.epoch);
     t.hot.size.store(pool.size(), std::memory_order_relaxed);
     txn_detail::tls_hot = &t.hot;
@@ -493,7 +492,14 @@ absl::Status Engine::Impl::Commit(ThreadTx& t) {
                      " ms and was aborted"));
   } else if (!t.doom.ok()) {
     st = t.doom;
-  } else if (!t.writes_empty() || !t.allocs.empty() || !t.frees.empty()) {
+  } else if (t.allocs.empty() && t.frees.empty() &&
+             t.writes_size() <= txn_detail::kSmallCommitWrites) {
+    if (!t.writes_empty()) [[likely]] {
+      st = WriteSmallCommit(t);
+      if (st.ok()) [[likely]]
+        return st;  // it ended the transaction
+    }
+  } else {
     st = WriteCommit(t);
   }
   if (!st.ok() && !t.aborted) {
@@ -505,9 +511,6 @@ absl::Status Engine::Impl::Commit(ThreadTx& t) {
 }
 
 absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
-  if (t.allocs.empty() && t.frees.empty() && t.writes_size() <= txn_detail::kSmallCommitWrites) {
-    return WriteSmallCommit(t);
-  }
   // 1. The record's entries: each declared word once (its value now, the transaction's last),
   //    whole new blocks, allocations and frees. Declared words inside blocks freed here are
   //    dropped: the free's tombstone covers them.
@@ -644,14 +647,24 @@ absl::Status Engine::Impl::WriteSmallCommit(ThreadTx& t) {
   RecordWriter::FinishHeader(rec, rec_words, RecordKind::kCommit, stamp, t.epoch,
                              store.BlockGen(log.tail));
   pool.persister().CopyFlush(txn_detail::kCommitFlush, at, rec, bytes);
-  pool.persister().Fence(txn_detail::kCommitFence);
-  store.Publish(log, bytes);
-  // 5. The index: the record is now the newest of each of its words.
-  const uint64_t v = WordIndex::Pack(WordIndex::KeyOf(stamp), t.epoch);
-  for (size_t i = 0; i < n; ++i) index->at(words[i]).store(v, std::memory_order_release);
+  // The transaction's volatile bookkeeping and the statistics go before the fence, where they
+  // overlap the drain of the record's stores: after it, the caller's next transaction waits
+  // for nothing but the few stores below (the processor can then start that transaction's
+  // cache misses while this fence drains; bench/txbench, K=1). The record is complete, so
+  // nothing below can fail; the transaction ends here.
   t.commits.Add(1);
   t.record_bytes.Add(bytes);
   KickIfOverTrigger();
+  const uint64_t epoch = t.epoch;
+  EndKeepingGuard(t);
+  pool.persister().Fence(txn_detail::kCommitFence);
+  store.Publish(log, bytes);
+  // 5. The index: the record is now the newest of each of its words (after the fence: the
+  //    reclaimer may drop a word's older records once the index names a newer one).
+  const uint64_t v = WordIndex::Pack(WordIndex::KeyOf(stamp), epoch);
+  for (size_t i = 0; i < n; ++i) index->at(words[i]).store(v, std::memory_order_release);
+  // Last, the guard: the epoch cannot complete before the record is durable and published.
+  t.guard.reset();
   return absl::OkStatus();
 }
 
@@ -688,17 +701,21 @@ void Engine::Impl::RollBack(ThreadTx& t) {
 }
 
 void Engine::Impl::End(ThreadTx& t) {
+  EndKeepingGuard(t);
+  t.guard.reset();
+}
+
+void Engine::Impl::EndKeepingGuard(ThreadTx& t) {
   t.hot.end = t.hot.begin;
   t.hot.size.store(0, std::memory_order_relaxed);
   if (txn_detail::tls_hot == &t.hot) txn_detail::tls_hot = nullptr;
-  t.allocs.clear();
-  t.frees.clear();
-  t.compact_at = kCompactWritesAt;
+  if (!t.allocs.empty()) t.allocs.clear();
+  if (!t.frees.empty()) t.frees.clear();
+  if (t.compact_at != kCompactWritesAt) t.compact_at = kCompactWritesAt;
   t.depth = 0;
   t.seq.store(t.seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // even
   alloc::tls_tx_scope = t.outer_scope;
-  t.outer_scope = nullptr;
-  t.guard.reset();
+  if (t.outer_scope != nullptr) t.outer_scope = nullptr;
 }
 
 void* Engine::Impl::TxAllocate(ThreadTx& t, size_t size, size_t align) {

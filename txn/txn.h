@@ -78,8 +78,12 @@
 
 namespace pmrt::txn {
 
+class Engine;
+
 namespace txn_detail {
 struct ThreadTx;
+// Engine::Default(): the first engine opened that is still open.
+inline std::atomic<Engine*> g_default{nullptr};
 
 // One declared word of a transaction: its pool word index and its value when declared (abort
 // restores it).
@@ -173,7 +177,7 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // The first engine opened that is still open (used by txn::begin and friends).
-  static Engine* Default();
+  static Engine* Default() { return txn_detail::g_default.load(std::memory_order_acquire); }
 
   absl::Status Begin();
   absl::Status Commit();

@@ -219,6 +219,8 @@ class Engine::Impl {
   [[gnu::cold]] absl::Status AddRefused(txn_detail::ThreadTx& t, const void* p, size_t n);
   [[gnu::noinline]] static void CompactWrites(txn_detail::ThreadTx& t);
   void End(txn_detail::ThreadTx& t);
+  // End without releasing the guard (the caller releases it).
+  void EndKeepingGuard(txn_detail::ThreadTx& t);
   bool InFresh(const txn_detail::ThreadTx& t, uint64_t word) const;
   void KickIfOverTrigger();
   void WaitForRoom();
