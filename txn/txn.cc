@@ -290,9 +290,32 @@ absl::Status Engine::Impl::Doom(ThreadTx& t, absl::Status st) {
   return t.doom;
 }
 
+namespace {
+// A number for the calling thread, never reused (thread ids and TLS addresses are reused after a
+// thread exits): what a transaction records as its owner.
+std::atomic<uint64_t> g_thread_serials{0};
+constinit thread_local uint64_t tls_thread_serial = 0;
+uint64_t ThreadSerial() {
+  if (tls_thread_serial == 0) [[unlikely]]
+    tls_thread_serial = g_thread_serials.fetch_add(1, std::memory_order_relaxed) + 1;
+  return tls_thread_serial;
+}
+}  // namespace
+
 absl::Status Engine::Impl::Begin(ThreadTx& t) {
+  // The common case: an outermost begin on the thread that ran this ThreadTx's previous
+  // transaction (its slot, write list and epoch slot are set up), not doomed, no backpressure.
+  if (t.depth == 0 && t.owner == ThreadSerial() && t.doom.ok() &&
+      !(options.background && store.blocks_in_use() >= stall_blocks_)) [[likely]] {
+    Enter(t);
+    return absl::OkStatus();
+  }
+  return BeginSlow(t);
+}
+
+absl::Status Engine::Impl::BeginSlow(ThreadTx& t) {
   if (t.depth > 0) {
-    if (t.owner != std::this_thread::get_id()) {
+    if (t.owner != ThreadSerial()) {
       return absl::FailedPreconditionError(
           "txn::begin: this thread adopted a transaction left open by a thread that exited");
     }
@@ -306,19 +329,24 @@ absl::Status Engine::Impl::Begin(ThreadTx& t) {
       epochs.LocalSlot().depth == 0) {
     WaitForRoom();
   }
-  t.owner = std::this_thread::get_id();
+  t.owner = ThreadSerial();
+  t.epoch_slot = &epochs.LocalSlot();
+  if (!t.doom.ok()) t.doom = absl::OkStatus();
+  if (t.hot.begin == nullptr) t.GrowWrites();
+  Enter(t);
+  return absl::OkStatus();
+}
+
+void Engine::Impl::Enter(ThreadTx& t) {
   t.depth = 1;
   t.aborted = false;
-  if (!t.doom.ok()) [[unlikely]]
-    t.doom = absl::OkStatus();
   // The guard keeps the epoch from closing until commit: the transaction's in-place writes and
   // its record belong to one epoch (docs/txn.md, "Epochs").
-  t.guard.emplace(epochs);
+  t.guard.emplace(epochs, *t.epoch_slot);
   t.epoch = t.guard->epoch();
   t.seq.store(t.seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // odd
   t.outer_scope = alloc::tls_tx_scope;  // another engine's transaction on this thread, if any
   alloc::tls_tx_scope = &t;
-  if (t.hot.begin == nullptr) t.GrowWrites();
   if (&engine == Engine::Default()) {           // txn::add's inline path (txn.h)
     if (t.hot.index == nullptr) [[unlikely]] {  // fixed for the engine's life
       t.hot.index = &index->at(0);
@@ -328,7 +356,6 @@ absl::Status Engine::Impl::Begin(ThreadTx& t) {
     t.hot.size.store(pool.size(), std::memory_order_relaxed);
     txn_detail::tls_hot = &t.hot;
   }
-  return absl::OkStatus();
 }
 
 bool Engine::Impl::InFresh(const ThreadTx& t, uint64_t word) const {

@@ -108,7 +108,10 @@ struct ThreadTx final : alloc::TxScope {
   std::optional<epoch::Guard> guard;
   alloc::TxScope* outer_scope = nullptr;  // restored at the end (a transaction of another pool)
   uint64_t epoch = 0;
-  std::thread::id owner;
+  // The thread that began the last transaction (a serial number per thread, never reused; 0:
+  // none yet), and its slot of the epoch manager (valid while that thread lives).
+  uint64_t owner = 0;
+  epoch::ThreadSlot* epoch_slot = nullptr;
   // The write list (in hot: begin/end/limit over write_buf), in declaration order; a word may
   // appear more than once.
   Hot hot;
@@ -162,6 +165,8 @@ class Engine::Impl {
     return t;
   }
   absl::Status Begin(txn_detail::ThreadTx& t);
+  absl::Status BeginSlow(txn_detail::ThreadTx& t);
+  void Enter(txn_detail::ThreadTx& t);  // an outermost begin's last steps: the guard on
   absl::Status Commit(txn_detail::ThreadTx& t);
   absl::Status Abort(txn_detail::ThreadTx& t);
   absl::Status Add(txn_detail::ThreadTx& t, const void* p, size_t n);
