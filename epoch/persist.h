@@ -156,7 +156,8 @@ class Persister {
 
   // Copies [src, src+len) to dst (in the pool) and starts writing dst back: the contract of
   // memcpy followed by Flush(dst, len), durable after the next Fence. On kPmem (x86-64) it uses
-  // non-temporal stores (movnti, 8 bytes each; an unaligned range takes memcpy + pmem_flush):
+  // non-temporal stores (movntdq, 16 bytes each, and movnti for an 8-byte head or tail; a range
+  // that is not 8-byte aligned and sized takes memcpy + pmem_flush):
   // the lines go to memory without passing through the cache, which on this machine makes
   // them durable in about 65% of the time of stores + clwb (bench/persist_bench,
   // BM_RecordPersist) and leaves the cache to the data. For sequential, write-once data (log
