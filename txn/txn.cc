@@ -592,12 +592,8 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
   //    media whole (the transaction counts as committed: allowed, commit has not returned),
   //    torn (bad checksum: recovery stops this log there) or absent. The data lines are not
   //    flushed: the record redoes them (written back when a word goes cold, or at close).
-#ifdef NOFENCE
-  std::memcpy(at, t.stage.get(), written);
-#else
   pool.persister().CopyFlush(txn_detail::kCommitFlush, at, t.stage.get(), written);
   pool.persister().Fence(txn_detail::kCommitFence);
-#endif
   store.Publish(log, written);
   // 5. The index: the record is now the newest of each of its words. A freed block's words go
   //    cold (nothing may be replayed into the block's next life).

@@ -149,13 +149,19 @@ TEST(PersistTest, MsyncFenceWithNothingRecordedIsHarmless) {
   EXPECT_EQ((CountersSnapshot(BackendKind::kMsync) - before).fences, 2u);
 }
 
+// n bytes that differ from their neighbours and from zero (a copy's source).
+std::vector<uint8_t> Pattern(size_t n) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 7 + 1);
+  return v;
+}
+
 // CopyFlush copies on every backend and counts as a flush of the destination; on kPmem it
 // takes the non-temporal path for aligned ranges and memcpy + flush otherwise.
 TEST(PersistTest, CopyFlushCopiesAndCountsOnEveryBackend) {
   MappedFile f;
   ASSERT_NE(f.base(), nullptr);
-  std::vector<uint8_t> src(300);
-  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + 1);
+  const std::vector<uint8_t> src = Pattern(300);
   for (BackendKind kind : {BackendKind::kPmem, BackendKind::kEadr, BackendKind::kMsync}) {
     const Persister p(kind, nullptr);
     const PersistCounts before = CountersSnapshot(kind);
@@ -190,8 +196,7 @@ TEST(PersistTest, CopyFlushCopiesAndCountsOnEveryBackend) {
 TEST(PersistTest, CopyFlushNonTemporalCopiesEveryAlignmentAndLengthExactly) {
   MappedFile f;
   ASSERT_NE(f.base(), nullptr);
-  std::vector<uint8_t> src(256);
-  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 13 + 5);
+  const std::vector<uint8_t> src = Pattern(256);
   const Persister p(BackendKind::kPmem, nullptr);
   for (size_t start : {0, 8, 16, 24}) {
     for (size_t len = 8; len <= 136; len += 8) {

@@ -166,7 +166,9 @@ class Engine::Impl {
   }
   absl::Status Begin(txn_detail::ThreadTx& t);
   absl::Status BeginSlow(txn_detail::ThreadTx& t);
-  void Enter(txn_detail::ThreadTx& t);  // an outermost begin's last steps: the guard on
+  // An outermost begin's last steps: depth, the guard (on t.epoch_slot), the watchdog sequence,
+  // the allocation scope and txn::add's inline path. REQUIRES: t set up by BeginSlow.
+  void Enter(txn_detail::ThreadTx& t);
   absl::Status Commit(txn_detail::ThreadTx& t);
   absl::Status Abort(txn_detail::ThreadTx& t);
   absl::Status Add(txn_detail::ThreadTx& t, const void* p, size_t n);
