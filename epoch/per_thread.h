@@ -9,7 +9,9 @@
 // Thread safety: Local() is safe from any thread; a slot is used only by the thread it was
 // handed to (and by ForEach callers, who must synchronize with it by their own protocol).
 // A slot released at thread exit keeps its contents; the next thread that needs a slot may
-// adopt it as is, so T must be valid to hand over (its owner protocol drains it anyway).
+// adopt it as is, so T must be valid to hand over (its owner protocol drains it anyway). A T
+// with a member `void OnThreadExit()` has it called on the exiting thread first, while every
+// slot of that thread (of any owner) is still its own.
 #ifndef PMRT_EPOCH_PER_THREAD_H_
 #define PMRT_EPOCH_PER_THREAD_H_
 
@@ -26,6 +28,9 @@ namespace per_thread_internal {
 
 class Owner {
  public:
+  // At the exit of a thread, on that thread: first ThreadExit for every slot it holds (all of
+  // its slots still in use, so a hook may use another owner's slot), then Release for each.
+  virtual void ThreadExit(void* slot) = 0;
   virtual void Release(void* slot) = 0;
 
  protected:
@@ -92,6 +97,11 @@ class PerThread final : private per_thread_internal::Owner {
     }
     per_thread_internal::LocalEntries().emplace_back(id_, slot);
     return slot->value;
+  }
+
+  void ThreadExit(void* slot) override {
+    if constexpr (requires(T & v) { v.OnThreadExit(); })
+      static_cast<Slot*>(slot)->value.OnThreadExit();
   }
 
   void Release(void* slot) override {

@@ -259,6 +259,9 @@ void* ThreadTx::TxAllocate(size_t size, size_t align) {
   return impl->TxAllocate(*this, size, align);
 }
 absl::Status ThreadTx::TxFree(void* p) { return impl->TxFree(*this, p); }
+void ThreadTx::OnThreadExit() {
+  if (depth > 0 && impl != nullptr) impl->AbortAtThreadExit(*this);
+}
 
 void ThreadTx::GrowWrites() {
   const size_t n = writes_size();
@@ -315,7 +318,7 @@ absl::Status Engine::Impl::Begin(ThreadTx& t) {
 
 absl::Status Engine::Impl::BeginSlow(ThreadTx& t) {
   if (t.depth > 0) {
-    if (t.owner != ThreadSerial()) {
+    if (t.owner != ThreadSerial()) {  // not expected: a thread's exit aborts its transaction
       return absl::FailedPreconditionError(
           "txn::begin: this thread adopted a transaction left open by a thread that exited");
     }
@@ -701,6 +704,17 @@ absl::Status Engine::Impl::Abort(ThreadTx& t) {
   }
   if (--t.depth == 0) End(t);
   return absl::OkStatus();
+}
+
+void Engine::Impl::AbortAtThreadExit(ThreadTx& t) {
+  // What a crash of the thread would give (the transaction undone), and its epoch guard released:
+  // left open, it would hold back every later epoch boundary (and with them reclamation, until
+  // begin() stalls), and the thread that adopts this ThreadTx would find it open.
+  std::fprintf(stderr,
+               "pmrt txn: a thread exited inside a transaction (begin() without commit() or "
+               "abort()); the transaction is aborted\n");
+  t.depth = 1;  // every level at once
+  (void)Abort(t);
 }
 
 void Engine::Impl::RollBack(ThreadTx& t) {

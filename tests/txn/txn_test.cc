@@ -9,7 +9,9 @@
 #include <array>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <future>
 #include <map>
 #include <mutex>
 #include <set>
@@ -435,6 +437,49 @@ TEST_F(TxnTest, MisuseErrors) {
   ASSERT_OK(begin());
   EXPECT_THAT(engine().Reclaim(), StatusIs(absl::StatusCode::kFailedPrecondition, "inside"));
   ASSERT_OK(commit());
+}
+
+// A thread that exits inside a transaction gets what its crash would give: the transaction is
+// aborted (words restored, allocation undone) and its epoch guard released, so later epoch
+// boundaries are not held back and the next thread to take its state begins afresh.
+TEST_F(TxnTest, AThreadThatExitsInsideATransactionAbortsIt) {
+  Open();
+  auto live = [&] {  // the heap's blocks other than the engine's (its log blocks)
+    std::set<uint64_t> s;
+    (void)rt_.heap->Walk([&](const alloc::BlockInfo& b) { s.insert(b.offset); });
+    for (uint64_t off : engine().OwnedBlocks()) s.erase(off);
+    return s;
+  };
+  ASSERT_OK(txn::Run([&] { return write(&root_->words[0], uint64_t{1}); }));  // hot
+  const auto blocks = live();
+  std::thread([&] {
+    ASSERT_OK(begin());
+    ASSERT_OK(begin());                                  // nested: every level goes
+    ASSERT_OK(write(&root_->words[0], uint64_t{2}));     // hot (txn::add's inline path)
+    ASSERT_OK(write(&root_->words[1], uint64_t{3}));     // cold (snapshot)
+    ASSERT_NE(alloc::pnew<Obj>(Obj{4, 5, 6}), nullptr);  // undone
+  }).join();
+  EXPECT_EQ(root_->words[0], 1u);
+  EXPECT_EQ(root_->words[1], 0u);
+  EXPECT_EQ(live(), blocks);
+  EXPECT_EQ(engine().stats().aborts, 1u);
+  // The exited thread's guard is released: an epoch advance (which waits for every guard of an
+  // older epoch) completes.
+  auto advanced = std::async(std::launch::async, [&] { return rt_.epochs->Advance(); });
+  if (advanced.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    std::fprintf(stderr, "the epoch advance waits for the exited thread's guard\n");
+    std::abort();  // it would wait forever
+  }
+  ASSERT_OK(advanced.get());
+  // The next thread takes the exited thread's state (no other thread has one) and begins afresh.
+  std::thread([&] {
+    EXPECT_FALSE(in_transaction());
+    ASSERT_OK(txn::Run([&] { return write(&root_->words[0], uint64_t{7}); }));
+  }).join();
+  CrashAndRecover();
+  EXPECT_EQ(root_->words[0], 7u);
+  EXPECT_EQ(root_->words[1], 0u);
+  EXPECT_EQ(live(), blocks);
 }
 
 TEST_F(TxnTest, TransactionOpenTooLongFails) {

@@ -98,7 +98,8 @@ struct BlockRec {
 };
 
 // One thread's transaction state (per engine). Adopted as is by a later thread once its thread
-// exits (with its log slot: the log continues).
+// exits (with its log slot: the log continues); a transaction still open then is aborted by the
+// exiting thread first (OnThreadExit).
 struct ThreadTx final : alloc::TxScope {
   Engine::Impl* impl = nullptr;
   uint32_t slot = txn_internal::kCompactSlot;  // log slot; kCompactSlot until assigned
@@ -148,6 +149,8 @@ struct ThreadTx final : alloc::TxScope {
 
   void* TxAllocate(size_t size, size_t align) override;
   absl::Status TxFree(void* p) override;
+  // PerThread's hook, on the exiting thread: a transaction left open is aborted.
+  void OnThreadExit();
 };
 
 }  // namespace txn_detail
@@ -171,6 +174,8 @@ class Engine::Impl {
   void Enter(txn_detail::ThreadTx& t);
   absl::Status Commit(txn_detail::ThreadTx& t);
   absl::Status Abort(txn_detail::ThreadTx& t);
+  // A thread exits with t's transaction open: abort it at every level (reported on stderr).
+  void AbortAtThreadExit(txn_detail::ThreadTx& t);
   absl::Status Add(txn_detail::ThreadTx& t, const void* p, size_t n);
   void* TxAllocate(txn_detail::ThreadTx& t, size_t size, size_t align);
   absl::Status TxFree(txn_detail::ThreadTx& t, void* p);
