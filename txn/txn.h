@@ -43,7 +43,8 @@
 //     epoch::Guard from begin to commit (it never spans an epoch boundary), so it must be short:
 //     one open longer than Options::max_open is reported on stderr and fails with
 //     kDeadlineExceeded at its next call (it aborts at commit). Do not call epoch Advance/Sync
-//     or Engine::Reclaim inside a transaction (they wait for it).
+//     or Engine::Reclaim inside a transaction (they wait for it). A thread that exits with a
+//     transaction open aborts it at exit, as its crash would (reported on stderr).
 //   * Isolation is the caller's, as in PMDK: hold locks around the whole transaction for the
 //     data it touches. Two threads must not write different bytes of the same 8-byte word in
 //     concurrent transactions (the word is the unit of logging, as in word-based STMs).
