@@ -133,11 +133,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(Pool& pool, epoch::Manager&
   return e;
 }
 
-absl::Status Engine::Begin() { return impl_->Begin(impl_->Local()); }
-absl::Status Engine::Commit() { return impl_->Commit(impl_->Local()); }
-absl::Status Engine::Abort() { return impl_->Abort(impl_->Local()); }
-absl::Status Engine::Add(const void* p, size_t n) { return impl_->Add(impl_->Local(), p, n); }
-bool Engine::InTransaction() { return impl_->Local().depth > 0; }
 absl::Status Engine::Reclaim(bool advance) {
   if (InTransaction()) {
     return absl::FailedPreconditionError("txn: Reclaim inside a transaction would wait for it");
@@ -191,14 +186,6 @@ absl::Status NoEngine() {
 }
 }  // namespace
 
-absl::Status begin() {
-  Engine* e = Engine::Default();
-  return e == nullptr ? NoEngine() : e->Begin();
-}
-absl::Status commit() {
-  Engine* e = Engine::Default();
-  return e == nullptr ? NoEngine() : e->Commit();
-}
 absl::Status abort() {
   Engine* e = Engine::Default();
   return e == nullptr ? NoEngine() : e->Abort();
@@ -305,7 +292,28 @@ uint64_t ThreadSerial() {
 }
 }  // namespace
 
-absl::Status Engine::Impl::Begin(ThreadTx& t) {
+[[gnu::always_inline]] inline void Engine::Impl::Enter(ThreadTx& t) {
+  t.depth = 1;
+  t.aborted = false;
+  // The guard keeps the epoch from closing until commit: the transaction's in-place writes and
+  // its record belong to one epoch (docs/txn.md, "Epochs").
+  t.guard.emplace(epochs, *t.epoch_slot);
+  t.epoch = t.guard->epoch();
+  t.seq.store(t.seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // odd
+  t.outer_scope = alloc::tls_tx_scope;  // another engine's transaction on this thread, if any
+  alloc::tls_tx_scope = &t;
+  if (&engine == Engine::Default()) {           // txn::add's inline path (txn.h)
+    if (t.hot.index == nullptr) [[unlikely]] {  // fixed for the engine's life
+      t.hot.index = &index->at(0);
+      t.hot.base = reinterpret_cast<uintptr_t>(pool.base());
+    }
+    t.hot.epoch = static_cast<uint32_t>(t.epoch);
+    t.hot.size.store(pool.size(), std::memory_order_relaxed);
+    txn_detail::tls_hot = &t.hot;
+  }
+}
+
+[[gnu::always_inline]] inline absl::Status Engine::Impl::Begin(ThreadTx& t) {
   // The common case: an outermost begin on the thread that ran this ThreadTx's previous
   // transaction (its slot, write list and epoch slot are set up), not doomed, no backpressure.
   if (t.depth == 0 && t.owner == ThreadSerial() && t.doom.ok() &&
@@ -338,27 +346,6 @@ absl::Status Engine::Impl::BeginSlow(ThreadTx& t) {
   if (t.hot.begin == nullptr) t.GrowWrites();
   Enter(t);
   return absl::OkStatus();
-}
-
-void Engine::Impl::Enter(ThreadTx& t) {
-  t.depth = 1;
-  t.aborted = false;
-  // The guard keeps the epoch from closing until commit: the transaction's in-place writes and
-  // its record belong to one epoch (docs/txn.md, "Epochs").
-  t.guard.emplace(epochs, *t.epoch_slot);
-  t.epoch = t.guard->epoch();
-  t.seq.store(t.seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // odd
-  t.outer_scope = alloc::tls_tx_scope;  // another engine's transaction on this thread, if any
-  alloc::tls_tx_scope = &t;
-  if (&engine == Engine::Default()) {           // txn::add's inline path (txn.h)
-    if (t.hot.index == nullptr) [[unlikely]] {  // fixed for the engine's life
-      t.hot.index = &index->at(0);
-      t.hot.base = reinterpret_cast<uintptr_t>(pool.base());
-    }
-    t.hot.epoch = static_cast<uint32_t>(t.epoch);
-    t.hot.size.store(pool.size(), std::memory_order_relaxed);
-    txn_detail::tls_hot = &t.hot;
-  }
 }
 
 bool Engine::Impl::InFresh(const ThreadTx& t, uint64_t word) const {
@@ -507,7 +494,37 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
   return absl::OkStatus();
 }
 
-absl::Status Engine::Impl::Commit(ThreadTx& t) {
+[[gnu::always_inline]] inline void Engine::Impl::EndKeepingGuard(ThreadTx& t) {
+  t.hot.end = t.hot.begin;
+  t.hot.size.store(0, std::memory_order_relaxed);
+  if (txn_detail::tls_hot == &t.hot) txn_detail::tls_hot = nullptr;
+  if (!t.allocs.empty()) t.allocs.clear();
+  if (!t.frees.empty()) t.frees.clear();
+  if (t.compact_at != kCompactWritesAt) t.compact_at = kCompactWritesAt;
+  t.depth = 0;
+  t.seq.store(t.seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // even
+  alloc::tls_tx_scope = t.outer_scope;
+  if (t.outer_scope != nullptr) t.outer_scope = nullptr;
+}
+
+[[gnu::always_inline]] inline absl::Status Engine::Impl::Commit(ThreadTx& t) {
+  // The common case: the outermost commit of a transaction on the default engine that is not
+  // aborted, doomed or expired and has not allocated (each of which zeroes hot.size, as it
+  // sends txn::add to its general path), with no free and 1 to kSmallCommitWrites declarations.
+  if (t.depth == 1 && t.hot.size.load(std::memory_order_relaxed) != 0 && t.frees.empty() &&
+      t.writes_size() - 1 < txn_detail::kSmallCommitWrites) [[likely]] {
+    absl::Status st = WriteSmallCommit(t);
+    if (st.ok()) [[likely]]
+      return st;  // it ended the transaction
+    RollBack(t);
+    t.aborts.Add(1);
+    End(t);
+    return st;
+  }
+  return CommitSlow(t);
+}
+
+absl::Status Engine::Impl::CommitSlow(ThreadTx& t) {
   if (t.depth == 0) return NoTransaction("commit");
   if (t.depth > 1) {  // flat nesting: an inner commit does nothing
     --t.depth;
@@ -742,19 +759,6 @@ void Engine::Impl::End(ThreadTx& t) {
   t.guard.reset();
 }
 
-void Engine::Impl::EndKeepingGuard(ThreadTx& t) {
-  t.hot.end = t.hot.begin;
-  t.hot.size.store(0, std::memory_order_relaxed);
-  if (txn_detail::tls_hot == &t.hot) txn_detail::tls_hot = nullptr;
-  if (!t.allocs.empty()) t.allocs.clear();
-  if (!t.frees.empty()) t.frees.clear();
-  if (t.compact_at != kCompactWritesAt) t.compact_at = kCompactWritesAt;
-  t.depth = 0;
-  t.seq.store(t.seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // even
-  alloc::tls_tx_scope = t.outer_scope;
-  if (t.outer_scope != nullptr) t.outer_scope = nullptr;
-}
-
 void* Engine::Impl::TxAllocate(ThreadTx& t, size_t size, size_t align) {
   if (t.aborted || !t.doom.ok()) return nullptr;
   const size_t bytes = (size + 7) / 8 * 8;
@@ -827,16 +831,34 @@ void Engine::Impl::WaitForRoom() {
   }
 }
 
-void Engine::Impl::KickIfOverTrigger() {
-  if (!options.background || bg_kick_.load(std::memory_order_relaxed)) return;
-  // kick_blocks_: the trigger, raised by the background thread to where its hysteresis would
-  // run a cycle (a kick below that only wakes it for nothing).
-  const uint64_t used = store.blocks_in_use();
-  if (used < trigger_blocks_ || used < kick_blocks_.load(std::memory_order_relaxed)) return;
+void Engine::Impl::Kick() {
   if (!bg_kick_.exchange(true)) {
     std::lock_guard<std::mutex> l(bg_mu_);  // the waiter tests bg_kick_ under this mutex
     bg_cv_.notify_one();
   }
+}
+
+// ---- the entry points (after the inline functions they expand) ----------------------------
+
+absl::Status Engine::Begin() { return impl_->Begin(impl_->Local()); }
+absl::Status Engine::Commit() { return impl_->Commit(impl_->Local()); }
+absl::Status Engine::Abort() { return impl_->Abort(impl_->Local()); }
+absl::Status Engine::Add(const void* p, size_t n) { return impl_->Add(impl_->Local(), p, n); }
+bool Engine::InTransaction() { return impl_->Local().depth > 0; }
+
+absl::Status begin() {
+  Engine* e = Engine::Default();
+  if (e == nullptr) [[unlikely]]
+    return NoEngine();
+  Engine::Impl& i = *e->impl_;
+  return i.Begin(i.Local());
+}
+absl::Status commit() {
+  Engine* e = Engine::Default();
+  if (e == nullptr) [[unlikely]]
+    return NoEngine();
+  Engine::Impl& i = *e->impl_;
+  return i.Commit(i.Local());
 }
 
 }  // namespace pmrt::txn

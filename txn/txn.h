@@ -205,6 +205,8 @@ class Engine {
   class Impl;  // txn/internal/engine_impl.h
 
  private:
+  friend absl::Status begin();  // the default engine's: straight to Impl
+  friend absl::Status commit();
   Engine(Pool& pool, epoch::Manager& epochs, alloc::Heap& heap, Options options);
 
   Pool& pool_;

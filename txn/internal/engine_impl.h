@@ -167,12 +167,16 @@ class Engine::Impl {
       t.impl = this;
     return t;
   }
+  // Begin, Enter, Commit and EndKeepingGuard are inline in txn.cc (its only callers): the common
+  // begin and commit are a few checks before Enter / WriteSmallCommit, expanded into txn::begin,
+  // txn::commit and Engine::Begin/Commit; the rest is in the Slow functions.
   absl::Status Begin(txn_detail::ThreadTx& t);
   absl::Status BeginSlow(txn_detail::ThreadTx& t);
   // An outermost begin's last steps: depth, the guard (on t.epoch_slot), the watchdog sequence,
   // the allocation scope and txn::add's inline path. REQUIRES: t set up by BeginSlow.
   void Enter(txn_detail::ThreadTx& t);
   absl::Status Commit(txn_detail::ThreadTx& t);
+  absl::Status CommitSlow(txn_detail::ThreadTx& t);
   absl::Status Abort(txn_detail::ThreadTx& t);
   // A thread exits with t's transaction open: abort it at every level (reported on stderr).
   void AbortAtThreadExit(txn_detail::ThreadTx& t);
@@ -234,7 +238,16 @@ class Engine::Impl {
   // End without releasing the guard (the caller releases it).
   void EndKeepingGuard(txn_detail::ThreadTx& t);
   bool InFresh(const txn_detail::ThreadTx& t, uint64_t word) const;
-  void KickIfOverTrigger();
+  // Wakes the background thread when the log has reached the size at which it runs a cycle.
+  void KickIfOverTrigger() {
+    if (!options.background || bg_kick_.load(std::memory_order_relaxed)) return;
+    // kick_blocks_: the trigger, raised by the background thread to where its hysteresis would
+    // run a cycle (a kick below that only wakes it for nothing).
+    const uint64_t used = store.blocks_in_use();
+    if (used < trigger_blocks_ || used < kick_blocks_.load(std::memory_order_relaxed)) return;
+    Kick();
+  }
+  [[gnu::noinline]] void Kick();
   void WaitForRoom();
 
   // Log sizes in blocks: begin() waits for the reclaimer from stall_blocks_ on; committers
