@@ -1,8 +1,9 @@
 // Unit tests of txn/: the API (begin/commit/abort, Run, Scope, nesting, misuse), abort
 // restoring memory and allocations, hot/cold transitions (fences per commit), log block
-// chaining and reuse through reclamation, allocation inside transactions across a crash, and the
-// commit-order rule across threads. "Crash" here copies the whole pool while it is open (every
-// store kept, as after a process kill); flush placement is txn_crash_test's job.
+// chaining and reuse through reclamation, allocation inside transactions across a crash, the
+// commit-order rule across threads, a thread exiting inside a transaction, and a second engine's
+// transaction nested in the default engine's. "Crash" here copies the whole pool while it is open
+// (every store kept, as after a process kill); flush placement is txn_crash_test's job.
 #include "txn/txn.h"
 
 #include <algorithm>
@@ -480,6 +481,81 @@ TEST_F(TxnTest, AThreadThatExitsInsideATransactionAbortsIt) {
   EXPECT_EQ(root_->words[0], 7u);
   EXPECT_EQ(root_->words[1], 0u);
   EXPECT_EQ(live(), blocks);
+}
+
+// A second engine (another pool) is used through its member functions, also inside a
+// transaction of the default engine on the same thread: each transaction keeps its own words,
+// log, commit and abort; an allocation belongs to the innermost one; the outer one resumes when
+// the inner one ends.
+TEST_F(TxnTest, ASecondEnginesTransactionNestsInsideTheDefaultEngines) {
+  Open();  // the default engine: opened first
+  Buffer buf2(kPoolSize);
+  auto r2 = OpenMemory(buf2.data(), kPoolSize, Eadr(), Quiet(), /*create=*/true);
+  ASSERT_OK(r2);
+  Runtime rt2 = std::move(*r2);
+  Engine& e2 = *rt2.engine;
+  ASSERT_NE(&e2, Engine::Default());
+  Root* root2 = *rt2.pool->root<Root>();
+  auto live = [](Runtime& rt) {  // the heap's blocks other than the engine's (its log blocks)
+    std::set<uint64_t> s;
+    (void)rt.heap->Walk([&](const alloc::BlockInfo& b) { s.insert(b.offset); });
+    for (uint64_t off : rt.engine->OwnedBlocks()) s.erase(off);
+    return s;
+  };
+  const auto blocks = live(rt_);
+
+  ASSERT_OK(begin());
+  ASSERT_OK(write(&root_->words[0], uint64_t{1}));
+  ASSERT_OK(e2.Begin());
+  ASSERT_OK(e2.Add(&root2->words[0], 8));
+  root2->words[0] = 2;
+  Obj* inner = alloc::pnew<Obj>(Obj{7, 8, 9});  // the second pool's heap
+  ASSERT_NE(inner, nullptr);
+  EXPECT_TRUE(rt2.pool->contains(inner, sizeof(Obj)));
+  ASSERT_OK(e2.Add(&root2->obj, 8));
+  root2->obj = rt2.pool->offset_of(inner);
+  ASSERT_OK(e2.Commit());
+  // The outer transaction again: its declarations and allocations.
+  ASSERT_OK(write(&root_->words[1], uint64_t{3}));
+  Obj* outer = alloc::pnew<Obj>(Obj{1, 1, 1});
+  ASSERT_NE(outer, nullptr);
+  EXPECT_TRUE(rt_.pool->contains(outer, sizeof(Obj)));
+  ASSERT_OK(abort());  // the outer one aborts; the inner one stays committed
+  EXPECT_EQ(root_->words[0], 0u);
+  EXPECT_EQ(root_->words[1], 0u);
+  EXPECT_EQ(live(rt_), blocks);  // its allocation undone
+  EXPECT_EQ(root2->words[0], 2u);
+  EXPECT_TRUE(live(rt2).count(rt2.pool->offset_of(inner)));
+
+  // An inner abort restores only the inner transaction's words.
+  ASSERT_OK(begin());
+  ASSERT_OK(write(&root_->words[2], uint64_t{4}));
+  ASSERT_OK(e2.Begin());
+  ASSERT_OK(e2.Add(&root2->words[1], 8));
+  root2->words[1] = 5;
+  ASSERT_OK(e2.Abort());
+  EXPECT_EQ(root2->words[1], 0u);
+  ASSERT_OK(commit());
+  EXPECT_EQ(root_->words[2], 4u);
+  EXPECT_FALSE(in_transaction());
+
+  // Durable as committed, in both pools (a crash keeping every store, then recovery).
+  Buffer image2(kPoolSize);
+  image2.CopyFrom(buf2.data());
+  rt2.Reset();
+  buf2.CopyFrom(image2.data());
+  auto back = OpenMemory(buf2.data(), kPoolSize, Eadr(), Quiet(), /*create=*/false);
+  ASSERT_OK(back);
+  Root* r = *back->pool->root<Root>();
+  EXPECT_EQ(r->words[0], 2u);
+  EXPECT_EQ(r->words[1], 0u);
+  auto* o = static_cast<Obj*>(back->pool->at(r->obj));
+  ASSERT_NE(o, nullptr);
+  EXPECT_EQ(o->c, 9u);
+  back->Reset();
+  CrashAndRecover();
+  EXPECT_EQ(root_->words[0], 0u);
+  EXPECT_EQ(root_->words[2], 4u);
 }
 
 TEST_F(TxnTest, TransactionOpenTooLongFails) {
