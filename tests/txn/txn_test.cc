@@ -60,6 +60,14 @@ Options Quiet(size_t block = 4096) {
   return o;
 }
 
+// The heap's live blocks other than the engine's own (its directory and log blocks).
+std::set<uint64_t> UserBlocks(Runtime& rt) {
+  std::set<uint64_t> s;
+  (void)rt.heap->Walk([&](const alloc::BlockInfo& b) { s.insert(b.offset); });
+  for (uint64_t off : rt.engine->OwnedBlocks()) s.erase(off);
+  return s;
+}
+
 class TxnTest : public ::testing::Test {
  protected:
   void Open(const Options& o = Quiet()) {
@@ -445,12 +453,7 @@ TEST_F(TxnTest, MisuseErrors) {
 // boundaries are not held back and the next thread to take its state begins afresh.
 TEST_F(TxnTest, AThreadThatExitsInsideATransactionAbortsIt) {
   Open();
-  auto live = [&] {  // the heap's blocks other than the engine's (its log blocks)
-    std::set<uint64_t> s;
-    (void)rt_.heap->Walk([&](const alloc::BlockInfo& b) { s.insert(b.offset); });
-    for (uint64_t off : engine().OwnedBlocks()) s.erase(off);
-    return s;
-  };
+  auto live = [&] { return UserBlocks(rt_); };
   ASSERT_OK(txn::Run([&] { return write(&root_->words[0], uint64_t{1}); }));  // hot
   const auto blocks = live();
   std::thread([&] {
@@ -496,12 +499,7 @@ TEST_F(TxnTest, ASecondEnginesTransactionNestsInsideTheDefaultEngines) {
   Engine& e2 = *rt2.engine;
   ASSERT_NE(&e2, Engine::Default());
   Root* root2 = *rt2.pool->root<Root>();
-  auto live = [](Runtime& rt) {  // the heap's blocks other than the engine's (its log blocks)
-    std::set<uint64_t> s;
-    (void)rt.heap->Walk([&](const alloc::BlockInfo& b) { s.insert(b.offset); });
-    for (uint64_t off : rt.engine->OwnedBlocks()) s.erase(off);
-    return s;
-  };
+  auto live = [](Runtime& rt) { return UserBlocks(rt); };
   const auto blocks = live(rt_);
 
   ASSERT_OK(begin());
