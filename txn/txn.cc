@@ -516,12 +516,18 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
     absl::Status st = WriteSmallCommit(t);
     if (st.ok()) [[likely]]
       return st;  // it ended the transaction
-    RollBack(t);
-    t.aborts.Add(1);
-    End(t);
-    return st;
+    return EndAfterCommit(t, std::move(st));
   }
   return CommitSlow(t);
+}
+
+absl::Status Engine::Impl::EndAfterCommit(ThreadTx& t, absl::Status st) {
+  if (!st.ok() && !t.aborted) {  // (an inner abort has already restored memory)
+    RollBack(t);
+    t.aborts.Add(1);
+  }
+  End(t);
+  return st;
 }
 
 absl::Status Engine::Impl::CommitSlow(ThreadTx& t) {
@@ -549,12 +555,7 @@ absl::Status Engine::Impl::CommitSlow(ThreadTx& t) {
   } else {
     st = WriteCommit(t);
   }
-  if (!st.ok() && !t.aborted) {
-    RollBack(t);
-    t.aborts.Add(1);
-  }
-  End(t);
-  return st;
+  return EndAfterCommit(t, std::move(st));
 }
 
 absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {

@@ -177,6 +177,10 @@ class Engine::Impl {
   void Enter(txn_detail::ThreadTx& t);
   absl::Status Commit(txn_detail::ThreadTx& t);
   absl::Status CommitSlow(txn_detail::ThreadTx& t);
+  // Ends the outermost level after a commit attempt that did not end the transaction itself (the
+  // general commit, an empty one, or a failed one): with st an error, rolls it back first
+  // (unless an inner abort did). Returns st.
+  absl::Status EndAfterCommit(txn_detail::ThreadTx& t, absl::Status st);
   absl::Status Abort(txn_detail::ThreadTx& t);
   // A thread exits with t's transaction open: abort it at every level (reported on stderr).
   void AbortAtThreadExit(txn_detail::ThreadTx& t);
