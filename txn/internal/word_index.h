@@ -1,6 +1,7 @@
 // WordIndex: the volatile hot/cold index of the transaction layer, one 64-bit value per 8-byte
 // word of the pool, in an anonymous MAP_NORESERVE mapping as large as the pool (only the pages
-// of words that transactions touch become resident; a fresh page reads as "cold").
+// of words that transactions touch become resident; a fresh page reads as "cold"), on
+// transparent huge pages where the system allows (word_index.cc).
 //
 //   value = key:32 (high) | epoch:32 (low)
 //   key    0: cold — the word has no live record; its first write in a transaction snapshots it.
