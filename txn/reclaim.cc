@@ -125,7 +125,7 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
   const uint64_t h_new = epochs.completed();
   if (h_new <= horizon) return absl::OkStatus();
   const uint64_t now_epoch = epochs.current();
-  const bool pressure = store.blocks_in_use() * store.block_size() > options.log_budget;
+  const bool pressure = store.blocks_in_use() * store.block_size() > budget;
   // Over budget: a full cycle (K's superseded entries go too), but the cold age stays what the
   // budget affords (adapted below): zeroing it would drop the whole hot set each time the log
   // touches the budget, and every word would then pay a snapshot.
@@ -144,9 +144,8 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
   // only appends the newly folded live entries to K as a new segment (records of seq new_seq):
   // it never drops a word's newest entry, so older entries of the word left in earlier segments
   // are always followed by a newer one (recovery applies K's records in chain order).
-  const bool full =
-      force_full_ || pressure || incremental_cycles_ >= kMaxIncrementalCycles ||
-      k_blocks_before * bs >= std::max<uint64_t>(2 * full_k_bytes_, options.log_budget / 8);
+  const bool full = force_full_ || pressure || incremental_cycles_ >= kMaxIncrementalCycles ||
+                    k_blocks_before * bs >= std::max<uint64_t>(2 * full_k_bytes_, budget / 8);
 
   auto k_new = std::make_unique<Chain>();
   Chain& k_out = full ? *k_new : store.chain(kCompactSlot);
@@ -397,9 +396,9 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
   if (full && options.adaptive_cold) {
     // Keep as many words hot as the budget affords: the compacted log holds one entry per hot
     // word, and a cold word costs a fence at its next first write.
-    if (k_bytes > options.log_budget / 2) {
+    if (k_bytes > budget / 2) {
       cold_age /= 2;
-    } else if (k_bytes < options.log_budget / 4) {
+    } else if (k_bytes < budget / 4) {
       cold_age = std::min(options.max_cold_after_epochs, cold_age * 2 + 1);
     }
   }
@@ -470,7 +469,8 @@ void Engine::Impl::StopBackground() {
 }
 
 void Engine::Impl::BackgroundLoop() {
-  const uint64_t trigger = static_cast<uint64_t>(options.log_budget * options.reclaim_trigger);
+  const uint64_t trigger =
+      static_cast<uint64_t>(static_cast<double>(budget) * options.reclaim_trigger);
   uint64_t floor = 0;  // log bytes right after the last cycle: the compacted log and the tails
   std::unique_lock<std::mutex> l(bg_mu_);
   while (!bg_stop_) {
@@ -482,7 +482,7 @@ void Engine::Impl::BackgroundLoop() {
     const uint64_t used = store.blocks_in_use() * store.block_size();
     // Hysteresis: a cycle rewrites the compacted log, so run one only when the log has grown by
     // a quarter of the budget since the last cycle left it (or is over the budget: writers wait).
-    if (used >= trigger && (used >= floor + options.log_budget / 4 || used >= options.log_budget)) {
+    if (used >= trigger && (used >= floor + budget / 4 || used >= budget)) {
       if (absl::Status st = Reclaim(/*advance=*/true); !st.ok()) {
         std::fprintf(stderr, "pmrt txn: reclamation failed: %s\n", st.ToString().c_str());
       }
@@ -491,8 +491,7 @@ void Engine::Impl::BackgroundLoop() {
       floor = used;
     }
     // Committers kick only once the log reaches the size at which the test above runs a cycle.
-    const uint64_t next = std::min(std::max(trigger, floor + options.log_budget / 4),
-                                   static_cast<uint64_t>(options.log_budget));
+    const uint64_t next = std::min(std::max(trigger, floor + budget / 4), budget);
     kick_blocks_.store((next + store.block_size() - 1) / store.block_size(),
                        std::memory_order_relaxed);
     l.lock();

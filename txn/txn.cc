@@ -163,6 +163,7 @@ Stats Engine::stats() const {
   s.cycles = i.cycles.load();
   s.full_cycles = i.full_cycles.load();
   s.stalls = i.stalls.load();
+  s.log_budget = i.budget;
   s.words_kept = i.words_kept.load();
   s.words_dropped = i.words_dropped.load();
   s.words_cold = i.words_cold.load();
@@ -810,12 +811,17 @@ void Engine::Impl::SetThresholds() {
   // The budget is the bound the log keeps under a steady load: above it, new transactions wait
   // for the reclaimer (the records of open ones may still take a block each, and a cycle holds
   // the old and the new compacted log at once until its descriptor switches).
-  stall_blocks_ =
-      std::min<uint64_t>(store.limit_blocks() * 7 / 8, options.log_budget / store.block_size());
+  // A budget the block limit cannot hold is capped at 4/7 of it (64 MiB with 32 KiB blocks):
+  // otherwise the logs would reach their limit before the reclaimer's trigger and every record
+  // would fail with kResourceExhausted (the rest is for open transactions' records and, during
+  // a full cycle, the old and the new compacted log).
+  const uint64_t bs = store.block_size();
+  const uint64_t limit = std::min<uint64_t>(store.limit_blocks(), txn_internal::kTableCapacity);
+  budget = std::min<uint64_t>(options.log_budget, limit * 4 / 7 * bs);
+  stall_blocks_ = budget / bs;
   // Committers wake the reclaimer once the log holds reclaim_trigger of the budget.
   trigger_blocks_ = static_cast<uint64_t>(
-      std::ceil(static_cast<double>(options.log_budget) * options.reclaim_trigger /
-                static_cast<double>(store.block_size())));
+      std::ceil(static_cast<double>(budget) * options.reclaim_trigger / static_cast<double>(bs)));
 }
 
 void Engine::Impl::WaitForRoom() {

@@ -117,7 +117,10 @@ absl::Status AddGeneral(const void* p, size_t n);
 
 struct Options {
   // Log bytes the reclaimer aims to stay under; a cycle runs once the log holds more than
-  // `reclaim_trigger` of it.
+  // `reclaim_trigger` of it. Capped at 4/7 of the thread logs' block limit (below; so at most
+  // 64 MiB with 32 KiB blocks, 8 MiB with 4 KiB ones), so that the reclaimer starts, and begin()
+  // waits, before the logs reach their limit, with room left for the compacted log;
+  // Stats::log_budget is the budget in effect.
   size_t log_budget = 32 << 20;
   double reclaim_trigger = 0.5;
   // Hard limit on the thread logs' bytes (blocks owned); 0: 2 x log_budget. At most 3584
@@ -160,6 +163,7 @@ struct Stats {
   uint64_t horizon = 0;            // epoch horizon of the last cycle
   uint64_t cold_age = 0;           // the cold age (epochs) the next cycle uses
   uint64_t stalls = 0;             // begin() calls that waited for the reclaimer
+  uint64_t log_budget = 0;         // the budget in effect (Options::log_budget, capped)
   uint64_t recovered_records = 0;  // records replayed at open
   uint64_t recovered_words = 0;
   std::chrono::nanoseconds recovery_time{0};

@@ -868,5 +868,32 @@ TEST_F(TxnTest, BackgroundReclaimerKeepsTheLogWithinBudget) {
   EXPECT_LE(s.log_bytes_owned, 2 * o.log_budget);
 }
 
+TEST_F(TxnTest, ABudgetTheBlockLimitCannotHoldIsCapped) {
+  // 1 MiB of thread logs (256 blocks of 4 KiB) cannot hold a 4 MiB budget: its trigger (2 MiB)
+  // would never be reached, begin() would not wait in time, and records would fail at the
+  // limit. The budget in effect is 4/7 of the limit.
+  Options o;
+  o.block_size = 4096;
+  o.log_budget = 4 << 20;
+  o.log_limit = 1 << 20;
+  Open(o);
+  EXPECT_EQ(engine().stats().log_budget, uint64_t{256} * 4 / 7 * 4096);
+  uint64_t rng = 7;
+  for (int i = 0; i < 20000; ++i) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    ASSERT_OK(txn::Run([&]() -> absl::Status {  // 4 words: ~2 MiB of records in all
+      for (uint64_t k = 0; k < 4; ++k) RETURN_IF_ERROR(write(&root_->words[(rng + k) % 128], rng));
+      return absl::OkStatus();
+    })) << "at "
+        << i;
+    if (i % 64 == 0) (void)rt_.epochs->Advance();
+  }
+  const Stats s = engine().stats();
+  EXPECT_GT(s.cycles, 0u);
+  EXPECT_LE(s.log_bytes_peak, o.log_limit);
+}
+
 }  // namespace
 }  // namespace pmrt::txn

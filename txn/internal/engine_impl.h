@@ -260,6 +260,11 @@ class Engine::Impl {
   uint64_t trigger_blocks_ = 0;
 
  public:
+  // The log budget in effect: Options::log_budget capped by the block limit (SetThresholds).
+  uint64_t budget = 0;
+
+ private:
+ public:
   template <class F>
   void ForEachThread(F&& f) {
     threads_.ForEach(f);
