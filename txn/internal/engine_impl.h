@@ -263,8 +263,6 @@ class Engine::Impl {
   // The log budget in effect: Options::log_budget capped by the block limit (SetThresholds).
   uint64_t budget = 0;
 
- private:
- public:
   template <class F>
   void ForEachThread(F&& f) {
     threads_.ForEach(f);
