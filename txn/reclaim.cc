@@ -469,8 +469,9 @@ void Engine::Impl::StopBackground() {
 }
 
 void Engine::Impl::BackgroundLoop() {
-  const uint64_t trigger =
-      static_cast<uint64_t>(static_cast<double>(budget) * options.reclaim_trigger);
+  // The committers' trigger in bytes (SetThresholds; the log grows by whole blocks, so `used`
+  // reaches it exactly when it reaches reclaim_trigger of the budget).
+  const uint64_t trigger = trigger_blocks_ * store.block_size();
   uint64_t floor = 0;  // log bytes right after the last cycle: the compacted log and the tails
   std::unique_lock<std::mutex> l(bg_mu_);
   while (!bg_stop_) {
