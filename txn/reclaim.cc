@@ -129,7 +129,11 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
   // Over budget: a full cycle (K's superseded entries go too), but the cold age stays what the
   // budget affords (adapted below): zeroing it would drop the whole hot set each time the log
   // touches the budget, and every word would then pay a snapshot.
-  const uint64_t age = cold_age;
+  // Never below the touch slack: a transaction open in epoch E declared its words without a CAS
+  // when their touch epochs were >= E - touch_slack, and E > h_new (its guard keeps E from
+  // completing), so cold_limit = h_new - age < E - touch_slack keeps all of them hot.
+  const uint64_t age =
+      mutation::Swapped(txn_detail::kSlackMutant) ? 0 : std::max<uint64_t>(cold_age, touch_slack);
   const uint64_t cold_limit = h_new > age ? h_new - age : 0;
   const uint64_t new_seq = seq + 1;
   const uint32_t new_key = WordIndex::CompactKey(new_seq);
@@ -397,7 +401,7 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
     // Keep as many words hot as the budget affords: the compacted log holds one entry per hot
     // word, and a cold word costs a fence at its next first write.
     if (k_bytes > budget / 2) {
-      cold_age /= 2;
+      cold_age = std::max<uint64_t>(cold_age / 2, touch_slack);
     } else if (k_bytes < budget / 4) {
       cold_age = std::min(options.max_cold_after_epochs, cold_age * 2 + 1);
     }

@@ -238,7 +238,9 @@ Engine::Impl::Impl(Engine& e)
       store(e.pool_, e.epochs_, e.heap_) {
   const size_t limit = options.log_limit != 0 ? options.log_limit : 2 * options.log_budget;
   store.set_limit_blocks(std::max<uint64_t>(4, limit / options.block_size));
-  cold_age = options.cold_after_epochs;
+  touch_slack = static_cast<uint32_t>(std::min(
+      {txn_detail::kMaxTouchSlack, options.cold_after_epochs, options.max_cold_after_epochs}));
+  cold_age = std::max<uint64_t>(options.cold_after_epochs, touch_slack);
 }
 
 Engine::Impl::~Impl() = default;
@@ -307,6 +309,7 @@ uint64_t ThreadSerial() {
     if (t.hot.index == nullptr) [[unlikely]] {  // fixed for the engine's life
       t.hot.index = &index->at(0);
       t.hot.base = reinterpret_cast<uintptr_t>(pool.base());
+      t.hot.slack = touch_slack;
     }
     t.hot.epoch = static_cast<uint32_t>(t.epoch);
     t.hot.size.store(pool.size(), std::memory_order_relaxed);
@@ -406,8 +409,15 @@ absl::Status Engine::Impl::Add(ThreadTx& t, const void* p, size_t n) {
     std::atomic<uint64_t>& slot = index->at(w);
     uint64_t v = slot.load(std::memory_order_acquire);
     for (;;) {
-      if (WordIndex::Key(v) == 0) break;                                   // cold
-      if (WordIndex::Epoch32(v) == static_cast<uint32_t>(t.epoch)) break;  // touched already
+      if (WordIndex::Key(v) == 0) break;  // cold
+      // Touched recently enough: in this epoch or at most touch_slack epochs before it (or
+      // after it: a transaction of a later epoch). The reclaimer's cold age is at least the
+      // slack and its horizon is below this transaction's epoch, so it leaves the word hot
+      // while this transaction is open (docs/txn.md, "The index").
+      if (static_cast<int32_t>(static_cast<uint32_t>(t.epoch) - WordIndex::Epoch32(v)) <=
+          static_cast<int32_t>(touch_slack)) {
+        break;
+      }
       // Move the touch epoch forward. The reclaimer's CAS of the old value (to cold) now fails,
       // so the word's newest record stays while this transaction can still fail. Pairs with
       // the reclaimer's cold CAS in Reclaim. (The data line is not registered dirty: a hot

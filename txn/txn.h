@@ -104,6 +104,7 @@ struct Hot {
   // allocated, and by the watchdog when it expires).
   std::atomic<uint64_t> size{0};
   uint32_t epoch = 0;  // low 32 bits of the transaction's epoch
+  uint32_t slack = 0;  // the engine's touch slack (fixed)
   WriteRec* begin = nullptr;
   WriteRec* end = nullptr;
   WriteRec* limit = nullptr;
@@ -137,7 +138,9 @@ struct Options {
   // cold at reclamation (its record is dropped; its next write is snapshotted, one fence). With
   // `adaptive_cold`, the reclaimer tunes this age after each cycle to the budget: it doubles
   // (up to max_cold_after_epochs) while the compacted log is under 1/4 of the budget, and halves
-  // when it is over 1/2.
+  // when it is over 1/2, never below the touch slack: min(8, cold_after_epochs,
+  // max_cold_after_epochs) epochs. A transaction's declaration of a word touched within the
+  // slack takes no CAS on the word's index slot (docs/txn.md, "The index").
   uint64_t cold_after_epochs = 64;
   bool adaptive_cold = true;
   uint64_t max_cold_after_epochs = 1024;
@@ -228,9 +231,9 @@ absl::Status abort();
 //
 // Inline: an aligned 8-byte word of a hot word (one with a live record) in a transaction that
 // has not allocated, with room in the write list. It reads the word's index slot (moving its
-// touch epoch forward with a CAS at its first declaration in the epoch, as the general path
-// does) and keeps the word's old value. A transaction of K random words is then a short loop
-// whose cache misses (index slot and data line of each word) the processor overlaps;
+// touch epoch forward with a CAS when the word was not touched in the last few epochs, as the
+// general path does) and keeps the word's old value. A transaction of K random words is then a
+// short loop whose cache misses (index slot and data line of each word) the processor overlaps;
 // everything else takes the general path.
 inline absl::Status add(const void* p, size_t n) {
   txn_detail::Hot* h = txn_detail::tls_hot;
@@ -244,7 +247,9 @@ inline absl::Status add(const void* p, size_t n) {
       std::atomic<uint64_t>& slot = h->index[off / 8];
       uint64_t v = slot.load(std::memory_order_acquire);
       if ((v >> 32) != 0) [[likely]] {  // hot (key != 0)
-        if (static_cast<uint32_t>(v) != h->epoch) {
+        // Not touched in the last `slack` epochs (as Engine::Add; docs/txn.md, "The index").
+        if (static_cast<int32_t>(h->epoch - static_cast<uint32_t>(v)) >
+            static_cast<int32_t>(h->slack)) [[unlikely]] {
           // Pairs with the reclaimer's cold CAS (txn/reclaim.cc): once this succeeds, the
           // word's newest record stays while the transaction can still fail.
           if (!slot.compare_exchange_strong(v, (v & ~uint64_t{0xFFFFFFFF}) | h->epoch,

@@ -115,13 +115,17 @@ struct Model {
 using pmrt::testing::EnvOr;
 using pmrt::testing::Next;
 
-Options TestOptions() {
+// cold_after: Options::cold_after_epochs, and with it the touch slack (min(8, cold_after)).
+// 0: a word goes cold as soon as its touch epoch has completed, and every first touch in an
+// epoch CASes. 2: a declaration skips the CAS of a word touched in the 2 epochs before, and the
+// reclaimer leaves words touched that recently hot.
+Options TestOptions(uint64_t cold_after) {
   Options o;
   o.background = false;
   o.block_size = 4096;
   o.log_budget = 64 << 10;
   o.log_limit = 2 << 20;  // the schedule may go long without an advance
-  o.cold_after_epochs = 0;
+  o.cold_after_epochs = cold_after;
   o.adaptive_cold = false;
   return o;
 }
@@ -228,10 +232,10 @@ void Step(Engine& e, Pool& pool, Model& m, int w, uint64_t& rng) {
   }
 }
 
-absl::StatusOr<testing::Runtime> OpenImage(void* base, const PoolOptions& po) {
+absl::StatusOr<testing::Runtime> OpenImage(void* base, const PoolOptions& po, uint64_t cold_after) {
   auto pool = Pool::OpenInMemory(base, kPoolSize, "txn-crash", po, "crash-image");
   if (!pool.ok()) return pool.status();
-  return testing::Attach(std::move(*pool), TestOptions());
+  return testing::Attach(std::move(*pool), TestOptions(cold_after));
 }
 
 absl::Status CheckRecovered(testing::Runtime& r, const Model& m) {
@@ -241,20 +245,21 @@ absl::Status CheckRecovered(testing::Runtime& r, const Model& m) {
 }
 
 // Recovery under crashes, then a short continuation under crashes.
-absl::Status CheckNested(CrashImage& img, const Model& outer, uint64_t images_so_far) {
+absl::Status CheckNested(CrashImage& img, const Model& outer, uint64_t images_so_far,
+                         uint64_t cold_after) {
   Model after;
   bool recovered = false;
   Sim::Options o = pmrt::testing::NestedSimOptions(0.3);
   o.max_images = images_so_far + 30;  // a nested run is cheap next to the crash points it adds
   auto handler = [&](CrashImage& inner) -> absl::Status {
-    auto r = OpenImage(inner.base(), pmrt::testing::EadrPoolOptions());
+    auto r = OpenImage(inner.base(), pmrt::testing::EadrPoolOptions(), cold_after);
     if (!r.ok()) return r.status();
     return CheckRecovered(*r, recovered ? after : outer);
   };
   return pmrt::testing::RunNestedCheck(
       img, o,
       [&](Sim& nested) -> absl::Status {
-        auto r = OpenImage(img.base(), pmrt::testing::SimPoolOptions(nested));
+        auto r = OpenImage(img.base(), pmrt::testing::SimPoolOptions(nested), cold_after);
         if (!r.ok()) return r.status();
         State got = Read(*r->pool);
         if (auto st = outer.Check(got); !st.ok()) return st;
@@ -291,6 +296,7 @@ struct Config : pmrt::testing::CrashConfig {
     options.random_images = 4;
     options.exhaustive_max_lines = 5;  // more crash points rather than all subsets at a few
   }
+  uint64_t cold_after = 0;  // TestOptions
 };
 
 struct Outcome : pmrt::testing::CrashOutcome {
@@ -301,10 +307,10 @@ Outcome RunCrash(const Config& cfg) {
   Model model;
   return pmrt::testing::RunUnderSim<Outcome>(
       kPoolSize, cfg.options, cfg.target_images,
-      [](Sim& sim, const PoolOptions& po) -> absl::StatusOr<testing::Runtime> {
+      [&](Sim& sim, const PoolOptions& po) -> absl::StatusOr<testing::Runtime> {
         auto pool = Pool::CreateInMemory(sim.working(), kPoolSize, "txn-crash", po, "sim-pool");
         if (!pool.ok()) return pool.status();
-        auto rt = testing::Attach(std::move(*pool), TestOptions());
+        auto rt = testing::Attach(std::move(*pool), TestOptions(cfg.cold_after));
         if (!rt.ok()) return rt;
         (void)RootOf(*rt->pool);
         EXPECT_OK(rt->epochs->Sync());
@@ -312,9 +318,9 @@ Outcome RunCrash(const Config& cfg) {
       },
       [&](Sim& sim, CrashImage& img) -> absl::Status {
         if (cfg.nested_every > 0 && img.id().image % cfg.nested_every == 5) {
-          return CheckNested(img, model, sim.stats().images);
+          return CheckNested(img, model, sim.stats().images, cfg.cold_after);
         }
-        auto r = OpenImage(img.base(), pmrt::testing::EadrPoolOptions());
+        auto r = OpenImage(img.base(), pmrt::testing::EadrPoolOptions(), cfg.cold_after);
         if (!r.ok()) return r.status();
         return CheckRecovered(*r, model);
       },
@@ -376,6 +382,36 @@ TEST(TxnCrashTest, TwoThreads) {
   const auto cfg = pmrt::testing::MainRunConfig<Config>(2, EnvOr("PMRT_TXN_SEED", 3), 100000);
   pmrt::testing::ExpectFinishedRun(RunCrash(cfg), cfg.target_images,
                                    [](const Outcome& o) { Report("txn, 2 threads", o); });
+}
+
+// The touch slack: words declared without a CAS because they were touched in the two epochs
+// before stay hot through every cycle that runs while their transaction is open.
+TEST(TxnCrashTest, TwoThreadsWithTouchSlack) {
+  auto cfg = pmrt::testing::MainRunConfig<Config>(2, EnvOr("PMRT_TXN_SEED", 5), 30000);
+  cfg.cold_after = 2;
+  const Outcome r = RunCrash(cfg);
+  ASSERT_NO_FATAL_FAILURE(pmrt::testing::ExpectFinishedRun(
+      r, cfg.target_images, [](const Outcome& o) { Report("txn, 2 threads, touch slack 2", o); }));
+  EXPECT_GT(r.full_cycles, 0u);
+}
+
+// Its negative control: a reclaimer whose cold age ignores the slack makes a word an open
+// transaction declared (without a CAS) go cold; its line, flushed with the transaction's
+// uncommitted value, is then not undone by any record.
+TEST(TxnCrashTest, MutationGateKillsTheTouchSlackMutant) {
+  const std::map<uint32_t, std::string> mutant = {
+      {txn_detail::kSlackMutant.id, txn_detail::kSlackMutant.name}};
+  const auto survivors = pmrt::testing::RunMutationGate(
+      mutant,
+      [] {
+        Config cfg;
+        cfg.threads = 2;
+        cfg.cold_after = 2;
+        cfg.target_images = EnvOr("PMRT_GATE_IMAGES", 40000);
+        return RunCrash(cfg);
+      },
+      "txn touch slack");
+  EXPECT_TRUE(survivors.empty()) << ::testing::PrintToString(survivors);
 }
 
 TEST(TxnCrashTest, MutationGateKillsEverySite) {

@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "tests/txn/txn_runtime.h"
 #include "tests/util/test_util.h"
+#include "txn/internal/engine_impl.h"
 #include "txn/internal/log_store.h"
 
 namespace pmrt::txn {
@@ -639,6 +640,59 @@ TEST_F(TxnTest, HotWordStaysHotWhileTouched) {
   ASSERT_OK(r);
   rt_ = std::move(*r);
   EXPECT_EQ((*rt_.pool->root<Root>())->words[5], 1u);  // undone from the kept record
+}
+
+// The touch slack: a declaration skips the CAS of a word touched at most min(8,
+// cold_after_epochs) epochs before its transaction's epoch, so the reclaimer must leave words
+// touched that recently hot (its cold age is never below the slack) while the transaction is
+// open. (With the txn.mutant.touch_slack mutant the word goes cold here and the crash keeps the
+// uncommitted value.)
+TEST_F(TxnTest, AWordTouchedWithinTheTouchSlackStaysHotWhileTouched) {
+  Options o = Quiet();
+  o.cold_after_epochs = 2;  // touch slack 2
+  o.adaptive_cold = false;
+  Open(o);
+  ASSERT_OK(txn::Run([&] { return write(&root_->words[5], uint64_t{1}); }));
+  ASSERT_OK(rt_.epochs->Advance());
+  ASSERT_OK(rt_.epochs->Advance());
+  // Two epochs later: within the slack, declared without moving the touch epoch.
+  ASSERT_OK(begin());
+  ASSERT_OK(write(&root_->words[5], uint64_t{2}));
+  std::thread reclaimer([&] { ASSERT_OK(engine().Reclaim(/*advance=*/false)); });
+  reclaimer.join();
+  EXPECT_GT(engine().stats().cycles, 0u);
+  Buffer image(kPoolSize);
+  image.CopyFrom(buf_.data());
+  ASSERT_OK(commit());
+  EXPECT_EQ(engine().stats().words_cold, 0u);
+  rt_.Reset();
+  buf_.CopyFrom(image.data());
+  auto r = OpenMemory(buf_.data(), kPoolSize, Eadr(), o, false);
+  ASSERT_OK(r);
+  rt_ = std::move(*r);
+  EXPECT_EQ((*rt_.pool->root<Root>())->words[5], 1u);  // undone from the kept record
+}
+
+// The adaptive cold age halves while the compacted log is over half the budget, but never
+// below the touch slack (the previous test's invariant).
+TEST_F(TxnTest, TheAdaptiveColdAgeStopsAtTheTouchSlack) {
+  Options o = Quiet();
+  o.log_budget = 8 << 10;  // every word's entry in K: ~8 KiB, over half of it
+  o.log_limit = 1 << 20;
+  ASSERT_EQ(o.cold_after_epochs, 64u);
+  ASSERT_TRUE(o.adaptive_cold);
+  Open(o);
+  uint64_t min_age = engine().stats().cold_age;
+  for (int round = 0; round < 8; ++round) {
+    for (int i = 0; i < kWords; ++i) {  // every word, in an order that forms no runs in K
+      const int w = (i * 263) % kWords;
+      ASSERT_OK(txn::Run([&] { return write(&root_->words[w], uint64_t(round)); }));
+    }
+    ASSERT_OK(engine().Reclaim());
+    min_age = std::min(min_age, engine().stats().cold_age);
+  }
+  EXPECT_GT(engine().stats().full_cycles, 3u);
+  EXPECT_EQ(min_age, txn_detail::kMaxTouchSlack);
 }
 
 TEST_F(TxnTest, LogBlocksChainAndAreReused) {

@@ -37,11 +37,20 @@ inline constexpr Site kDescFence{"txn.reclaim.desc.fence"};
 inline constexpr Site kHeadMoveFlush{"txn.reclaim.head.flush"};
 inline constexpr Site kHeadMoveFence{"txn.reclaim.head.fence"};
 // Logic mutants for the mutation gate (mutation::Swapped): recovery that replays the thread
-// logs in walk order instead of commit order, and an incremental cycle that drops the newest
+// logs in walk order instead of commit order, an incremental cycle that drops the newest
 // entry of a cold word while older entries of it stay in earlier segments (SpecPMT's
-// multi-thread rule broken). Each must make the crash suite fail.
+// multi-thread rule broken), and a reclaimer whose cold age ignores the touch slack (below).
+// Each must make the crash suite fail.
 inline constexpr Site kOrderMutant{"txn.mutant.recovery_order"};
 inline constexpr Site kRuleMutant{"txn.mutant.reclaim_rule"};
+inline constexpr Site kSlackMutant{"txn.mutant.touch_slack"};
+
+// The touch slack (docs/txn.md, "The index"): a transaction's declaration of a hot word moves
+// the word's touch epoch forward (a CAS) only when it is more than this many epochs older than
+// the transaction's epoch, and the reclaimer's cold age is never below it. Capped by
+// Options::cold_after_epochs and max_cold_after_epochs (0 there: every first touch in an epoch
+// CASes, and a word may go cold as soon as its touch epoch has completed).
+inline constexpr uint64_t kMaxTouchSlack = 8;
 
 // A statistics counter written by one thread and read by any: a relaxed load and store, no
 // read-modify-write.
@@ -215,7 +224,9 @@ class Engine::Impl {
   uint64_t seq = 0;
   int desc_line = 1;  // the line holding the current descriptor; the next cycle writes the other
   uint64_t compact_bytes = 0;
-  uint64_t cold_age = 0;  // epochs; see Options::adaptive_cold
+  uint64_t cold_age = 0;  // epochs; see Options::adaptive_cold; never below touch_slack
+  // Fixed at construction (before any transaction): see kMaxTouchSlack.
+  uint32_t touch_slack = 0;
   // Incremental cycles since the last full one, K's size after it, and a full one is due (an
   // incremental cycle failed).
   static constexpr uint64_t kMaxIncrementalCycles = 16;
