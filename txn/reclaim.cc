@@ -34,7 +34,11 @@ using txn_internal::WordIndex;
 
 namespace {
 
-// Writes the compacted log: one kCompact record per block, filled entry by entry.
+// Writes the compacted log: one kCompact record per block, filled entry by entry in a staging
+// buffer (a run's head is rewritten as the run grows) and copied into its block with
+// non-temporal stores when complete (CopyFlush): K' reaches memory without being read first or
+// passing through this core's caches, where it would evict lines the transactions use (a full
+// cycle writes all of K', one entry per hot word).
 class CompactWriter {
  public:
   CompactWriter(txn_internal::LogStore& store, Chain& chain, uint64_t seq, uint64_t horizon)
@@ -68,7 +72,7 @@ class CompactWriter {
     return absl::OkStatus();
   }
 
-  // Closes the last record (flushed; the caller fences).
+  // Closes the last record (copied into its block and flushed; the caller fences).
   void Finish() {
     if (rec_ == nullptr) return;
     auto* h = reinterpret_cast<RecordHeader*>(rec_);
@@ -79,7 +83,7 @@ class CompactWriter {
     h->epoch = horizon_;
     h->gen = store_.BlockGen(chain_.tail);
     h->crc = txn_internal::RecordCrc(h);
-    store_.pool().persister().Flush(txn_detail::kCompactFlush, rec_, used_);
+    store_.pool().persister().CopyFlush(txn_detail::kCompactFlush, at_, rec_, used_);
     store_.Publish(chain_, used_);
     bytes_ += used_;
     rec_ = nullptr;
@@ -91,8 +95,10 @@ class CompactWriter {
   absl::Status Next() {
     Finish();
     // A whole block's payload: one record per block.
-    ASSIGN_OR_RETURN(rec_, store_.Reserve(chain_, kCompactSlot, store_.max_record_bytes()));
+    ASSIGN_OR_RETURN(at_, store_.Reserve(chain_, kCompactSlot, store_.max_record_bytes()));
     room_ = store_.max_record_bytes();
+    if (stage_ == nullptr) stage_ = std::make_unique<uint64_t[]>(room_ / 8);
+    rec_ = reinterpret_cast<uint8_t*>(stage_.get());
     used_ = sizeof(RecordHeader);
     return absl::OkStatus();
   }
@@ -100,7 +106,9 @@ class CompactWriter {
   txn_internal::LogStore& store_;
   Chain& chain_;
   const uint64_t seq_, horizon_;
-  uint8_t* rec_ = nullptr;
+  std::unique_ptr<uint64_t[]> stage_;  // the record being built
+  uint8_t* rec_ = nullptr;             // stage_ while a record is open
+  uint8_t* at_ = nullptr;              // its place in the log
   size_t used_ = 0, room_ = 0;
   uint64_t* run_head_ = nullptr;
   uint64_t run_word_ = 0, run_len_ = 0;
