@@ -48,8 +48,9 @@
 // background threads included), fences_per_commit and lines_flushed_per_commit (pmrt and
 // undo: every fence of the process, advancer and reclaimer included; pmdk: null, libpmemobj
 // does not expose its counts), and for pmrt the log: log_budget, log_bytes_avg/max (sampled
-// every 10 ms during the measured interval), snapshots_per_commit, reclaim_cycles, close_ms
-// (the engine's close, which writes back every word a live record holds).
+// every 10 ms during the measured interval), snapshots_per_commit, reclaim_cycles (and
+// full_cycles of them: the ones that rewrote the compacted log; both since the engine opened),
+// close_ms (the engine's close, which writes back every word a live record holds).
 #include <libpmem.h>
 #include <libpmemobj.h>
 #include <sys/resource.h>
@@ -244,12 +245,12 @@ class PmrtSystem : public System {
         buf, sizeof(buf),
         ", \"log_budget\": %zu, \"log_bytes_avg\": %.0f, \"log_bytes_max\": %lu, "
         "\"log_bytes_peak_all\": %lu, \"compact_bytes\": %lu, \"snapshots_per_commit\": %.4f, "
-        "\"reclaim_cycles\": %lu, \"words_cold\": %lu",
+        "\"reclaim_cycles\": %lu, \"full_cycles\": %lu, \"words_cold\": %lu",
         static_cast<size_t>(s.log_budget),  // in effect (the engine caps it)
         log_samples_ ? static_cast<double>(log_sum_) / log_samples_ : 0.0, log_max_,
         s.log_bytes_peak, s.compact_bytes,
         commits ? static_cast<double>(s.snapshots - snapshots0_) / commits : 0.0, s.cycles,
-        s.words_cold);
+        s.full_cycles, s.words_cold);
     json += buf;
     // The close: the engine writes back every word a live record holds (docs/txn.md, "Epochs").
     const auto c0 = std::chrono::steady_clock::now();
