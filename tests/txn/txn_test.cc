@@ -133,6 +133,38 @@ TEST_F(TxnTest, CommitIsDurableAndAbortRestores) {
 // A word declared many times in one transaction (the write list keeps duplicates and is
 // compacted past kCompactWritesAt): abort restores the value from before the transaction, a
 // commit records the last value once.
+
+// Small commits compute the checksum alongside the entries where the processor has the crc32
+// instruction, predicting a record without duplicates or runs; the portable path and the
+// mispredicted cases compute it after. Every variant must recover.
+TEST_F(TxnTest, SmallCommitChecksumsRecoverOnEveryPath) {
+  const bool saved = txn_internal::g_crc_in_commit_loop;
+  for (const bool in_loop : {saved, false}) {
+    txn_internal::g_crc_in_commit_loop = in_loop;
+    Open();
+    ASSERT_OK(txn::Run([&]() -> absl::Status {  // distinct, no runs: the prediction holds
+      for (int i = 0; i < 8; ++i) RETURN_IF_ERROR(write(&root_->words[3 * i], uint64_t(10 + i)));
+      return absl::OkStatus();
+    }));
+    ASSERT_OK(txn::Run([&]() -> absl::Status {  // a duplicate
+      RETURN_IF_ERROR(write(&root_->words[40], uint64_t{1}));
+      RETURN_IF_ERROR(write(&root_->words[50], uint64_t{2}));
+      return write(&root_->words[40], uint64_t{3});
+    }));
+    ASSERT_OK(txn::Run([&]() -> absl::Status {  // a run
+      RETURN_IF_ERROR(write(&root_->words[60], uint64_t{4}));
+      return write(&root_->words[61], uint64_t{5});
+    }));
+    CrashAndRecover();
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(root_->words[3 * i], uint64_t(10 + i)) << in_loop;
+    EXPECT_EQ(root_->words[40], 3u);
+    EXPECT_EQ(root_->words[50], 2u);
+    EXPECT_EQ(root_->words[60], 4u);
+    EXPECT_EQ(root_->words[61], 5u);
+    rt_.Reset();
+  }
+  txn_internal::g_crc_in_commit_loop = saved;
+}
 TEST_F(TxnTest, RepeatedDeclarationsAbortAndCommit) {
   Open();
   ASSERT_OK(begin());

@@ -246,6 +246,9 @@ class Engine::Impl {
   absl::Status Snapshot(txn_detail::ThreadTx& t);
   absl::Status WriteCommit(txn_detail::ThreadTx& t);
   absl::Status WriteSmallCommit(txn_detail::ThreadTx& t);
+  absl::Status WriteSmallCommitCrc(txn_detail::ThreadTx& t);  // x86-64 with SSE 4.2
+  template <bool kCrcInLoop>
+  [[gnu::always_inline]] absl::Status WriteSmallCommitBody(txn_detail::ThreadTx& t);
   void RollBack(txn_detail::ThreadTx& t);
   [[gnu::cold]] absl::Status AddRefused(txn_detail::ThreadTx& t, const void* p, size_t n);
   [[gnu::noinline]] static void CompactWrites(txn_detail::ThreadTx& t);

@@ -37,6 +37,9 @@ __attribute__((target("sse4.2"))) uint32_t RecordCrcSse42(const RecordHeader* h)
 }
 const bool kHasSse42 = (__builtin_cpu_init(), __builtin_cpu_supports("sse4.2"));
 }  // namespace
+bool g_crc_in_commit_loop = kHasSse42;
+#else
+bool g_crc_in_commit_loop = false;
 #endif
 
 uint32_t RecordCrc(const RecordHeader* h) {

@@ -85,6 +85,10 @@ void ForEachEntry(const RecordHeader* h, F&& fn) {
 
 uint32_t RecordCrc(const RecordHeader* h);  // over the record with the crc field taken as zero
 uint32_t RecordCrcReference(const RecordHeader* h);  // the same through Crc32c (tests compare)
+// Small commits compute their checksum alongside the entries with the crc32 instruction
+// (x86-64 SSE 4.2; initialized to whether the processor has it). Tests clear it to run the
+// portable path; set only while no transaction runs.
+extern bool g_crc_in_commit_loop;
 
 class LogStore {
  public:
