@@ -92,6 +92,29 @@ class TxnTest : public ::testing::Test {
     root_ = *rt_.pool->root<Root>();
   }
   Engine& engine() { return *rt_.engine; }
+  // Word 5 is written, the epoch advances `advances` times, and a transaction touches the word
+  // (in place, no snapshot: it is hot) and is still open while the reclaimer runs: the word's
+  // record must stay, so a crash before the commit recovers the value from before it.
+  void ExpectTouchedWordStaysHotThroughACycle(const Options& o, int advances) {
+    Open(o);
+    ASSERT_OK(txn::Run([&] { return write(&root_->words[5], uint64_t{1}); }));
+    for (int i = 0; i < advances; ++i) ASSERT_OK(rt_.epochs->Advance());
+    ASSERT_OK(begin());
+    ASSERT_OK(write(&root_->words[5], uint64_t{2}));
+    std::thread reclaimer([&] { ASSERT_OK(engine().Reclaim(/*advance=*/false)); });
+    reclaimer.join();
+    EXPECT_GT(engine().stats().cycles, 0u);
+    Buffer image(kPoolSize);
+    image.CopyFrom(buf_.data());
+    ASSERT_OK(commit());
+    EXPECT_EQ(engine().stats().words_cold, 0u);
+    rt_.Reset();
+    buf_.CopyFrom(image.data());
+    auto r = OpenMemory(buf_.data(), kPoolSize, Eadr(), o, false);
+    ASSERT_OK(r);
+    rt_ = std::move(*r);
+    EXPECT_EQ((*rt_.pool->root<Root>())->words[5], 1u);  // undone from the kept record
+  }
 
   Buffer buf_{kPoolSize};
   Runtime rt_;
@@ -653,25 +676,7 @@ TEST_F(TxnTest, HotWordStaysHotWhileTouched) {
   Options o = Quiet();
   o.cold_after_epochs = 0;
   o.adaptive_cold = false;
-  Open(o);
-  ASSERT_OK(txn::Run([&] { return write(&root_->words[5], uint64_t{1}); }));
-  ASSERT_OK(rt_.epochs->Advance());
-  // A transaction touches the word (in place, no snapshot: it is hot) and is still open while
-  // the reclaimer runs: the word's record must stay.
-  ASSERT_OK(begin());
-  ASSERT_OK(write(&root_->words[5], uint64_t{2}));
-  std::thread reclaimer([&] { ASSERT_OK(engine().Reclaim(/*advance=*/false)); });
-  reclaimer.join();
-  Buffer image(kPoolSize);
-  image.CopyFrom(buf_.data());
-  ASSERT_OK(commit());
-  EXPECT_EQ(engine().stats().words_cold, 0u);
-  rt_.Reset();
-  buf_.CopyFrom(image.data());
-  auto r = OpenMemory(buf_.data(), kPoolSize, Eadr(), o, false);
-  ASSERT_OK(r);
-  rt_ = std::move(*r);
-  EXPECT_EQ((*rt_.pool->root<Root>())->words[5], 1u);  // undone from the kept record
+  ExpectTouchedWordStaysHotThroughACycle(o, /*advances=*/1);
 }
 
 // The touch slack: a declaration skips the CAS of a word touched at most min(8,
@@ -683,26 +688,8 @@ TEST_F(TxnTest, AWordTouchedWithinTheTouchSlackStaysHotWhileTouched) {
   Options o = Quiet();
   o.cold_after_epochs = 2;  // touch slack 2
   o.adaptive_cold = false;
-  Open(o);
-  ASSERT_OK(txn::Run([&] { return write(&root_->words[5], uint64_t{1}); }));
-  ASSERT_OK(rt_.epochs->Advance());
-  ASSERT_OK(rt_.epochs->Advance());
   // Two epochs later: within the slack, declared without moving the touch epoch.
-  ASSERT_OK(begin());
-  ASSERT_OK(write(&root_->words[5], uint64_t{2}));
-  std::thread reclaimer([&] { ASSERT_OK(engine().Reclaim(/*advance=*/false)); });
-  reclaimer.join();
-  EXPECT_GT(engine().stats().cycles, 0u);
-  Buffer image(kPoolSize);
-  image.CopyFrom(buf_.data());
-  ASSERT_OK(commit());
-  EXPECT_EQ(engine().stats().words_cold, 0u);
-  rt_.Reset();
-  buf_.CopyFrom(image.data());
-  auto r = OpenMemory(buf_.data(), kPoolSize, Eadr(), o, false);
-  ASSERT_OK(r);
-  rt_ = std::move(*r);
-  EXPECT_EQ((*rt_.pool->root<Root>())->words[5], 1u);  // undone from the kept record
+  ExpectTouchedWordStaysHotThroughACycle(o, /*advances=*/2);
 }
 
 // The adaptive cold age halves while the compacted log is over half the budget, but never
