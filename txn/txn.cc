@@ -66,13 +66,8 @@ class RecordWriter {
   // `base`, then its checksum over all of it.
   static void FinishHeader(void* base, size_t words, RecordKind kind, uint64_t stamp,
                            uint64_t epoch, uint64_t gen) {
+    FinishHeader(base, words, kind, stamp, epoch, gen, /*crc=*/0);
     auto* h = static_cast<RecordHeader*>(base);
-    h->words = static_cast<uint16_t>(words);
-    h->kind = static_cast<uint16_t>(kind);
-    h->crc = 0;
-    h->stamp = stamp;
-    h->epoch = epoch;
-    h->gen = gen;
     h->crc = txn_internal::RecordCrc(h);
   }
   // The same with the checksum already computed (WriteSmallCommit).
@@ -712,8 +707,9 @@ template <bool kCrcInLoop>
     ASSIGN_OR_RETURN(at, store.Reserve(log, t.slot, max_words * 8));
   }
   const uint64_t gen = store.BlockGen(log.tail);
+  // The prediction holds iff the record ends with max_words: a duplicate adds no words, a word
+  // extending a run adds one instead of two.
   uint64_t crc = 0xFFFFFFFFu;
-  bool predicted = true;  // no duplicate, no run so far: the record will have max_words
   if constexpr (kCrcInLoop) {
     crc = Crc8(crc, max_words | static_cast<uint64_t>(RecordKind::kCommit) << 16);  // crc field 0
     crc = Crc8(crc, stamp);
@@ -734,15 +730,11 @@ template <bool kCrcInLoop>
     const uint64_t wd = w->word;
     const uint64_t h = (wd * 0x9E3779B97F4A7C15ull) >> 56;
     const uint64_t bit = uint64_t{1} << (h & 63);
-    if ((filter[h >> 6] & bit) != 0 && std::find(words, words + n, wd) != words + n) {
-      predicted = false;
-      continue;
-    }
+    if ((filter[h >> 6] & bit) != 0 && std::find(words, words + n, wd) != words + n) continue;
     filter[h >> 6] |= bit;
     words[n++] = wd;
     if (head != nullptr && wd == prev + 1 && txn_internal::EntryWords(*head) < kMaxEntryWords) {
       *head += uint64_t{1} << 46;  // one more word in the run (EntryWords' field)
-      predicted = false;
     } else {
       head = p;
       *p++ = MakeEntryHead(EntryType::kData, 1, wd);
@@ -762,7 +754,7 @@ template <bool kCrcInLoop>
   // 3.-4. As in WriteCommit: the header and checksum (the commit mark; computed here unless the
   //    prediction held), the non-temporal copy and the one fence. Before the fence completes
   //    the record may be on media whole, torn (bad checksum) or absent.
-  if (kCrcInLoop && predicted && rec_words == max_words) {
+  if (kCrcInLoop && rec_words == max_words) {
     RecordWriter::FinishHeader(rec, rec_words, RecordKind::kCommit, stamp, t.epoch, gen,
                                ~static_cast<uint32_t>(crc));
   } else {
