@@ -94,8 +94,16 @@ class CompactWriter {
  private:
   absl::Status Next() {
     Finish();
-    // A whole block's payload: one record per block.
-    ASSIGN_OR_RETURN(at_, store_.Reserve(chain_, kCompactSlot, store_.max_record_bytes()));
+    // A whole block's payload: one record per block. Taken inside a guard, held only this long:
+    // a block the heap allocates here is an allocation of the guard's epoch, and Reserve
+    // registers its table entry dirty in that epoch, so the boundary that makes the allocation
+    // durable writes the entry back with it (a crash never leaks the block). The fold itself
+    // holds no guard: a guard held through it (milliseconds in a full cycle) kept every epoch
+    // boundary waiting, and with it every transaction's begin (docs/txn.md, "Reclamation").
+    {
+      epoch::Guard g(store_.epochs());
+      ASSIGN_OR_RETURN(at_, store_.Reserve(chain_, kCompactSlot, store_.max_record_bytes()));
+    }
     room_ = store_.max_record_bytes();
     if (stage_ == nullptr) stage_ = std::make_unique<uint64_t[]>(room_ / 8);
     rec_ = reinterpret_cast<uint8_t*>(stage_.get());
@@ -132,7 +140,6 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
   if (advance && epochs.completed() <= horizon) RETURN_IF_ERROR(epochs.Advance());
   const uint64_t h_new = epochs.completed();
   if (h_new <= horizon) return absl::OkStatus();
-  const uint64_t now_epoch = epochs.current();
   const bool pressure = store.blocks_in_use() * store.block_size() > budget;
   // Over budget: a full cycle (K's superseded entries go too), but the cold age stays what the
   // budget affords (adapted below): zeroing it would drop the whole hot set each time the log
@@ -166,9 +173,6 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
   uint64_t dropped = 0, cold = 0, k_bytes = 0;
   absl::Status failed = absl::OkStatus();
   {
-    // The guard: K' blocks the heap allocates in this epoch have their table entries fenced
-    // (step 2) before the epoch can complete, as for a transaction.
-    epoch::Guard g(epochs);
     if (!full) store.Seal(k_out);  // the new segment starts in a new block
     CompactWriter out(store, k_out, new_seq, h_new);
     // A word's entry survives iff it is the word's newest record (index key) and the word is
@@ -208,7 +212,7 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
         // the word's record (a transaction that writes the word after the CAS snapshots it
         // first, so the line may also carry its uncommitted value: the snapshot undoes it).
         if ((full || mutation::Swapped(txn_detail::kRuleMutant)) &&
-            WordIndex::FullEpoch(v, now_epoch) <= cold_limit &&
+            WordIndex::TouchedBy(v, cold_limit) &&
             slot.compare_exchange_strong(v, 0, std::memory_order_acq_rel)) {
           pool.persister().Flush(txn_detail::kColdFlush, pool.base() + e.word * 8, 8);
           ++cold;

@@ -255,12 +255,16 @@ void LogStore::BuildFreePool() {
 }
 
 absl::StatusOr<uint32_t> LogStore::Grow(uint32_t slot) {
-  // REQUIRES: mu_, and the caller's Guard. The new block's table entry is flushed here and made
-  // durable by the caller's next fence, which comes before its Guard ends (a record or a
-  // snapshot is fenced in the same Guard that acquired the block): the allocation's epoch
-  // cannot complete before the entry is durable, so a crash never leaks the block. A crash
-  // before that fence fails the epoch: the allocation is rolled back; a durable entry then
-  // names an unallocated block, which MarkTableAllocated re-marks at the next open.
+  // REQUIRES: mu_, and the caller's Guard. The new block's table entry is flushed here and
+  // registered dirty in the guard's epoch, the epoch of the heap allocation: the boundary that
+  // completes that epoch (and so makes the allocation durable) writes the entry back first and
+  // fences it on the advancing thread, so a crash never leaks the block, whatever the caller
+  // fences and whenever its guard ends. (A transaction's record or snapshot fence, in the same
+  // guard, makes it durable sooner; the reclaimer ends its guard right after taking a block. A
+  // fence orders only its own thread's flushes, so the reclaimer's later fence could come after
+  // the boundary.) A crash before the boundary fails the epoch: the allocation is rolled back; a
+  // durable entry then names an unallocated block, which MarkTableAllocated re-marks at the
+  // next open.
   const uint32_t b = count_.load(std::memory_order_relaxed);
   if ((slot != kCompactSlot && by_offset_.size() >= limit_blocks_) || b >= kTableCapacity) {
     return absl::ResourceExhaustedError(
@@ -276,6 +280,7 @@ absl::StatusOr<uint32_t> LogStore::Grow(uint32_t slot) {
   const uint64_t off = pool_.offset_of(p);
   table_[b] = off;
   pool_.persister().Flush(kTableFlush, &table_[b], sizeof(uint64_t));
+  epochs_.RecordDirty(&table_[b], sizeof(uint64_t));
   blocks_[b] = {off, 0};
   by_offset_[off] = b;
   count_.store(b + 1, std::memory_order_release);

@@ -127,8 +127,11 @@ class LogStore {
 
   // Appends: returns room for `bytes` of record in chain c of `slot`, switching to a new block
   // when the tail is full (header, link or head, and table entry flushed; the caller's next
-  // fence covers them). REQUIRES: a Guard, until the caller's fence. kResourceExhausted when no
-  // block can be had, kInvalidArgument when the record can never fit in a block.
+  // fence covers them; a new heap block's table entry is also registered dirty in the guard's
+  // epoch, so its allocation never becomes durable without it). REQUIRES: a Guard; a record
+  // that must be durable before the guard's epoch completes is fenced before it ends.
+  // kResourceExhausted when no block can be had, kInvalidArgument when the record can never fit in
+  // a block.
   absl::StatusOr<uint8_t*> Reserve(Chain& c, uint32_t slot, size_t bytes);
   // Reserve's common case, inline: room for `bytes` in c's tail block, or null (then call
   // Reserve). REQUIRES: bytes <= max_record_bytes().

@@ -9,7 +9,7 @@
 //          record, CompactKey(seq) for the compacted log of reclamation cycle `seq`.
 //   epoch  low 32 bits of an epoch in which a transaction touched the word, at most the touch
 //          slack (engine_impl.h, kMaxTouchSlack) older than the last such epoch.
-//          Reconstructed against the current epoch by FullEpoch().
+//          Compared with a signed 32-bit difference (TouchedBy()).
 //
 // Concurrency (docs/txn.md, "The index"): a word is written by the transaction that holds it
 // (the caller's isolation) and by the reclaimer, which only ever CASes a value it has read: hot
@@ -51,9 +51,12 @@ class WordIndex {
   }
   static constexpr uint32_t Key(uint64_t v) { return static_cast<uint32_t>(v >> 32); }
   static constexpr uint32_t Epoch32(uint64_t v) { return static_cast<uint32_t>(v); }
-  // The full epoch whose low 32 bits are those of v, at most `current`.
-  static constexpr uint64_t FullEpoch(uint64_t v, uint64_t current) {
-    return current - static_cast<uint32_t>(static_cast<uint32_t>(current) - Epoch32(v));
+  // Whether v's touch epoch is `limit` or older. Compared on the low 32 bits with a signed
+  // difference, so a touch epoch newer than `limit` (a transaction of an epoch that began after
+  // the caller read the epoch: the reclaimer holds no guard while it folds) is never taken for an
+  // old one. Valid while touch epochs lie within 2^31 epochs (4 years at 64 ms) of `limit`.
+  static constexpr bool TouchedBy(uint64_t v, uint64_t limit) {
+    return static_cast<int32_t>(Epoch32(v) - static_cast<uint32_t>(limit)) <= 0;
   }
 
   // Zeroes the whole index (drops the pages).
