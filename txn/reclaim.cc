@@ -191,6 +191,8 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
     std::vector<Pending> pending;
     pending.reserve(kBatch);
     auto decide = [&]() -> absl::Status {
+      if (fold_hook) [[unlikely]]
+        fold_hook();
       const size_t n = pending.size();
       for (size_t i = 0; i < std::min(n, kPrefetchAhead); ++i)
         __builtin_prefetch(&index->at(pending[i].word), 1);

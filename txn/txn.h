@@ -64,6 +64,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -204,6 +205,10 @@ class Engine {
   std::vector<uint64_t> OwnedBlocks() const;
   // Tests: every log's next record starts a new block (the most recently freed one).
   void SealLogsForTesting();
+  // Tests: the reclaimer calls `hook` on its own thread each time it has gathered a batch of
+  // entries to decide, in the middle of a cycle's fold (before anything of the cycle is fenced).
+  // Set it while no cycle runs.
+  void SetFoldHookForTesting(std::function<void()> hook);
   Pool& pool() const { return pool_; }
   epoch::Manager& epochs() const { return epochs_; }
   alloc::Heap& heap() const { return heap_; }

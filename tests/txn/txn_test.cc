@@ -714,6 +714,56 @@ TEST_F(TxnTest, TheAdaptiveColdAgeStopsAtTheTouchSlack) {
   EXPECT_EQ(min_age, txn_detail::kMaxTouchSlack);
 }
 
+// A reclamation cycle holds no epoch guard while it folds (only while it takes a block): an
+// epoch boundary that falls in a cycle completes at once. Before, the boundary waited for the
+// whole fold, and every transaction's begin waited for the boundary. The hook runs in the
+// middle of the fold, on the reclaimer's thread; the advance runs on another thread (with the
+// guard held through the fold it could not complete before the hook returned: it would time
+// out). Then the cycle finishes and the words recover, including those written meanwhile.
+TEST_F(TxnTest, AnEpochBoundaryDoesNotWaitForAReclamationCycle) {
+  Options o = Quiet(4096);
+  o.cold_after_epochs = 0;  // the fold also makes words cold (CAS, flush) without a guard
+  o.adaptive_cold = false;
+  Open(o);
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < kWords; ++i) {
+      ASSERT_OK(txn::Run([&] { return write(&root_->words[i], uint64_t(round * 1000 + i)); }));
+    }
+  }
+  ASSERT_OK(rt_.epochs->Advance());
+  const uint64_t completed = rt_.epochs->completed();
+  int calls = 0;
+  bool advanced_in_fold = false;
+  std::thread advancer;
+  std::future<absl::Status> advanced;
+  engine().SetFoldHookForTesting([&] {
+    if (calls++ > 0) return;
+    std::packaged_task<absl::Status()> advance([&] { return rt_.epochs->Advance(); });
+    advanced = advance.get_future();
+    advancer = std::thread(std::move(advance));
+    // Liveness, not speed: a boundary blocked by the fold cannot finish before this returns.
+    advanced_in_fold = advanced.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  });
+  std::thread reclaimer([&] { EXPECT_OK(engine().Reclaim(/*advance=*/false)); });
+  reclaimer.join();
+  engine().SetFoldHookForTesting(nullptr);
+  ASSERT_TRUE(advancer.joinable());
+  advancer.join();
+  EXPECT_OK(advanced.get());
+  EXPECT_GE(calls, 1);
+  EXPECT_TRUE(advanced_in_fold) << "the boundary waited for the cycle";
+  EXPECT_GE(rt_.epochs->completed(), completed + 1);
+  EXPECT_GT(engine().stats().words_cold, 0u);
+  // Transactions after the cycle, then a crash: every word has its last value.
+  for (int i = 0; i < kWords; i += 7) {
+    ASSERT_OK(txn::Run([&] { return write(&root_->words[i], uint64_t(5000 + i)); }));
+  }
+  CrashAndRecover(o);
+  for (int i = 0; i < kWords; ++i) {
+    ASSERT_EQ(root_->words[i], uint64_t(i % 7 == 0 ? 5000 + i : 2000 + i)) << i;
+  }
+}
+
 TEST_F(TxnTest, LogBlocksChainAndAreReused) {
   Options o = Quiet(4096);
   o.cold_after_epochs = 0;

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -237,6 +238,7 @@ class Engine::Impl {
   // Statistics (relaxed counters).
   std::atomic<uint64_t> cycles{0}, full_cycles{0}, words_kept{0}, words_dropped{0}, words_cold{0};
   std::atomic<uint64_t> stalls{0};
+  std::function<void()> fold_hook;  // Engine::SetFoldHookForTesting; under reclaim_mu
   uint64_t recovered_records = 0, recovered_words = 0;
   std::chrono::nanoseconds recovery_time{0};
 
