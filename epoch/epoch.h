@@ -206,8 +206,28 @@ class Guard {
   // True when this guard is the calling thread's guard of `m` (slots belong to one manager).
   bool Of(Manager& m) const { return slot_ == &m.LocalSlot(); }
 
+  // The same guard without an object, for a holder that keeps the slot and knows when it holds
+  // one (a transaction: begin enters, its end exits; no guard object to construct, mark engaged
+  // and clear). Enter returns the epoch the thread is in. REQUIRES: `slot` is the calling
+  // thread's slot of `m`; every Enter is matched by one Exit on the same thread, nested as
+  // guards are.
+  static uint64_t Enter(Manager& m, ThreadSlot& slot) {
+    Enter(m, &slot);
+    return slot.epoch.load(std::memory_order_relaxed);
+  }
+  // Enter's common case alone, inline and with no call: true when the thread has entered the
+  // current epoch (`epoch`, outermost); false, with nothing changed, when it held a guard
+  // already, guards use the seq_cst protocol, or an advance is closing the epoch (the caller
+  // then uses Enter).
+  static bool TryEnter(Manager& m, ThreadSlot& slot, uint64_t& epoch);
+  static void Exit(ThreadSlot& slot) {
+    // Release: everything the holder wrote (dirty lists, retired lists, data) happens-before
+    // the advancer's acquire load that sees the slot leave the epoch.
+    if (--slot.depth == 0) slot.epoch.store(0, std::memory_order_release);
+  }
+
  private:
-  void Enter(Manager& m);  // the fast path, inline
+  static void Enter(Manager& m, ThreadSlot* slot);  // the fast path, inline
   // The seq_cst variant, and waiting out an advance. Static, so that the guard's address never
   // escapes.
   static void EnterSlow(Manager& m, ThreadSlot* slot);
@@ -239,11 +259,11 @@ class LeafGuard {
 };
 
 // Inline: every allocation, free and tree operation opens a guard.
-inline Guard::Guard(Manager& m) : slot_(&m.LocalSlot()) { Enter(m); }
-inline Guard::Guard(Manager& m, ThreadSlot& slot) : slot_(&slot) { Enter(m); }
+inline Guard::Guard(Manager& m) : slot_(&m.LocalSlot()) { Enter(m, slot_); }
+inline Guard::Guard(Manager& m, ThreadSlot& slot) : slot_(&slot) { Enter(m, slot_); }
 
-inline void Guard::Enter(Manager& m) {
-  if (slot_->depth++ > 0) return;  // nested: stay in the outer guard's epoch
+inline void Guard::Enter(Manager& m, ThreadSlot* slot) {
+  if (slot->depth++ > 0) return;  // nested: stay in the outer guard's epoch
   if (m.asymmetric_) {
     const uint64_t g = m.global_.load(std::memory_order_acquire);
     if ((g & Manager::kClosing) == 0) {
@@ -252,20 +272,31 @@ inline void Guard::Enter(Manager& m) {
       // line; no shared line is written. The store-load order comes from the advancer's
       // membarrier() between its closing store and its scan of the slots (pairs with
       // Manager::Advance step 2).
-      slot_->epoch.store(g, std::memory_order_relaxed);
+      slot->epoch.store(g, std::memory_order_relaxed);
       std::atomic_signal_fence(std::memory_order_seq_cst);
       if (m.global_.load(std::memory_order_acquire) == g) return;
-      slot_->epoch.store(0, std::memory_order_seq_cst);  // never block the advancer
+      slot->epoch.store(0, std::memory_order_seq_cst);  // never block the advancer
     }
   }
-  EnterSlow(m, slot_);
+  EnterSlow(m, slot);
 }
 
-inline Guard::~Guard() {
-  // Release: everything this guard wrote (dirty lists, retired lists, data) happens-before the
-  // advancer's acquire load that sees the slot leave the epoch.
-  if (--slot_->depth == 0) slot_->epoch.store(0, std::memory_order_release);
+inline bool Guard::TryEnter(Manager& m, ThreadSlot& slot, uint64_t& epoch) {
+  if (slot.depth != 0 || !m.asymmetric_) return false;
+  const uint64_t g = m.global_.load(std::memory_order_acquire);
+  if ((g & Manager::kClosing) != 0) return false;
+  slot.epoch.store(g, std::memory_order_relaxed);  // as Enter: announce, then re-check
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  if (m.global_.load(std::memory_order_acquire) != g) [[unlikely]] {
+    slot.epoch.store(0, std::memory_order_seq_cst);  // never block the advancer
+    return false;
+  }
+  slot.depth = 1;
+  epoch = g;
+  return true;
 }
+
+inline Guard::~Guard() { Exit(*slot_); }
 
 inline LeafGuard::LeafGuard(Manager& m, ThreadSlot& slot) {
   epoch_ = slot.epoch.load(std::memory_order_relaxed);  // only this thread writes it

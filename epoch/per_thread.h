@@ -57,6 +57,9 @@ class PerThread final : private per_thread_internal::Owner {
   PerThread(const PerThread&) = delete;
   PerThread& operator=(const PerThread&) = delete;
 
+  // The calling thread's slot when it is the one Local() returned last on this thread (two
+  // loads, no call), else null: for hot paths that fall back to Local() out of line.
+  T* LocalIfCached() const { return tls_last_id_ == id_ ? &tls_last_slot_->value : nullptr; }
   T& Local() {
     // One-entry cache per T: the common case (one owner of each kind) is two loads.
     if (tls_last_id_ == id_) return tls_last_slot_->value;

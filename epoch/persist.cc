@@ -146,9 +146,7 @@ ThreadCounters& LocalCountersSlow() {
 
 void PmemFlush(const void* addr, size_t len) { pmem_flush(addr, len); }
 #if defined(__x86_64__)
-// sfence: what pmem_drain does after clwb/clflushopt, and what orders the non-temporal stores
-// of PmemCopyNoDrain (pmem_drain is empty where libpmem flushes with plain clflush).
-void PmemDrain() { _mm_sfence(); }
+// (PmemDrain is inline in persist.h.)
 // Non-temporal stores (movntdq, 16 bytes each, with movnti for an 8-byte head or tail that is
 // not 16-byte aligned): the bytes go to memory through the write-combining buffers, not the
 // cache; the next sfence waits for them. Half as many stores as 8-byte movnti, so the store

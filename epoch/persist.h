@@ -27,6 +27,10 @@
 #include <span>
 #include <string>
 #include <string_view>
+#if defined(__x86_64__)
+#include <emmintrin.h>  // _mm_stream_si64
+#include <xmmintrin.h>  // _mm_sfence
+#endif
 
 #include "absl/status/statusor.h"
 
@@ -110,7 +114,15 @@ inline ThreadCounters& LocalCounters() {
   return c != nullptr ? *c : LocalCountersSlow();
 }
 void PmemFlush(const void* addr, size_t len);
+#if defined(__x86_64__)
+// sfence: what pmem_drain does after clwb/clflushopt, and what orders the non-temporal stores
+// of PmemCopyNoDrain and Persister::Stream8 (pmem_drain is empty where libpmem flushes with
+// plain clflush). Inline: a commit's one fence is on the hot path, and a call would add a
+// store (the return address) to the stores the fence holds back.
+inline void PmemDrain() { _mm_sfence(); }
+#else
 void PmemDrain();
+#endif
 void PmemCopyNoDrain(void* dst, const void* src, size_t len);
 void MsyncRecord(const void* addr, size_t len);
 void MsyncFence();
@@ -184,6 +196,38 @@ class Persister {
         persist_internal::SimFlush(sim_, site, dst, len);
         break;
     }
+  }
+
+  // Writing a new record straight into the pool, word by word, with no staging copy (txn's
+  // small commit). Where Streams(site) (kPmem on x86-64, `site` not disabled) the writer puts
+  // each word with Stream8, a non-temporal store: the word goes to memory through the
+  // write-combining buffers without allocating its line, the contract of a store and a Flush of
+  // it in one instruction, durable after the next Fence (the same path as CopyFlush's); then it
+  // calls CountStream once for the range. Elsewhere the writer stores the words plainly and
+  // calls Flush(site, ...) for the range.
+  bool Streams(const Site& site) const {
+#if defined(__x86_64__)
+    return kind_ == BackendKind::kPmem && !mutation::IsDisabled(site);
+#else
+    (void)site;
+    return false;
+#endif
+  }
+  static void Stream8(void* dst, uint64_t v) {
+#if defined(__x86_64__)
+    _mm_stream_si64(static_cast<long long*>(dst), static_cast<long long>(v));
+#else
+    std::memcpy(dst, &v, 8);  // not reached: Streams() is false
+#endif
+  }
+  // Counts [dst, dst+len), written with Stream8, as one flush (as CopyFlush counts its copy).
+  void CountStream(const void* dst, size_t len) const { Count(len, dst); }
+  // Fence() where Streams() holds (kPmem): the same, without the switch over the backends, so
+  // a caller compiled for the streamed path makes no call.
+  void StreamFence(const Site& site) const {
+    if (mutation::IsDisabled(site)) return;
+    persist_internal::LocalCounters().Add(BackendKind::kPmem, persist_internal::kFences, 1);
+    persist_internal::PmemDrain();
   }
 
   // Waits until every Flush this thread issued before it is durable.

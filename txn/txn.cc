@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#if defined(__x86_64__)
+#include <emmintrin.h>  // the streamed commit record's 16-byte stores
+#endif
 
 #include "absl/strings/str_cat.h"
 #include "epoch/status_macros.h"
@@ -318,14 +321,21 @@ uint64_t ThreadSerial() {
 }  // namespace
 
 [[gnu::always_inline]] inline void Engine::Impl::Enter(ThreadTx& t) {
-  t.depth = 1;
-  t.aborted = false;
   // The guard keeps the epoch from closing until commit: the transaction's in-place writes and
   // its record belong to one epoch (docs/txn.md, "Epochs").
-  t.guard.emplace(epochs, *t.epoch_slot);
-  t.epoch = t.guard->epoch();
+  Entered(t, epoch::Guard::Enter(epochs, *t.epoch_slot));
+}
+
+[[gnu::always_inline]] inline void Engine::Impl::Entered(ThreadTx& t, uint64_t epoch) {
+  // Each store here is one more that the previous commit's fence may hold back
+  // (docs/performance.md): the ones that would store what is already there are tests.
+  t.depth = 1;
+  if (t.aborted) t.aborted = false;
+  t.hot.epoch = epoch;
   t.seq.store(t.seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // odd
-  t.outer_scope = alloc::tls_tx_scope;  // another engine's transaction on this thread, if any
+  // Another engine's transaction on this thread, if any (End puts it back, and leaves
+  // outer_scope null).
+  if (alloc::tls_tx_scope != nullptr) t.outer_scope = alloc::tls_tx_scope;
   alloc::tls_tx_scope = &t;
   if (&engine == Engine::Default()) {           // txn::add's inline path (txn.h)
     if (t.hot.index == nullptr) [[unlikely]] {  // fixed for the engine's life
@@ -333,17 +343,24 @@ uint64_t ThreadSerial() {
       t.hot.base = reinterpret_cast<uintptr_t>(pool.base());
       t.hot.slack = touch_slack;
     }
-    t.hot.epoch = static_cast<uint32_t>(t.epoch);
-    t.hot.size.store(pool.size(), std::memory_order_relaxed);
+    // Zeroed when a transaction was aborted, doomed, expired or allocated (End leaves it).
+    if (t.hot.size.load(std::memory_order_relaxed) != pool.size()) [[unlikely]]
+      t.hot.size.store(pool.size(), std::memory_order_relaxed);
     txn_detail::tls_hot = &t.hot;
   }
 }
 
-[[gnu::always_inline]] inline absl::Status Engine::Impl::Begin(ThreadTx& t) {
+[[gnu::always_inline]] inline bool Engine::Impl::BeginReady(ThreadTx& t) {
   // The common case: an outermost begin on the thread that ran this ThreadTx's previous
   // transaction (its slot, write list and epoch slot are set up), not doomed, no backpressure.
-  if (t.depth == 0 && t.owner == ThreadSerial() && t.doom.ok() &&
-      !(options.background && store.blocks_in_use() >= stall_blocks_)) [[likely]] {
+  // (The thread's serial as it is: 0, never an owner, sends a thread's first begin to
+  // BeginSlow, which numbers it.)
+  return t.depth == 0 && t.owner == tls_thread_serial && t.owner != 0 && t.doom.ok() &&
+         !(options.background && store.blocks_in_use() >= stall_blocks_);
+}
+
+[[gnu::always_inline]] inline absl::Status Engine::Impl::Begin(ThreadTx& t) {
+  if (BeginReady(t)) [[likely]] {
     Enter(t);
     return absl::OkStatus();
   }
@@ -436,7 +453,7 @@ absl::Status Engine::Impl::Add(ThreadTx& t, const void* p, size_t n) {
       // after it: a transaction of a later epoch). The reclaimer's cold age is at least the
       // slack and its horizon is below this transaction's epoch, so it leaves the word hot
       // while this transaction is open (docs/txn.md, "The index").
-      if (static_cast<int32_t>(static_cast<uint32_t>(t.epoch) - WordIndex::Epoch32(v)) <=
+      if (static_cast<int32_t>(static_cast<uint32_t>(t.hot.epoch) - WordIndex::Epoch32(v)) <=
           static_cast<int32_t>(touch_slack)) {
         break;
       }
@@ -445,7 +462,7 @@ absl::Status Engine::Impl::Add(ThreadTx& t, const void* p, size_t n) {
       // the reclaimer's cold CAS in Reclaim. (The data line is not registered dirty: a hot
       // word's committed value is in its newest record; the reclaimer writes the line back
       // when the word goes cold.)
-      if (slot.compare_exchange_weak(v, WordIndex::Pack(WordIndex::Key(v), t.epoch),
+      if (slot.compare_exchange_weak(v, WordIndex::Pack(WordIndex::Key(v), t.hot.epoch),
                                      std::memory_order_acq_rel, std::memory_order_acquire)) {
         break;
       }
@@ -500,7 +517,7 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
                                cold.begin() + static_cast<ptrdiff_t>(j));
     ForEachRun(part, [&](size_t a, size_t b) { w.Data(part[a], b - a, base); });
     const size_t written =
-        w.Finish(RecordKind::kSnapshot, stamp, t.epoch, store.BlockGen(log.tail));
+        w.Finish(RecordKind::kSnapshot, stamp, t.hot.epoch, store.BlockGen(log.tail));
     pool.persister().Flush(txn_detail::kSnapshotFlush, at, written);
     store.Publish(log, written);
     stamped.emplace_back(i, stamp);
@@ -517,7 +534,7 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
     for (size_t c = stamped[r].first; c < end; ++c) {
       const uint64_t w = cold[c];
       // A cold word is written only by its holder: the reclaimer CASes only hot values.
-      index->at(w).store(WordIndex::Pack(key, t.epoch), std::memory_order_release);
+      index->at(w).store(WordIndex::Pack(key, t.hot.epoch), std::memory_order_release);
       uint64_t old;
       std::memcpy(&old, base + w * 8, 8);
       t.PushWrite({w, old});
@@ -529,7 +546,7 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
 
 [[gnu::always_inline]] inline void Engine::Impl::EndKeepingGuard(ThreadTx& t) {
   t.hot.end = t.hot.begin;
-  t.hot.size.store(0, std::memory_order_relaxed);
+  // (hot.size stays: with tls_hot reset no add() reads it, and Commit's fast path needs depth 1.)
   if (txn_detail::tls_hot == &t.hot) txn_detail::tls_hot = nullptr;
   if (!t.allocs.empty()) t.allocs.clear();
   if (!t.frees.empty()) t.frees.clear();
@@ -540,17 +557,28 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
   if (t.outer_scope != nullptr) t.outer_scope = nullptr;
 }
 
-[[gnu::always_inline]] inline absl::Status Engine::Impl::Commit(ThreadTx& t) {
+[[gnu::always_inline]] inline absl::Status Engine::Impl::WriteSmallCommit(ThreadTx& t) {
+#if defined(__x86_64__)
+  if (txn_internal::g_crc_in_commit_loop) [[likely]] {
+    if (pool.persister().Streams(txn_detail::kCommitFlush)) [[likely]]
+      return WriteSmallCommitStream(t);
+    return WriteSmallCommitCrc(t);
+  }
+#endif
+  return WriteSmallCommitPortable(t);
+}
+
+[[gnu::always_inline]] inline bool Engine::Impl::SmallCommitReady(const ThreadTx& t) const {
   // The common case: the outermost commit of a transaction on the default engine that is not
   // aborted, doomed or expired and has not allocated (each of which zeroes hot.size, as it
   // sends txn::add to its general path), with no free and 1 to kSmallCommitWrites declarations.
-  if (t.depth == 1 && t.hot.size.load(std::memory_order_relaxed) != 0 && t.frees.empty() &&
-      t.writes_size() - 1 < txn_detail::kSmallCommitWrites) [[likely]] {
-    absl::Status st = WriteSmallCommit(t);
-    if (st.ok()) [[likely]]
-      return st;  // it ended the transaction
-    return EndAfterCommit(t, std::move(st));
-  }
+  return t.depth == 1 && t.hot.size.load(std::memory_order_relaxed) != 0 && t.frees.empty() &&
+         t.writes_size() - 1 < txn_detail::kSmallCommitWrites;
+}
+
+[[gnu::always_inline]] inline absl::Status Engine::Impl::Commit(ThreadTx& t) {
+  if (SmallCommitReady(t)) [[likely]]
+    return WriteSmallCommit(t);  // it ends the transaction, committed or not
   return CommitSlow(t);
 }
 
@@ -580,11 +608,8 @@ absl::Status Engine::Impl::CommitSlow(ThreadTx& t) {
     st = t.doom;
   } else if (t.allocs.empty() && t.frees.empty() &&
              t.writes_size() <= txn_detail::kSmallCommitWrites) {
-    if (!t.writes_empty()) [[likely]] {
-      st = WriteSmallCommit(t);
-      if (st.ok()) [[likely]]
-        return st;  // it ended the transaction
-    }
+    if (!t.writes_empty()) [[likely]]
+      return WriteSmallCommit(t);  // it ends the transaction, committed or not
   } else {
     st = WriteCommit(t);
   }
@@ -639,7 +664,8 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
   ForEachRun(words, [&](size_t a, size_t b) { w.Data(words[a], b - a, base); });
   for (const BlockRec& a : t.allocs) w.Mark(EntryType::kAlloc, a.offset / 8, a.usable / 8);
   for (const BlockRec& f : t.frees) w.Mark(EntryType::kFree, f.offset / 8, f.bytes / 8);
-  const size_t written = w.Finish(RecordKind::kCommit, stamp, t.epoch, store.BlockGen(log.tail));
+  const size_t written =
+      w.Finish(RecordKind::kCommit, stamp, t.hot.epoch, store.BlockGen(log.tail));
   // 4. Copy the record into the log with non-temporal stores (CopyFlush: as stores + flush of
   //    its lines, without the cache; Reserve flushed a new block's header, link, head and table
   //    entry), then the one fence of the commit. Before it completes the record may be on
@@ -653,7 +679,7 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
   //    cold (nothing may be replayed into the block's next life).
   const uint32_t key = WordIndex::KeyOf(stamp);
   for (uint64_t wd : words) {
-    index->at(wd).store(WordIndex::Pack(key, t.epoch), std::memory_order_release);
+    index->at(wd).store(WordIndex::Pack(key, t.hot.epoch), std::memory_order_release);
   }
   for (const BlockRec& f : t.frees) {
     for (uint64_t wd = f.offset / 8; wd < (f.offset + f.bytes) / 8; ++wd) {
@@ -678,112 +704,209 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
 // kSmallCommitWrites declarations. The same record and the same store order as the general
 // path, built in one pass over the write list straight into the staging buffer: no word vector,
 // no sort, no size pass, and the log's room taken without a call while the tail block has it.
-absl::Status Engine::Impl::WriteSmallCommit(ThreadTx& t) {
-#if defined(__x86_64__)
-  if (txn_internal::g_crc_in_commit_loop) [[likely]]
-    return WriteSmallCommitCrc(t);
-#endif
-  return WriteSmallCommitBody<false>(t);
+absl::Status Engine::Impl::WriteSmallCommitPortable(ThreadTx& t) {
+  return WriteSmallCommitBody<false, false>(t);
 }
 
 #if defined(__x86_64__)
 // Compiled for SSE 4.2 (its crc32 instruction inside the entry loop); called only where the
 // processor has it.
 [[gnu::target("sse4.2")]] absl::Status Engine::Impl::WriteSmallCommitCrc(ThreadTx& t) {
-  return WriteSmallCommitBody<true>(t);
+  return WriteSmallCommitBody<true, false>(t);
+}
+[[gnu::target("sse4.2")]] absl::Status Engine::Impl::WriteSmallCommitStream(ThreadTx& t) {
+  return WriteSmallCommitBody<true, true>(t);
 }
 #endif
 
-template <bool kCrcInLoop>
-[[gnu::always_inline]] inline absl::Status Engine::Impl::WriteSmallCommitBody(ThreadTx& t) {
-  if (t.stage == nullptr) t.stage = std::make_unique<uint64_t[]>(store.max_record_bytes() / 8);
-  uint64_t* const rec = t.stage.get();
-  // 1. The commit-order stamp (taken while the caller still holds its locks, as in WriteCommit)
-  //    and room in the log for the largest record the declarations can make (each a new word
-  //    that starts no run), taken without a call while the tail block has it. Both come first
-  //    because the checksum covers the header first: with kCrcInLoop it runs alongside the
-  //    entries, predicting that largest record's size, instead of as a serial chain of
-  //    crc32 over the whole record between the last entry and the copy (~30 ns at K = 16).
-  const size_t max_words = sizeof(RecordHeader) / 8 + 2 * t.writes_size();
-  const uint64_t stamp = next_stamp.fetch_add(1, std::memory_order_relaxed);
-  txn_internal::Chain& log = store.chain(t.slot);
-  uint8_t* at = store.TryReserve(log, max_words * 8);
-  if (at == nullptr) [[unlikely]] {
-    ASSIGN_OR_RETURN(at, store.Reserve(log, t.slot, max_words * 8));
-  }
-  const uint64_t gen = store.BlockGen(log.tail);
-  // The prediction holds iff the record ends with max_words: a duplicate adds no words, a word
-  // extending a run adds one instead of two.
-  uint64_t crc = 0xFFFFFFFFu;
-  if constexpr (kCrcInLoop) {
-    crc = Crc8(crc, max_words | static_cast<uint64_t>(RecordKind::kCommit) << 16);  // crc field 0
-    crc = Crc8(crc, stamp);
-    crc = Crc8(crc, t.epoch);
-    crc = Crc8(crc, gen);
-  }
-  // 2. Entries, in declaration order, each word once: runs of ascending consecutive words share
-  //    a head (as ForEachRun makes them). A 256-bit filter on a hash of the word finds the
-  //    duplicates; only a word whose bit is already set is looked up in the words kept so far.
-  uint64_t* p = rec + sizeof(RecordHeader) / 8;
-  uint64_t* const words = t.small_words;
-  size_t n = 0;
-  uint64_t filter[4] = {};
-  uint64_t* head = nullptr;  // the current run's entry head
-  uint64_t prev = 0;
-  const uint8_t* const base = pool.base();
-  for (const WriteRec* w = t.hot.begin; w != t.hot.end; ++w) {
-    const uint64_t wd = w->word;
-    const uint64_t h = (wd * 0x9E3779B97F4A7C15ull) >> 56;
-    const uint64_t bit = uint64_t{1} << (h & 63);
-    if ((filter[h >> 6] & bit) != 0 && std::find(words, words + n, wd) != words + n) continue;
-    filter[h >> 6] |= bit;
-    words[n++] = wd;
-    if (head != nullptr && wd == prev + 1 && txn_internal::EntryWords(*head) < kMaxEntryWords) {
-      *head += uint64_t{1} << 46;  // one more word in the run (EntryWords' field)
+absl::Status Engine::Impl::SmallCommitFailed(ThreadTx& t, absl::Status st) {
+  return EndAfterCommit(t, std::move(st));
+}
+
+namespace {
+// Puts the words of a record into the log, in order, starting with `first` at `d`: with
+// kStream by non-temporal stores (Persister::Stream8; two words that fill an aligned 16 bytes
+// go as one movntdq, so the fence holds back half as many stores), otherwise by plain stores
+// (flushed by the caller).
+template <bool kStream>
+class WordSink {
+ public:
+  [[gnu::always_inline]] WordSink(uint64_t* d, uint64_t first) : d_(d) {
+    if constexpr (kStream) {
+      if ((reinterpret_cast<uintptr_t>(d_) & 8) != 0) {
+        Persister::Stream8(d_, first);  // the second half of a pair: alone
+      } else {
+        pending_ = first;
+      }
+      ++d_;
     } else {
-      head = p;
-      *p++ = MakeEntryHead(EntryType::kData, 1, wd);
-      if constexpr (kCrcInLoop) crc = Crc8(crc, *head);
+      *d_++ = first;
     }
-    uint64_t value;
-    std::memcpy(&value, base + wd * 8, 8);  // the word's value now: the transaction's last
-    *p++ = value;
-    if constexpr (kCrcInLoop) crc = Crc8(crc, value);
+  }
+  [[gnu::always_inline]] void Put(uint64_t v) {
+#if defined(__x86_64__)
+    if constexpr (kStream) {
+      if ((reinterpret_cast<uintptr_t>(d_) & 8) == 0) {
+        pending_ = v;  // the first half of an aligned pair
+      } else {         // the second half: the first is pending (this is not the first word)
+        _mm_stream_si128(
+            reinterpret_cast<__m128i*>(d_ - 1),
+            _mm_set_epi64x(static_cast<long long>(v), static_cast<long long>(pending_)));
+      }
+      ++d_;
+      return;
+    }
+#endif
+    *d_++ = v;
+  }
+  // Puts a first half left pending.
+  [[gnu::always_inline]] void End() {
+    if constexpr (kStream) {
+      if ((reinterpret_cast<uintptr_t>(d_) & 8) != 0) Persister::Stream8(d_ - 1, pending_);
+    }
+  }
+
+ private:
+  uint64_t* d_;
+  uint64_t pending_ = 0;
+};
+}  // namespace
+
+template <bool kCrcInLoop, bool kStream>
+[[gnu::always_inline]] inline absl::Status Engine::Impl::WriteSmallCommitBody(ThreadTx& t) {
+  static_assert(kCrcInLoop || !kStream, "a streamed record's checksum is computed as it goes");
+  const WriteRec* const wb = t.hot.begin;
+  const size_t k = t.writes_size();  // 1 to kSmallCommitWrites
+  static_assert(txn_detail::kSmallCommitWrites <= 64, "one bit per declaration below");
+  // 1. The record's shape, in registers only (every store made here is one more that the
+  //    previous commit's fence may hold back; docs/performance.md): which declarations are
+  //    the first of their word (`keep`), which of those start a run of ascending consecutive
+  //    words (`starts`; the others extend the run before them, as ForEachRun makes them). A
+  //    64-bit filter on a hash of the word sends only a word whose bit is already set to a
+  //    look-up among the earlier declarations.
+  uint64_t keep = 0, starts = 0, filter = 0;
+  size_t kept = 0, runs = 0;
+  uint64_t prev = 0;
+  for (size_t i = 0; i < k; ++i) {
+    const uint64_t wd = wb[i].word;
+    const uint64_t bit = uint64_t{1} << ((wd * 0x9E3779B97F4A7C15ull) >> 58);
+    if ((filter & bit) != 0) [[unlikely]] {
+      bool dup = false;
+      for (size_t j = 0; j < i && !dup; ++j) dup = wb[j].word == wd;
+      if (dup) continue;
+    }
+    filter |= bit;
+    keep |= uint64_t{1} << i;
+    if (kept == 0 || wd != prev + 1) {
+      starts |= uint64_t{1} << i;
+      ++runs;
+    }
+    ++kept;
     prev = wd;
   }
-  const size_t rec_words = static_cast<size_t>(p - rec);
+  static_assert(txn_detail::kSmallCommitWrites < kMaxEntryWords, "a run fits in one entry");
+  const size_t rec_words = sizeof(RecordHeader) / 8 + runs + kept;
   const size_t bytes = rec_words * 8;
   static_assert(sizeof(RecordHeader) + 16 * txn_detail::kSmallCommitWrites <=
                     txn_internal::kMinBlockSize - txn_internal::kBlockPayload,
                 "a small commit's record fits in any log block");
-  // 3.-4. As in WriteCommit: the header and checksum (the commit mark; computed here unless the
-  //    prediction held), the non-temporal copy and the one fence. Before the fence completes
-  //    the record may be on media whole, torn (bad checksum) or absent.
-  if (kCrcInLoop && rec_words == max_words) {
-    RecordWriter::FinishHeader(rec, rec_words, RecordKind::kCommit, stamp, t.epoch, gen,
-                               ~static_cast<uint32_t>(crc));
-  } else {
-    RecordWriter::FinishHeader(rec, rec_words, RecordKind::kCommit, stamp, t.epoch, gen);
+  // 2. The commit-order stamp (taken while the caller still holds its locks, as in WriteCommit)
+  //    and room in the log, taken without a call while the tail block has it.
+  const uint64_t stamp = next_stamp.fetch_add(1, std::memory_order_relaxed);
+  txn_internal::Chain& log = store.chain(t.slot);
+  uint8_t* at = store.TryReserve(log, bytes);
+  if (at == nullptr) [[unlikely]] {
+    absl::StatusOr<uint8_t*> r = store.Reserve(log, t.slot, bytes);
+    if (!r.ok()) return SmallCommitFailed(t, r.status());
+    at = *r;
   }
-  pool.persister().CopyFlush(txn_detail::kCommitFlush, at, rec, bytes);
+  // (at == BlockAt(log.tail) + log.pos, as read again below.)
+  const uint64_t gen = store.BlockGen(log.tail);
+  // 3. The record, straight into the log: the header's words after the first (stamp, epoch,
+  //    gen), the entries (each word's value now, the transaction's last), and the checksum
+  //    alongside (the header first with its crc field taken as zero, as RecordCrc computes
+  //    it); then the header's first word, which holds the checksum. Before the fence the record
+  //    may be on media whole, torn or absent in any mix of its words; only the checksum, over
+  //    all of it, marks it committed.
+  uint64_t crc = 0xFFFFFFFFu;
+  const uint64_t head0 = rec_words | static_cast<uint64_t>(RecordKind::kCommit) << 16;
+  if constexpr (kCrcInLoop) {
+    crc = Crc8(crc, head0);
+    crc = Crc8(crc, stamp);
+    crc = Crc8(crc, t.hot.epoch);
+    crc = Crc8(crc, gen);
+  }
+  {
+    const uint8_t* const base = pool.base();
+    WordSink<kStream> sink(reinterpret_cast<uint64_t*>(at) + 1, stamp);
+    sink.Put(t.hot.epoch);
+    sink.Put(gen);
+    const bool single = starts == keep;  // no run of two words or more
+    for (uint64_t m = keep; m != 0; m &= m - 1) {
+      const unsigned i = static_cast<unsigned>(__builtin_ctzll(m));
+      const uint64_t wd = wb[i].word;
+      if ((starts >> i & 1) != 0) {
+        uint64_t n = 1;
+        if (!single) [[unlikely]] {  // the run's length: its declarations kept up to the next run
+          const uint64_t after = ~uint64_t{0} << i << 1;  // declarations after i
+          const uint64_t next = starts & after;
+          const uint64_t upto = next == 0 ? ~uint64_t{0} : (next & -next) - 1;
+          n += static_cast<uint64_t>(__builtin_popcountll(keep & after & upto));
+        }
+        const uint64_t head = MakeEntryHead(EntryType::kData, n, wd);
+        sink.Put(head);
+        if constexpr (kCrcInLoop) crc = Crc8(crc, head);
+      }
+      uint64_t value;
+      std::memcpy(&value, base + wd * 8, 8);
+      sink.Put(value);
+      if constexpr (kCrcInLoop) crc = Crc8(crc, value);
+    }
+    sink.End();
+  }
+  // What follows reads the log position, the block's gen and the epoch again rather than keep
+  // them in registers across the loop (the stores above may alias them, so the compiler cannot
+  // reuse them): spilling them would be stores too.
+  txn_internal::Chain& tail = store.chain(t.slot);
+  auto* const rec = reinterpret_cast<uint64_t*>(store.BlockAt(tail.tail) + tail.pos);
+  if constexpr (kCrcInLoop) {
+    const uint64_t h0 = head0 | static_cast<uint64_t>(~static_cast<uint32_t>(crc)) << 32;
+    if constexpr (kStream) {
+      Persister::Stream8(rec, h0);
+    } else {
+      *rec = h0;
+    }
+  } else {
+    RecordWriter::FinishHeader(rec, rec_words, RecordKind::kCommit, stamp, t.hot.epoch,
+                               store.BlockGen(tail.tail));
+  }
+  if constexpr (kStream) {
+    pool.persister().CountStream(rec, bytes);
+  } else {
+    pool.persister().Flush(txn_detail::kCommitFlush, rec, bytes);
+  }
   // The transaction's volatile bookkeeping and the statistics go before the fence, where they
-  // overlap the drain of the record's stores: after it, the caller's next transaction waits
-  // for nothing but the few stores below (the processor can then start that transaction's
-  // cache misses while this fence drains; bench/txbench, K=1). The record is complete, so
-  // nothing below can fail; the transaction ends here.
+  // overlap the drain of the record's stores. The record is complete, so nothing below can
+  // fail; the transaction ends here.
   t.commits.Add(1);
   t.record_bytes.Add(bytes);
   KickIfOverTrigger();
-  const uint64_t epoch = t.epoch;
   EndKeepingGuard(t);
-  pool.persister().Fence(txn_detail::kCommitFence);
-  store.Publish(log, bytes);
+  if constexpr (kStream) {
+    pool.persister().StreamFence(txn_detail::kCommitFence);
+  } else {
+    pool.persister().Fence(txn_detail::kCommitFence);
+  }
+  store.Publish(tail, bytes);
   // 5. The index: the record is now the newest of each of its words (after the fence: the
-  //    reclaimer may drop a word's older records once the index names a newer one).
-  const uint64_t v = WordIndex::Pack(WordIndex::KeyOf(stamp), epoch);
-  for (size_t i = 0; i < n; ++i) index->at(words[i]).store(v, std::memory_order_release);
+  //    reclaimer may drop a word's older records once the index names a newer one). Straight
+  //    from the write list (EndKeepingGuard emptied it but left its entries): a word declared
+  //    twice gets the same value twice.
+  const uint64_t v = WordIndex::Pack(WordIndex::KeyOf(stamp), t.hot.epoch);
+  for (const WriteRec* w = t.hot.begin; w != t.hot.begin + k; ++w)
+    index->at(w->word).store(v, std::memory_order_release);
   // Last, the guard: the epoch cannot complete before the record is durable and published.
-  t.guard.reset();
+  epoch::Guard::Exit(*t.epoch_slot);
   return absl::OkStatus();
 }
 
@@ -832,7 +955,7 @@ void Engine::Impl::RollBack(ThreadTx& t) {
 
 void Engine::Impl::End(ThreadTx& t) {
   EndKeepingGuard(t);
-  t.guard.reset();
+  epoch::Guard::Exit(*t.epoch_slot);
 }
 
 void* Engine::Impl::TxAllocate(ThreadTx& t, size_t size, size_t align) {
@@ -927,19 +1050,44 @@ absl::Status Engine::Abort() { return impl_->Abort(impl_->Local()); }
 absl::Status Engine::Add(const void* p, size_t n) { return impl_->Add(impl_->Local(), p, n); }
 bool Engine::InTransaction() { return impl_->Local().depth > 0; }
 
-absl::Status begin() {
+namespace {
+[[gnu::noinline]] absl::Status BeginGeneral() {
   Engine* e = Engine::Default();
-  if (e == nullptr) [[unlikely]]
-    return NoEngine();
-  Engine::Impl& i = *e->impl_;
-  return i.Begin(i.Local());
+  return e != nullptr ? e->Begin() : NoEngine();
 }
-absl::Status commit() {
+}  // namespace
+
+absl::Status begin() {
+  // As commit(): the common case makes no call.
+  if (Engine* e = Engine::Default(); e != nullptr) [[likely]] {
+    Engine::Impl& i = *e->impl_;
+    ThreadTx* t = i.LocalIfReady();
+    uint64_t epoch;
+    if (t != nullptr && i.BeginReady(*t) && epoch::Guard::TryEnter(i.epochs, *t->epoch_slot, epoch))
+        [[likely]] {
+      i.Entered(*t, epoch);
+      return absl::OkStatus();
+    }
+  }
+  return BeginGeneral();
+}
+namespace {
+[[gnu::noinline]] absl::Status CommitGeneral() {
   Engine* e = Engine::Default();
-  if (e == nullptr) [[unlikely]]
-    return NoEngine();
-  Engine::Impl& i = *e->impl_;
-  return i.Commit(i.Local());
+  return e != nullptr ? e->Commit() : NoEngine();
+}
+}  // namespace
+
+absl::Status commit() {
+  // The common case makes no call but the commit's own (a tail call): no register to save, no
+  // store the previous commit's fence could hold back (docs/performance.md).
+  if (Engine* e = Engine::Default(); e != nullptr) [[likely]] {
+    Engine::Impl& i = *e->impl_;
+    ThreadTx* t = i.LocalIfReady();
+    if (t != nullptr && i.SmallCommitReady(*t)) [[likely]]
+      return i.WriteSmallCommit(*t);
+  }
+  return CommitGeneral();
 }
 
 }  // namespace pmrt::txn

@@ -104,7 +104,7 @@ struct Hot {
   // which reports the reason (set by the owner when the transaction is aborted, doomed or has
   // allocated, and by the watchdog when it expires).
   std::atomic<uint64_t> size{0};
-  uint32_t epoch = 0;  // low 32 bits of the transaction's epoch
+  uint64_t epoch = 0;  // the transaction's epoch (kept here for every engine's transactions)
   uint32_t slack = 0;  // the engine's touch slack (fixed)
   WriteRec* begin = nullptr;
   WriteRec* end = nullptr;
@@ -253,11 +253,12 @@ inline absl::Status add(const void* p, size_t n) {
       uint64_t v = slot.load(std::memory_order_acquire);
       if ((v >> 32) != 0) [[likely]] {  // hot (key != 0)
         // Not touched in the last `slack` epochs (as Engine::Add; docs/txn.md, "The index").
-        if (static_cast<int32_t>(h->epoch - static_cast<uint32_t>(v)) >
-            static_cast<int32_t>(h->slack)) [[unlikely]] {
+        const auto epoch = static_cast<uint32_t>(h->epoch);
+        if (static_cast<int32_t>(epoch - static_cast<uint32_t>(v)) > static_cast<int32_t>(h->slack))
+            [[unlikely]] {
           // Pairs with the reclaimer's cold CAS (txn/reclaim.cc): once this succeeds, the
           // word's newest record stays while the transaction can still fail.
-          if (!slot.compare_exchange_strong(v, (v & ~uint64_t{0xFFFFFFFF}) | h->epoch,
+          if (!slot.compare_exchange_strong(v, (v & ~uint64_t{0xFFFFFFFF}) | epoch,
                                             std::memory_order_acq_rel, std::memory_order_acquire)) {
             return txn_detail::AddGeneral(p, n);
           }

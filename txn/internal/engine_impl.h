@@ -116,9 +116,9 @@ struct ThreadTx final : alloc::TxScope {
   int depth = 0;
   bool aborted = false;  // aborted at an inner level; memory already restored
   absl::Status doom;     // the first error of the transaction
-  std::optional<epoch::Guard> guard;
+  // An open transaction (depth > 0) holds an epoch guard on epoch_slot (epoch::Guard::Enter at
+  // begin, Exit at its end); its epoch is hot.epoch.
   alloc::TxScope* outer_scope = nullptr;  // restored at the end (a transaction of another pool)
-  uint64_t epoch = 0;
   // The thread that began the last transaction (a serial number per thread, never reused; 0:
   // none yet), and its slot of the epoch manager (valid while that thread lives).
   uint64_t owner = 0;
@@ -138,11 +138,10 @@ struct ThreadTx final : alloc::TxScope {
   void GrowWrites();
   std::vector<BlockRec> allocs;
   std::vector<BlockRec> frees;
-  std::vector<uint64_t> cold;                // scratch: words to snapshot
-  std::vector<uint64_t> words;               // scratch: the record's words
-  std::unique_ptr<uint64_t[]> stage;         // scratch: the commit record, copied to the log
-  SmallWordSet small_set;                    // scratch: dedup at commit
-  uint64_t small_words[kSmallCommitWrites];  // scratch: the words of a small commit
+  std::vector<uint64_t> cold;         // scratch: words to snapshot
+  std::vector<uint64_t> words;        // scratch: the record's words
+  std::unique_ptr<uint64_t[]> stage;  // scratch: the commit record, copied to the log
+  SmallWordSet small_set;             // scratch: dedup at commit
   // Watchdog, without a clock read on the hot path: `seq` is odd while a transaction is open
   // (owner: +1 at begin and at end). The background thread notes when it first saw an odd seq
   // and sets `expired` if it is still the same after max_open. Relaxed: advisory, checked at the
@@ -177,15 +176,26 @@ class Engine::Impl {
       t.impl = this;
     return t;
   }
+  // The calling thread's state when Local() has already set it up and cached it, else null
+  // (txn::begin/commit's fast paths: no call, so nothing for them to save).
+  txn_detail::ThreadTx* LocalIfReady() {
+    txn_detail::ThreadTx* t = threads_.LocalIfCached();
+    return t != nullptr && t->impl == this ? t : nullptr;
+  }
   // Begin, Enter, Commit and EndKeepingGuard are inline in txn.cc (its only callers): the common
   // begin and commit are a few checks before Enter / WriteSmallCommit, expanded into txn::begin,
   // txn::commit and Engine::Begin/Commit; the rest is in the Slow functions.
   absl::Status Begin(txn_detail::ThreadTx& t);
+  bool BeginReady(txn_detail::ThreadTx& t);  // Begin's test for Enter
   absl::Status BeginSlow(txn_detail::ThreadTx& t);
   // An outermost begin's last steps: depth, the guard (on t.epoch_slot), the watchdog sequence,
   // the allocation scope and txn::add's inline path. REQUIRES: t set up by BeginSlow.
   void Enter(txn_detail::ThreadTx& t);
+  // The same once the guard is held, in `epoch`.
+  void Entered(txn_detail::ThreadTx& t, uint64_t epoch);
   absl::Status Commit(txn_detail::ThreadTx& t);
+  // Commit's test for WriteSmallCommit (below).
+  bool SmallCommitReady(const txn_detail::ThreadTx& t) const;
   absl::Status CommitSlow(txn_detail::ThreadTx& t);
   // Ends the outermost level after a commit attempt that did not end the transaction itself (the
   // general commit, an empty one, or a failed one): with st an error, rolls it back first
@@ -247,10 +257,19 @@ class Engine::Impl {
   absl::Status Doom(txn_detail::ThreadTx& t, absl::Status st);
   absl::Status Snapshot(txn_detail::ThreadTx& t);
   absl::Status WriteCommit(txn_detail::ThreadTx& t);
-  absl::Status WriteSmallCommit(txn_detail::ThreadTx& t);
-  absl::Status WriteSmallCommitCrc(txn_detail::ThreadTx& t);  // x86-64 with SSE 4.2
-  template <bool kCrcInLoop>
+  // A transaction with no allocation or free and 1 to kSmallCommitWrites declarations: writes
+  // its record and ends it (rolled back if the record finds no room).
+ public:
+  absl::Status WriteSmallCommit(txn_detail::ThreadTx& t);  // dispatches to one of these:
+  absl::Status WriteSmallCommitPortable(txn_detail::ThreadTx& t);
+  absl::Status WriteSmallCommitCrc(txn_detail::ThreadTx& t);     // x86-64 with SSE 4.2
+  absl::Status WriteSmallCommitStream(txn_detail::ThreadTx& t);  // and kPmem: streamed
+  template <bool kCrcInLoop, bool kStream>
   [[gnu::always_inline]] absl::Status WriteSmallCommitBody(txn_detail::ThreadTx& t);
+  [[gnu::cold, gnu::noinline]] absl::Status SmallCommitFailed(txn_detail::ThreadTx& t,
+                                                              absl::Status st);
+
+ private:
   void RollBack(txn_detail::ThreadTx& t);
   [[gnu::cold]] absl::Status AddRefused(txn_detail::ThreadTx& t, const void* p, size_t n);
   [[gnu::noinline]] static void CompactWrites(txn_detail::ThreadTx& t);
