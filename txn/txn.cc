@@ -323,10 +323,11 @@ uint64_t ThreadSerial() {
 [[gnu::always_inline]] inline void Engine::Impl::Enter(ThreadTx& t) {
   // The guard keeps the epoch from closing until commit: the transaction's in-place writes and
   // its record belong to one epoch (docs/txn.md, "Epochs").
-  Entered(t, epoch::Guard::Enter(epochs, *t.epoch_slot));
+  Entered(t, epoch::Guard::Enter(epochs, *t.epoch_slot), &engine == Engine::Default());
 }
 
-[[gnu::always_inline]] inline void Engine::Impl::Entered(ThreadTx& t, uint64_t epoch) {
+[[gnu::always_inline]] inline void Engine::Impl::Entered(ThreadTx& t, uint64_t epoch,
+                                                         bool is_default) {
   // Each store here is one more that the previous commit's fence may hold back
   // (docs/performance.md): the ones that would store what is already there are tests.
   t.depth = 1;
@@ -337,7 +338,7 @@ uint64_t ThreadSerial() {
   // outer_scope null).
   if (alloc::tls_tx_scope != nullptr) t.outer_scope = alloc::tls_tx_scope;
   alloc::tls_tx_scope = &t;
-  if (&engine == Engine::Default()) {           // txn::add's inline path (txn.h)
+  if (is_default) {                             // txn::add's inline path (txn.h)
     if (t.hot.index == nullptr) [[unlikely]] {  // fixed for the engine's life
       t.hot.index = &index->at(0);
       t.hot.base = reinterpret_cast<uintptr_t>(pool.base());
@@ -356,7 +357,7 @@ uint64_t ThreadSerial() {
   // (The thread's serial as it is: 0, never an owner, sends a thread's first begin to
   // BeginSlow, which numbers it.)
   return t.depth == 0 && t.owner == tls_thread_serial && t.owner != 0 && t.doom.ok() &&
-         !(options.background && store.blocks_in_use() >= stall_blocks_);
+         store.blocks_in_use() < begin_stall_blocks_;
 }
 
 [[gnu::always_inline]] inline absl::Status Engine::Impl::Begin(ThreadTx& t) {
@@ -728,6 +729,25 @@ namespace {
 // kStream by non-temporal stores (Persister::Stream8; two words that fill an aligned 16 bytes
 // go as one movntdq, so the fence holds back half as many stores), otherwise by plain stores
 // (flushed by the caller).
+// Two bits of a 64-bit filter for a word (a Bloom filter with k = 2 over a multiplicative
+// hash): with 16 different words, a word finds both its bits set by others with probability
+// ~0.14 at most (0.9 look-ups per 16-word transaction; one bit: ~1.9).
+inline uint64_t FilterBits(uint64_t word) {
+  const uint64_t h = word * 0x9E3779B97F4A7C15ull;
+  return uint64_t{1} << (h >> 58) | uint64_t{1} << ((h >> 52) & 63);
+}
+
+// A non-temporal 16-byte store of {lo, hi} at a 16-byte-aligned d (Persister::Stream8's pair).
+inline void Stream16(uint64_t* d, uint64_t lo, uint64_t hi) {
+#if defined(__x86_64__)
+  _mm_stream_si128(reinterpret_cast<__m128i*>(d),
+                   _mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo)));
+#else
+  Persister::Stream8(d, lo);                                  // not reached: Streams() is false
+  Persister::Stream8(d + 1, hi);
+#endif
+}
+
 template <bool kStream>
 class WordSink {
  public:
@@ -749,9 +769,7 @@ class WordSink {
       if ((reinterpret_cast<uintptr_t>(d_) & 8) == 0) {
         pending_ = v;  // the first half of an aligned pair
       } else {         // the second half: the first is pending (this is not the first word)
-        _mm_stream_si128(
-            reinterpret_cast<__m128i*>(d_ - 1),
-            _mm_set_epi64x(static_cast<long long>(v), static_cast<long long>(pending_)));
+        Stream16(d_ - 1, pending_, v);
       }
       ++d_;
       return;
@@ -779,31 +797,37 @@ template <bool kCrcInLoop, bool kStream>
   const size_t k = t.writes_size();  // 1 to kSmallCommitWrites
   static_assert(txn_detail::kSmallCommitWrites <= 64, "one bit per declaration below");
   // 1. The record's shape, in registers only (every store made here is one more that the
-  //    previous commit's fence may hold back; docs/performance.md): which declarations are
-  //    the first of their word (`keep`), which of those start a run of ascending consecutive
-  //    words (`starts`; the others extend the run before them, as ForEachRun makes them). A
-  //    64-bit filter on a hash of the word sends only a word whose bit is already set to a
+  //    previous commit's fence may hold back; docs/txn.md, "Stores after the fence"): which
+  //    declarations repeat an earlier one's word (`dups`: dropped) and which extend a run of
+  //    ascending consecutive words (`joins`: they share the head of the run before them, as
+  //    ForEachRun makes them). Both are rare, so the common case, `simple` (neither), is one
+  //    single-word entry per declaration in declaration order. A 64-bit filter with two bits
+  //    per word (on a hash of it) sends only a word whose bits are both set already to a
   //    look-up among the earlier declarations.
-  uint64_t keep = 0, starts = 0, filter = 0;
-  size_t kept = 0, runs = 0;
-  uint64_t prev = 0;
+  uint64_t filter = 0, dups = 0, joins = 0;
+  uint64_t prev = wb[0].word - 2;  // the last kept word (this one extends nothing)
   for (size_t i = 0; i < k; ++i) {
     const uint64_t wd = wb[i].word;
-    const uint64_t bit = uint64_t{1} << ((wd * 0x9E3779B97F4A7C15ull) >> 58);
-    if ((filter & bit) != 0) [[unlikely]] {
+    const uint64_t bits = FilterBits(wd);
+    if ((filter & bits) == bits) [[unlikely]] {
       bool dup = false;
       for (size_t j = 0; j < i && !dup; ++j) dup = wb[j].word == wd;
-      if (dup) continue;
+      if (dup) {
+        dups |= uint64_t{1} << i;
+        continue;
+      }
     }
-    filter |= bit;
-    keep |= uint64_t{1} << i;
-    if (kept == 0 || wd != prev + 1) {
-      starts |= uint64_t{1} << i;
-      ++runs;
-    }
-    ++kept;
+    filter |= bits;
+    if (wd == prev + 1) [[unlikely]]
+      joins |= uint64_t{1} << i;
     prev = wd;
   }
+  const bool simple = (dups | joins) == 0;
+  const uint64_t all = k == 64 ? ~uint64_t{0} : (uint64_t{1} << k) - 1;
+  const uint64_t keep = all & ~dups;      // the first declaration of each word
+  const uint64_t starts = keep & ~joins;  // those that start an entry
+  const auto kept = static_cast<size_t>(__builtin_popcountll(keep));
+  const auto runs = static_cast<size_t>(__builtin_popcountll(starts));
   static_assert(txn_detail::kSmallCommitWrites < kMaxEntryWords, "a run fits in one entry");
   const size_t rec_words = sizeof(RecordHeader) / 8 + runs + kept;
   const size_t bytes = rec_words * 8;
@@ -838,31 +862,63 @@ template <bool kCrcInLoop, bool kStream>
   }
   {
     const uint8_t* const base = pool.base();
-    WordSink<kStream> sink(reinterpret_cast<uint64_t*>(at) + 1, stamp);
-    sink.Put(t.hot.epoch);
-    sink.Put(gen);
-    const bool single = starts == keep;  // no run of two words or more
-    for (uint64_t m = keep; m != 0; m &= m - 1) {
-      const unsigned i = static_cast<unsigned>(__builtin_ctzll(m));
-      const uint64_t wd = wb[i].word;
-      if ((starts >> i & 1) != 0) {
-        uint64_t n = 1;
-        if (!single) [[unlikely]] {  // the run's length: its declarations kept up to the next run
-          const uint64_t after = ~uint64_t{0} << i << 1;  // declarations after i
-          const uint64_t next = starts & after;
-          const uint64_t upto = next == 0 ? ~uint64_t{0} : (next & -next) - 1;
-          n += static_cast<uint64_t>(__builtin_popcountll(keep & after & upto));
-        }
-        const uint64_t head = MakeEntryHead(EntryType::kData, n, wd);
-        sink.Put(head);
-        if constexpr (kCrcInLoop) crc = Crc8(crc, head);
-      }
+    auto* const d = reinterpret_cast<uint64_t*>(at);
+    auto value_of = [&](uint64_t wd) {
       uint64_t value;
       std::memcpy(&value, base + wd * 8, 8);
-      sink.Put(value);
-      if constexpr (kCrcInLoop) crc = Crc8(crc, value);
+      return value;
+    };
+    if (kStream && simple && (reinterpret_cast<uintptr_t>(d) & 8) == 0) {
+      // A 16-byte-aligned record: word 1 | words 2-3 | each entry {head, value}: aligned pairs.
+      Persister::Stream8(d + 1, stamp);
+      Stream16(d + 2, t.hot.epoch, gen);
+      uint64_t* e = d + sizeof(RecordHeader) / 8;
+      for (const WriteRec* w = wb; w != wb + k; ++w, e += 2) {
+        const uint64_t head = MakeEntryHead(EntryType::kData, 1, w->word);
+        const uint64_t value = value_of(w->word);
+        if constexpr (kCrcInLoop) crc = Crc8(Crc8(crc, head), value);
+        Stream16(e, head, value);
+      }
+    } else if (kStream && simple) {
+      // The other alignment: words 1-2 | word 3 and the first head | each value with the next
+      // head | the last value alone.
+      Stream16(d + 1, stamp, t.hot.epoch);
+      uint64_t carry = gen;
+      uint64_t* e = d + 3;
+      for (const WriteRec* w = wb; w != wb + k; ++w, e += 2) {
+        const uint64_t head = MakeEntryHead(EntryType::kData, 1, w->word);
+        const uint64_t value = value_of(w->word);
+        if constexpr (kCrcInLoop) crc = Crc8(Crc8(crc, head), value);
+        Stream16(e, carry, head);
+        carry = value;
+      }
+      Persister::Stream8(e, carry);
+    } else {
+      const bool single = joins == 0;  // no run of two words or more
+      WordSink<kStream> sink(d + 1, stamp);
+      sink.Put(t.hot.epoch);
+      sink.Put(gen);
+      for (uint64_t m = keep; m != 0; m &= m - 1) {
+        const unsigned i = static_cast<unsigned>(__builtin_ctzll(m));
+        const uint64_t wd = wb[i].word;
+        if ((starts >> i & 1) != 0) {
+          uint64_t n = 1;
+          if (!single) [[unlikely]] {  // the run's length: its declarations kept up to the next
+            const uint64_t after = ~uint64_t{0} << i << 1;  // declarations after i
+            const uint64_t next = starts & after;
+            const uint64_t upto = next == 0 ? ~uint64_t{0} : (next & -next) - 1;
+            n += static_cast<uint64_t>(__builtin_popcountll(keep & after & upto));
+          }
+          const uint64_t head = MakeEntryHead(EntryType::kData, n, wd);
+          sink.Put(head);
+          if constexpr (kCrcInLoop) crc = Crc8(crc, head);
+        }
+        const uint64_t value = value_of(wd);
+        sink.Put(value);
+        if constexpr (kCrcInLoop) crc = Crc8(crc, value);
+      }
+      sink.End();
     }
-    sink.End();
   }
   // What follows reads the log position, the block's gen and the epoch again rather than keep
   // them in registers across the loop (the stores above may alias them, so the compiler cannot
@@ -891,22 +947,29 @@ template <bool kCrcInLoop, bool kStream>
   t.commits.Add(1);
   t.record_bytes.Add(bytes);
   KickIfOverTrigger();
+  // What the stores after the fence store, computed before it (see "Stores after the fence"
+  // in docs/txn.md: the instructions after the fence wait in the reorder buffer until it
+  // retires, and the fewer they are, the sooner the caller's next transaction starts its
+  // misses).
+  const uint64_t published = txn_internal::LogStore::PublishedAfter(tail, bytes);
+  const uint64_t v = WordIndex::Pack(WordIndex::KeyOf(stamp), t.hot.epoch);
+  std::atomic<uint64_t>* const slots = &index->at(0);
+  const WriteRec* const w_end = wb + k;
+  epoch::ThreadSlot& guard_slot = *t.epoch_slot;
   EndKeepingGuard(t);
   if constexpr (kStream) {
     pool.persister().StreamFence(txn_detail::kCommitFence);
   } else {
     pool.persister().Fence(txn_detail::kCommitFence);
   }
-  store.Publish(tail, bytes);
+  store.PublishValue(tail, published);
   // 5. The index: the record is now the newest of each of its words (after the fence: the
   //    reclaimer may drop a word's older records once the index names a newer one). Straight
   //    from the write list (EndKeepingGuard emptied it but left its entries): a word declared
   //    twice gets the same value twice.
-  const uint64_t v = WordIndex::Pack(WordIndex::KeyOf(stamp), t.hot.epoch);
-  for (const WriteRec* w = t.hot.begin; w != t.hot.begin + k; ++w)
-    index->at(w->word).store(v, std::memory_order_release);
+  for (const WriteRec* w = wb; w != w_end; ++w) slots[w->word].store(v, std::memory_order_release);
   // Last, the guard: the epoch cannot complete before the record is durable and published.
-  epoch::Guard::Exit(*t.epoch_slot);
+  epoch::Guard::Exit(guard_slot);
   return absl::OkStatus();
 }
 
@@ -1016,6 +1079,7 @@ void Engine::Impl::SetThresholds() {
   const uint64_t limit = std::min<uint64_t>(store.limit_blocks(), txn_internal::kTableCapacity);
   budget = std::min<uint64_t>(options.log_budget, limit * 4 / 7 * bs);
   stall_blocks_ = budget / bs;
+  begin_stall_blocks_ = options.background ? stall_blocks_ : ~uint64_t{0};
   // Committers wake the reclaimer once the log holds reclaim_trigger of the budget.
   trigger_blocks_ = static_cast<uint64_t>(
       std::ceil(static_cast<double>(budget) * options.reclaim_trigger / static_cast<double>(bs)));
@@ -1065,7 +1129,7 @@ absl::Status begin() {
     uint64_t epoch;
     if (t != nullptr && i.BeginReady(*t) && epoch::Guard::TryEnter(i.epochs, *t->epoch_slot, epoch))
         [[likely]] {
-      i.Entered(*t, epoch);
+      i.Entered(*t, epoch, /*is_default=*/true);
       return absl::OkStatus();
     }
   }

@@ -179,8 +179,8 @@ class Engine::Impl {
   // The calling thread's state when Local() has already set it up and cached it, else null
   // (txn::begin/commit's fast paths: no call, so nothing for them to save).
   txn_detail::ThreadTx* LocalIfReady() {
-    txn_detail::ThreadTx* t = threads_.LocalIfCached();
-    return t != nullptr && t->impl == this ? t : nullptr;
+    // Only Local() fills PerThread's cache, and it sets t.impl right after.
+    return threads_.LocalIfCached();
   }
   // Begin, Enter, Commit and EndKeepingGuard are inline in txn.cc (its only callers): the common
   // begin and commit are a few checks before Enter / WriteSmallCommit, expanded into txn::begin,
@@ -191,8 +191,8 @@ class Engine::Impl {
   // An outermost begin's last steps: depth, the guard (on t.epoch_slot), the watchdog sequence,
   // the allocation scope and txn::add's inline path. REQUIRES: t set up by BeginSlow.
   void Enter(txn_detail::ThreadTx& t);
-  // The same once the guard is held, in `epoch`.
-  void Entered(txn_detail::ThreadTx& t, uint64_t epoch);
+  // The same once the guard is held, in `epoch`; `is_default`: this is the default engine.
+  void Entered(txn_detail::ThreadTx& t, uint64_t epoch, bool is_default);
   absl::Status Commit(txn_detail::ThreadTx& t);
   // Commit's test for WriteSmallCommit (below).
   bool SmallCommitReady(const txn_detail::ThreadTx& t) const;
@@ -292,6 +292,8 @@ class Engine::Impl {
   // Log sizes in blocks: begin() waits for the reclaimer from stall_blocks_ on; committers
   // wake it from trigger_blocks_ on (see KickIfOverTrigger).
   uint64_t stall_blocks_ = ~uint64_t{0};
+  // stall_blocks_ with the background reclaimer on, else never (BeginReady's one comparison).
+  uint64_t begin_stall_blocks_ = ~uint64_t{0};
   uint64_t trigger_blocks_ = 0;
 
  public:

@@ -139,10 +139,15 @@ class LogStore {
     return c.tail != kNoBlock && c.pos + bytes <= block_size_ ? BlockAt(c.tail) + c.pos : nullptr;
   }
   // The record of `bytes` just reserved is complete (its fence has returned): publish it.
-  void Publish(Chain& c, size_t bytes) {
-    c.pos += static_cast<uint32_t>(bytes);
+  void Publish(Chain& c, size_t bytes) { PublishValue(c, PublishedAfter(c, bytes)); }
+  // The same in two steps: the value to publish (computed before the fence), then the stores.
+  static uint64_t PublishedAfter(const Chain& c, size_t bytes) {
+    return uint64_t{c.tail} << 32 | (c.pos + static_cast<uint32_t>(bytes));
+  }
+  void PublishValue(Chain& c, uint64_t published) {
+    c.pos = static_cast<uint32_t>(published);
     // Release: the record's bytes happen-before the reclaimer's acquire load of `published`.
-    c.published.store(uint64_t{c.tail} << 32 | c.pos, std::memory_order_release);
+    c.published.store(published, std::memory_order_release);
   }
   // Makes the next record of c start a new block.
   void Seal(Chain& c) { c.tail = kNoBlock; }
