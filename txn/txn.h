@@ -232,6 +232,43 @@ class Engine {
 absl::Status begin();
 absl::Status commit();
 absl::Status abort();
+namespace txn_detail {
+// add()'s inline path: true when it has declared [p, p+n), false when the general path must
+// (a bool, so that the caller's absl::Status is built only on the general path).
+[[gnu::always_inline]] inline bool AddInline(const void* p, size_t n) {
+  Hot* h = tls_hot;
+  if (h == nullptr) [[unlikely]]
+    return false;
+  const uint64_t off = reinterpret_cast<uintptr_t>(p) - h->base;
+  if (n != 8 || (off & 7) != 0 || off >= h->size.load(std::memory_order_relaxed) ||
+      h->end == h->limit) [[unlikely]] {
+    return false;
+  }
+  // The data line is needed below (the old value) and by the caller's store: start its miss
+  // now, alongside the index slot's (the CAS below orders later loads after it).
+  __builtin_prefetch(p, 1);
+  std::atomic<uint64_t>& slot = h->index[off / 8];
+  uint64_t v = slot.load(std::memory_order_acquire);
+  if ((v >> 32) == 0) [[unlikely]]  // cold (key 0)
+    return false;
+  // Not touched in the last `slack` epochs (as Engine::Add; docs/txn.md, "The index").
+  const auto epoch = static_cast<uint32_t>(h->epoch);
+  if (static_cast<int32_t>(epoch - static_cast<uint32_t>(v)) > static_cast<int32_t>(h->slack))
+      [[unlikely]] {
+    // Pairs with the reclaimer's cold CAS (txn/reclaim.cc): once this succeeds, the word's
+    // newest record stays while the transaction can still fail.
+    if (!slot.compare_exchange_strong(v, (v & ~uint64_t{0xFFFFFFFF}) | epoch,
+                                      std::memory_order_acq_rel, std::memory_order_acquire)) {
+      return false;
+    }
+  }
+  uint64_t old;
+  std::memcpy(&old, p, 8);
+  *h->end++ = {off / 8, old};
+  return true;
+}
+}  // namespace txn_detail
+
 // Declares [p, p+n) about to be modified in place (see above).
 //
 // Inline: an aligned 8-byte word of a hot word (one with a live record) in a transaction that
@@ -240,43 +277,20 @@ absl::Status abort();
 // general path does) and keeps the word's old value. A transaction of K random words is then a
 // short loop whose cache misses (index slot and data line of each word) the processor overlaps;
 // everything else takes the general path.
-inline absl::Status add(const void* p, size_t n) {
-  txn_detail::Hot* h = txn_detail::tls_hot;
-  if (h != nullptr) [[likely]] {
-    const uint64_t off = reinterpret_cast<uintptr_t>(p) - h->base;
-    if (n == 8 && (off & 7) == 0 && off < h->size.load(std::memory_order_relaxed) &&
-        h->end != h->limit) [[likely]] {
-      // The data line is needed below (the old value) and by the caller's store: start its
-      // miss now, alongside the index slot's (the CAS below orders later loads after it).
-      __builtin_prefetch(p, 1);
-      std::atomic<uint64_t>& slot = h->index[off / 8];
-      uint64_t v = slot.load(std::memory_order_acquire);
-      if ((v >> 32) != 0) [[likely]] {  // hot (key != 0)
-        // Not touched in the last `slack` epochs (as Engine::Add; docs/txn.md, "The index").
-        const auto epoch = static_cast<uint32_t>(h->epoch);
-        if (static_cast<int32_t>(epoch - static_cast<uint32_t>(v)) > static_cast<int32_t>(h->slack))
-            [[unlikely]] {
-          // Pairs with the reclaimer's cold CAS (txn/reclaim.cc): once this succeeds, the
-          // word's newest record stays while the transaction can still fail.
-          if (!slot.compare_exchange_strong(v, (v & ~uint64_t{0xFFFFFFFF}) | epoch,
-                                            std::memory_order_acq_rel, std::memory_order_acquire)) {
-            return txn_detail::AddGeneral(p, n);
-          }
-        }
-        uint64_t old;
-        std::memcpy(&old, p, 8);
-        *h->end++ = {off / 8, old};
-        return absl::OkStatus();
-      }
-    }
-  }
+[[gnu::always_inline]] inline absl::Status add(const void* p, size_t n) {
+  if (txn_detail::AddInline(p, n)) [[likely]]
+    return absl::OkStatus();
   return txn_detail::AddGeneral(p, n);
 }
 // *field = value, declared: add(field, sizeof(T)) then the store (not done if add fails).
 template <class T>
-absl::Status write(T* field, const T& value) {
+[[gnu::always_inline]] inline absl::Status write(T* field, const T& value) {
   static_assert(std::is_trivially_copyable_v<T>, "txn::write stores trivially copyable values");
-  absl::Status st = add(field, sizeof(T));
+  if (txn_detail::AddInline(field, sizeof(T))) [[likely]] {
+    std::memcpy(static_cast<void*>(field), &value, sizeof(T));
+    return absl::OkStatus();
+  }
+  absl::Status st = txn_detail::AddGeneral(field, sizeof(T));
   if (st.ok()) std::memcpy(static_cast<void*>(field), &value, sizeof(T));
   return st;
 }
