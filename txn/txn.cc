@@ -800,8 +800,8 @@ template <bool kCrcInLoop, bool kStream>
   //    previous commit's fence may hold back; docs/txn.md, "Stores after the fence"): which
   //    declarations repeat an earlier one's word (`dups`: dropped) and which extend a run of
   //    ascending consecutive words (`joins`: they share the head of the run before them, as
-  //    ForEachRun makes them). Both are rare, so the common case, `simple` (neither), is one
-  //    single-word entry per declaration in declaration order. A 64-bit filter with two bits
+  //    ForEachRun makes them). Without joins (the common case) every entry holds a single
+  //    word, in declaration order (streamed in pairs, below). A 64-bit filter with two bits
   //    per word (on a hash of it) sends only a word whose bits are both set already to a
   //    look-up among the earlier declarations.
   uint64_t filter = 0, dups = 0, joins = 0;
@@ -822,7 +822,6 @@ template <bool kCrcInLoop, bool kStream>
       joins |= uint64_t{1} << i;
     prev = wd;
   }
-  const bool simple = (dups | joins) == 0;
   const uint64_t all = k == 64 ? ~uint64_t{0} : (uint64_t{1} << k) - 1;
   const uint64_t keep = all & ~dups;      // the first declaration of each word
   const uint64_t starts = keep & ~joins;  // those that start an entry
@@ -868,29 +867,53 @@ template <bool kCrcInLoop, bool kStream>
       std::memcpy(&value, base + wd * 8, 8);
       return value;
     };
-    if (kStream && simple && (reinterpret_cast<uintptr_t>(d) & 8) == 0) {
+    // Single-word entries only (no run; duplicates dropped): each entry is {head, value}, so
+    // the stream goes in 16-byte pairs without a per-word test of the alignment; the words are
+    // those `keep` names (all when none repeats), in declaration order.
+    if (kStream && joins == 0 && (reinterpret_cast<uintptr_t>(d) & 8) == 0) {
       // A 16-byte-aligned record: word 1 | words 2-3 | each entry {head, value}: aligned pairs.
       Persister::Stream8(d + 1, stamp);
       Stream16(d + 2, t.hot.epoch, gen);
       uint64_t* e = d + sizeof(RecordHeader) / 8;
-      for (const WriteRec* w = wb; w != wb + k; ++w, e += 2) {
-        const uint64_t head = MakeEntryHead(EntryType::kData, 1, w->word);
-        const uint64_t value = value_of(w->word);
-        if constexpr (kCrcInLoop) crc = Crc8(Crc8(crc, head), value);
-        Stream16(e, head, value);
+      if (dups == 0) {
+        for (const WriteRec* w = wb; w != wb + k; ++w, e += 2) {
+          const uint64_t head = MakeEntryHead(EntryType::kData, 1, w->word);
+          const uint64_t value = value_of(w->word);
+          if constexpr (kCrcInLoop) crc = Crc8(Crc8(crc, head), value);
+          Stream16(e, head, value);
+        }
+      } else {
+        for (uint64_t m = keep; m != 0; m &= m - 1, e += 2) {
+          const uint64_t wd = wb[__builtin_ctzll(m)].word;
+          const uint64_t head = MakeEntryHead(EntryType::kData, 1, wd);
+          const uint64_t value = value_of(wd);
+          if constexpr (kCrcInLoop) crc = Crc8(Crc8(crc, head), value);
+          Stream16(e, head, value);
+        }
       }
-    } else if (kStream && simple) {
+    } else if (kStream && joins == 0) {
       // The other alignment: words 1-2 | word 3 and the first head | each value with the next
       // head | the last value alone.
       Stream16(d + 1, stamp, t.hot.epoch);
       uint64_t carry = gen;
       uint64_t* e = d + 3;
-      for (const WriteRec* w = wb; w != wb + k; ++w, e += 2) {
-        const uint64_t head = MakeEntryHead(EntryType::kData, 1, w->word);
-        const uint64_t value = value_of(w->word);
-        if constexpr (kCrcInLoop) crc = Crc8(Crc8(crc, head), value);
-        Stream16(e, carry, head);
-        carry = value;
+      if (dups == 0) {
+        for (const WriteRec* w = wb; w != wb + k; ++w, e += 2) {
+          const uint64_t head = MakeEntryHead(EntryType::kData, 1, w->word);
+          const uint64_t value = value_of(w->word);
+          if constexpr (kCrcInLoop) crc = Crc8(Crc8(crc, head), value);
+          Stream16(e, carry, head);
+          carry = value;
+        }
+      } else {
+        for (uint64_t m = keep; m != 0; m &= m - 1, e += 2) {
+          const uint64_t wd = wb[__builtin_ctzll(m)].word;
+          const uint64_t head = MakeEntryHead(EntryType::kData, 1, wd);
+          const uint64_t value = value_of(wd);
+          if constexpr (kCrcInLoop) crc = Crc8(Crc8(crc, head), value);
+          Stream16(e, carry, head);
+          carry = value;
+        }
       }
       Persister::Stream8(e, carry);
     } else {
