@@ -257,9 +257,10 @@ class Engine::Impl {
   absl::Status Doom(txn_detail::ThreadTx& t, absl::Status st);
   absl::Status Snapshot(txn_detail::ThreadTx& t);
   absl::Status WriteCommit(txn_detail::ThreadTx& t);
+
+ public:
   // A transaction with no allocation or free and 1 to kSmallCommitWrites declarations: writes
   // its record and ends it (rolled back if the record finds no room).
- public:
   absl::Status WriteSmallCommit(txn_detail::ThreadTx& t);  // dispatches to one of these:
   absl::Status WriteSmallCommitPortable(txn_detail::ThreadTx& t);
   absl::Status WriteSmallCommitCrc(txn_detail::ThreadTx& t);     // x86-64 with SSE 4.2
