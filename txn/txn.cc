@@ -7,9 +7,6 @@
 #include <cstdio>
 #include <cstring>
 #include <utility>
-#if defined(__x86_64__)
-#include <emmintrin.h>  // the streamed commit record's 16-byte stores
-#endif
 
 #include "absl/strings/str_cat.h"
 #include "epoch/status_macros.h"
@@ -703,9 +700,9 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
 }
 
 // WriteCommit for the common transaction: declared words only (no allocation, no free), at most
-// kSmallCommitWrites declarations. The same record and the same store order as the general
-// path, built in one pass over the write list straight into the staging buffer: no word vector,
-// no sort, no size pass, and the log's room taken without a call while the tail block has it.
+// kSmallCommitWrites declarations. The same record as the general path and one fence, written
+// straight into the log (no staging buffer, no word vector, no sort), its shape found first in
+// registers, and the log's room taken without a call while the tail block has it.
 absl::Status Engine::Impl::WriteSmallCommitPortable(ThreadTx& t) {
   return WriteSmallCommitBody<false, false>(t);
 }
@@ -726,10 +723,6 @@ absl::Status Engine::Impl::SmallCommitFailed(ThreadTx& t, absl::Status st) {
 }
 
 namespace {
-// Puts the words of a record into the log, in order, starting with `first` at `d`: with
-// kStream by non-temporal stores (Persister::Stream8; two words that fill an aligned 16 bytes
-// go as one movntdq, so the fence holds back half as many stores), otherwise by plain stores
-// (flushed by the caller).
 // Two bits of a 64-bit filter for a word (a Bloom filter with k = 2 over a multiplicative
 // hash): with 16 different words, a word finds both its bits set by others with probability
 // ~0.14 at most (0.9 look-ups per 16-word transaction; one bit: ~1.9).
@@ -738,15 +731,11 @@ inline uint64_t FilterBits(uint64_t word) {
   return uint64_t{1} << (h >> 58) | uint64_t{1} << ((h >> 52) & 63);
 }
 
-// A non-temporal 16-byte store of {lo, hi} at a 16-byte-aligned d (Persister::Stream8's pair).
-inline void Stream16(uint64_t* d, uint64_t lo, uint64_t hi) {
-#if defined(__x86_64__)
-  _mm_stream_si128(reinterpret_cast<__m128i*>(d),
-                   _mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo)));
-#else
-  Persister::Stream8(d, lo);                                  // not reached: Streams() is false
-  Persister::Stream8(d + 1, hi);
-#endif
+// The value of pool word `wd` now (at commit: the transaction's last).
+inline uint64_t ValueOf(const uint8_t* base, uint64_t wd) {
+  uint64_t value;
+  std::memcpy(&value, base + wd * 8, 8);
+  return value;
 }
 
 // A single-word data entry of word `wd`: its head and the word's value now (the
@@ -756,12 +745,15 @@ template <bool kCrcInLoop>
                                                                         const uint8_t* base,
                                                                         uint64_t& crc) {
   const uint64_t head = MakeEntryHead(EntryType::kData, 1, wd);
-  uint64_t value;
-  std::memcpy(&value, base + wd * 8, 8);
+  const uint64_t value = ValueOf(base, wd);
   if constexpr (kCrcInLoop) crc = Crc8(Crc8(crc, head), value);
   return {head, value};
 }
 
+// Puts the words of a record into the log, in order, starting with `first` at `d`: with
+// kStream by non-temporal stores (Persister::Stream8; two words that fill an aligned 16 bytes
+// go as one Stream16, so the fence holds back half as many stores), otherwise by plain stores
+// (flushed by the caller).
 template <bool kStream>
 class WordSink {
  public:
@@ -783,7 +775,7 @@ class WordSink {
       if ((reinterpret_cast<uintptr_t>(d_) & 8) == 0) {
         pending_ = v;  // the first half of an aligned pair
       } else {         // the second half: the first is pending (this is not the first word)
-        Stream16(d_ - 1, pending_, v);
+        Persister::Stream16(d_ - 1, pending_, v);
       }
       ++d_;
       return;
@@ -876,11 +868,6 @@ template <bool kCrcInLoop, bool kStream>
   {
     const uint8_t* const base = pool.base();
     auto* const d = reinterpret_cast<uint64_t*>(at);
-    auto value_of = [&](uint64_t wd) {
-      uint64_t value;
-      std::memcpy(&value, base + wd * 8, 8);
-      return value;
-    };
     // Single-word entries only (no run; duplicates dropped): each entry is {head, value}, so
     // the stream goes in 16-byte pairs without a per-word test of the alignment; the words are
     // those `keep` names (all when none repeats), in declaration order. (The four loops are
@@ -889,37 +876,37 @@ template <bool kCrcInLoop, bool kStream>
     if (kStream && joins == 0 && (reinterpret_cast<uintptr_t>(d) & 8) == 0) {
       // A 16-byte-aligned record: word 1 | words 2-3 | each entry {head, value}: aligned pairs.
       Persister::Stream8(d + 1, stamp);
-      Stream16(d + 2, t.hot.epoch, gen);
+      Persister::Stream16(d + 2, t.hot.epoch, gen);
       uint64_t* e = d + sizeof(RecordHeader) / 8;
       if (dups == 0) {
         for (const WriteRec* w = wb; w != wb + k; ++w, e += 2) {
           const auto [head, value] = SingleEntry<kCrcInLoop>(w->word, base, crc);
-          Stream16(e, head, value);
+          Persister::Stream16(e, head, value);
         }
       } else {
         for (uint64_t m = keep; m != 0; m &= m - 1, e += 2) {
           const auto [head, value] =
               SingleEntry<kCrcInLoop>(wb[__builtin_ctzll(m)].word, base, crc);
-          Stream16(e, head, value);
+          Persister::Stream16(e, head, value);
         }
       }
     } else if (kStream && joins == 0) {
       // The other alignment: words 1-2 | word 3 and the first head | each value with the next
       // head | the last value alone.
-      Stream16(d + 1, stamp, t.hot.epoch);
+      Persister::Stream16(d + 1, stamp, t.hot.epoch);
       uint64_t carry = gen;
       uint64_t* e = d + 3;
       if (dups == 0) {
         for (const WriteRec* w = wb; w != wb + k; ++w, e += 2) {
           const auto [head, value] = SingleEntry<kCrcInLoop>(w->word, base, crc);
-          Stream16(e, carry, head);
+          Persister::Stream16(e, carry, head);
           carry = value;
         }
       } else {
         for (uint64_t m = keep; m != 0; m &= m - 1, e += 2) {
           const auto [head, value] =
               SingleEntry<kCrcInLoop>(wb[__builtin_ctzll(m)].word, base, crc);
-          Stream16(e, carry, head);
+          Persister::Stream16(e, carry, head);
           carry = value;
         }
       }
@@ -944,7 +931,7 @@ template <bool kCrcInLoop, bool kStream>
           sink.Put(head);
           if constexpr (kCrcInLoop) crc = Crc8(crc, head);
         }
-        const uint64_t value = value_of(wd);
+        const uint64_t value = ValueOf(base, wd);
         sink.Put(value);
         if constexpr (kCrcInLoop) crc = Crc8(crc, value);
       }
@@ -988,6 +975,9 @@ template <bool kCrcInLoop, bool kStream>
   const WriteRec* const w_end = wb + k;
   epoch::ThreadSlot& guard_slot = *t.epoch_slot;
   EndKeepingGuard(t);
+  // 4. The one fence, the commit point: a crash before it completes finds the record whole (the
+  //    transaction counts as committed: allowed, commit has not returned), torn (bad checksum:
+  //    this log ends there, the transaction is undone) or absent; after it, committed.
   if constexpr (kStream) {
     pool.persister().StreamFence(txn_detail::kCommitFence);
   } else {
