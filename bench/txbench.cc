@@ -245,12 +245,12 @@ class PmrtSystem : public System {
         buf, sizeof(buf),
         ", \"log_budget\": %zu, \"log_bytes_avg\": %.0f, \"log_bytes_max\": %lu, "
         "\"log_bytes_peak_all\": %lu, \"compact_bytes\": %lu, \"snapshots_per_commit\": %.4f, "
-        "\"reclaim_cycles\": %lu, \"full_cycles\": %lu, \"words_cold\": %lu",
+        "\"reclaim_cycles\": %lu, \"full_cycles\": %lu, \"words_cold\": %lu, \"stalls\": %lu",
         static_cast<size_t>(s.log_budget),  // in effect (the engine caps it)
         log_samples_ ? static_cast<double>(log_sum_) / log_samples_ : 0.0, log_max_,
         s.log_bytes_peak, s.compact_bytes,
         commits ? static_cast<double>(s.snapshots - snapshots0_) / commits : 0.0, s.cycles,
-        s.full_cycles, s.words_cold);
+        s.full_cycles, s.words_cold, s.stalls - stalls0_);
     json += buf;
     // The close: the engine writes back every word a live record holds (docs/txn.md, "Epochs").
     const auto c0 = std::chrono::steady_clock::now();
@@ -260,7 +260,10 @@ class PmrtSystem : public System {
     json += ", \"close_ms\": " + std::to_string(close_ms);
   }
   void MarkStart() {
-    if (engine_) snapshots0_ = engine_->stats().snapshots;
+    if (!engine_) return;
+    const pmrt::txn::Stats s = engine_->stats();
+    snapshots0_ = s.snapshots;
+    stalls0_ = s.stalls;
   }
   // Every word written once in a transaction (64 per transaction), then folded by a
   // reclamation: the log holds a record of every word, as after a long run.
@@ -352,7 +355,7 @@ class PmrtSystem : public System {
   uint64_t* arr_ = nullptr;
   std::vector<uint8_t*> logs_;
   std::vector<uint64_t> txids_;
-  uint64_t log_sum_ = 0, log_samples_ = 0, log_max_ = 0, snapshots0_ = 0;
+  uint64_t log_sum_ = 0, log_samples_ = 0, log_max_ = 0, snapshots0_ = 0, stalls0_ = 0;
 };
 
 // ---- PMDK -----------------------------------------------------------------------------------

@@ -244,6 +244,11 @@ class Engine::Impl {
   uint64_t incremental_cycles_ = 0;
   uint64_t full_k_bytes_ = 0;
   bool force_full_ = true;
+  // The words a cycle keeps, with the key each had (for step 6's re-key); under reclaim_mu.
+  // Kept across cycles with its capacity: a full cycle keeps one entry per hot word (16 MiB
+  // for 1M words), and a vector built afresh each cycle had its pages faulted in and zeroed by
+  // the kernel every time (~12% of the reclaimer's time at K = 16, bench/txbench).
+  std::vector<std::pair<uint64_t, uint32_t>> kept_;
 
   // Statistics (relaxed counters).
   std::atomic<uint64_t> cycles{0}, full_cycles{0}, words_kept{0}, words_dropped{0}, words_cold{0};

@@ -214,6 +214,7 @@ void LogStore::WalkChain(uint64_t head, uint32_t slot, Chain& into,
       pos += size_t{h->words} * 8;
     }
     last = uint64_t{b} << 32 | pos;
+    blocks_[b].end = static_cast<uint32_t>(pos);
     BlockLink l;
     std::memcpy(&l, base + sizeof(BlockHeader), sizeof(l));
     if (l.gen != gen || l.crc != LinkCrc(l)) break;  // never linked in this incarnation
@@ -322,6 +323,7 @@ void LogStore::InitHeader(uint32_t b, uint32_t slot) {
   std::memcpy(BlockAt(b), &h, sizeof(h));
   pool_.persister().Flush(kBlockFlush, BlockAt(b), sizeof(h));
   blocks_[b].gen = h.gen;
+  blocks_[b].end = kBlockPayload;
 }
 
 void LogStore::Link(uint32_t from, uint32_t to) {
@@ -346,6 +348,7 @@ absl::StatusOr<uint8_t*> LogStore::Reserve(Chain& c, uint32_t slot, size_t bytes
   }
   if (uint8_t* at = TryReserve(c, bytes)) return at;
   ASSIGN_OR_RETURN(const uint32_t b, Acquire(slot));
+  Leave(c);  // before any record of b is published
   {
     std::lock_guard<std::mutex> l(c.mu);
     if (!c.blocks.empty()) {

@@ -67,6 +67,15 @@ struct RecordRef {
 // not a valid record (size out of the block, wrong gen or kind, bad checksum, malformed entries).
 const RecordHeader* ValidRecord(const uint8_t* block, size_t block_size, uint64_t gen, size_t pos);
 
+// The record at `pos` of a block whose records end at `end` (LogStore::RecordsEnd): complete and
+// once valid, so only its size is checked, which keeps a walk over a corrupt volatile state
+// from looping or leaving the range; null when it does not fit in [pos, end).
+inline const RecordHeader* KnownRecord(const uint8_t* block, size_t pos, size_t end) {
+  const auto* h = reinterpret_cast<const RecordHeader*>(block + pos);
+  const size_t bytes = size_t{h->words} * 8;
+  return bytes >= sizeof(RecordHeader) && pos + bytes <= end ? h : nullptr;
+}
+
 // Calls fn(head, values) for each entry of a valid record (values is null for kAlloc/kFree).
 template <class F>
 void ForEachEntry(const RecordHeader* h, F&& fn) {
@@ -150,7 +159,22 @@ class LogStore {
     c.published.store(published, std::memory_order_release);
   }
   // Makes the next record of c start a new block.
-  void Seal(Chain& c) { c.tail = kNoBlock; }
+  void Seal(Chain& c) {
+    Leave(c);
+    c.tail = kNoBlock;
+  }
+
+  // The end of the records in block b of chain c, given c's `published` value (acquired by the
+  // caller): for the published block the published position, for a block the chain has left
+  // the end of its last record (set by its owner when it moved on, or by WalkChain at open).
+  // Every record in [kBlockPayload, end) was written completely by this process, or found valid
+  // by WalkChain: its readers need not check it again (the reclaimer's fold skips the checksum).
+  // REQUIRES: b is in c and is the published block or precedes it.
+  size_t RecordsEnd(uint32_t b, uint64_t published) const {
+    return b == static_cast<uint32_t>(published >> 32)
+               ? static_cast<size_t>(published & 0xFFFFFFFFu)
+               : blocks_[b].end;
+  }
 
   // Returns blocks to the free pool. REQUIRES: no durable structure reaches them any more.
   void Release(const std::vector<uint32_t>& blocks);
@@ -173,7 +197,15 @@ class LogStore {
   struct BlockState {
     uint64_t offset = 0;
     uint64_t gen = 0;  // the incarnation of the block's valid header (0: none known)
+    // The end of the block's last record, once its chain has left it (RecordsEnd). Written by
+    // the chain's owner before it publishes a record in a later block (so the reclaimer, which
+    // acquires `published`, reads it ordered), or by WalkChain before any thread runs.
+    uint32_t end = kBlockPayload;
   };
+  // The owner leaves c's tail block: its records end at c.pos (the published end).
+  void Leave(Chain& c) {
+    if (c.tail != kNoBlock) blocks_[c.tail].end = c.pos;
+  }
   absl::Status Create(size_t block_size);
   absl::StatusOr<uint32_t> Acquire(uint32_t slot);
   absl::StatusOr<uint32_t> Grow(uint32_t slot);
