@@ -123,6 +123,14 @@ class CompactWriter {
   uint64_t bytes_ = 0;
 };
 
+// The keys of K's data words (Engine::Impl::k_keys_) do not match K's records: a bug. The cycle
+// fails before anything of it is durable; nothing is dropped.
+absl::Status KeysMismatch(size_t at) {
+  return absl::InternalError(absl::StrCat(
+      "txn: reclamation: the compacted log's volatile keys do not match its records (at word ", at,
+      "); nothing was dropped"));
+}
+
 // A thread log to trim once the cycle's descriptor is durable: its first `keep` blocks hold only
 // folded records.
 struct Trim {
@@ -151,7 +159,6 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
       mutation::Swapped(txn_detail::kSlackMutant) ? 0 : std::max<uint64_t>(cold_age, touch_slack);
   const uint64_t cold_limit = h_new > age ? h_new - age : 0;
   const uint64_t new_seq = seq + 1;
-  const uint32_t new_key = WordIndex::CompactKey(new_seq);
   const size_t bs = store.block_size();
   uint64_t k_blocks_before;
   {
@@ -168,8 +175,12 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
 
   auto k_new = std::make_unique<Chain>();
   Chain& k_out = full ? *k_new : store.chain(kCompactSlot);
-  std::vector<std::pair<uint64_t, uint32_t>>& kept = kept_;  // (word, key it had), re-key
-  kept.clear();
+  // The keys of the new K's data words (see k_keys_): a full cycle builds them afresh, an
+  // incremental one appends to the current K's (cut back if the cycle fails).
+  std::vector<uint32_t>& k_keys_out = full ? k_keys_next_ : k_keys_;
+  if (full) k_keys_next_.clear();
+  const size_t k_keys_before = k_keys_.size();
+  uint64_t kept = 0;
   std::vector<Trim> trims;
   uint64_t dropped = 0, cold = 0, k_bytes = 0;
   absl::Status failed = absl::OkStatus();
@@ -221,13 +232,20 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
           ++cold;
           continue;
         }
+        // Kept: the entry moves to K' with the key it had, which the index still holds (a
+        // word's key is not rewritten when its newest record moves into K, so this cycle
+        // writes no index slot of a word it keeps: those are the lines the transactions use).
         RETURN_IF_ERROR(out.Add(e.word, e.value));
-        kept.emplace_back(e.word, e.key);
+        k_keys_out.push_back(e.key);
+        ++kept;
       }
       pending.clear();
       return absl::OkStatus();
     };
-    auto consider = [&](const RecordHeader* h, uint32_t key) -> absl::Status {
+    // A thread record's entries all have its key; a K record's data words take theirs from
+    // k_keys_, in order (from_k).
+    size_t k_key_at = 0;
+    auto consider = [&](const RecordHeader* h, uint32_t key, bool from_k) -> absl::Status {
       absl::Status st = absl::OkStatus();
       ForEachEntry(h, [&](uint64_t head, const uint64_t* values) {
         if (!st.ok()) return;
@@ -256,6 +274,13 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
         }
         if (type != EntryType::kData) return;  // allocations; tombstones in a full cycle: done
         for (uint64_t i = 0, w = EntryWord(head); i < EntryWords(head); ++i, ++w) {
+          if (from_k) {
+            if (k_key_at == k_keys_.size()) [[unlikely]] {
+              st = KeysMismatch(k_keys_.size());
+              return;
+            }
+            key = k_keys_[k_key_at++];
+          }
           pending.push_back({w, values[i], key});
           if (pending.size() == kBatch) {
             st = decide();
@@ -297,10 +322,11 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
     for (uint32_t b : old_k) {
       if (k_pub == kNothingPublished) break;
       walk(kCompactSlot, b, store.RecordsEnd(b, k_pub), [&](const RecordHeader* h) {
-        if (h->stamp <= seq) failed = consider(h, WordIndex::CompactKey(h->stamp));
+        if (h->stamp <= seq) failed = consider(h, 0, /*from_k=*/true);
         return true;
       });
     }
+    if (full && failed.ok() && k_key_at != k_keys_.size()) failed = KeysMismatch(k_key_at);
     // 1b. Every thread log: its records of epochs in (horizon, h_new], up to what its owner
     //     has published (the published record and everything before it are complete).
     for (uint32_t s = 0; s < kMaxSlots && failed.ok(); ++s) {
@@ -322,7 +348,7 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
             newer = true;
             return false;
           }
-          if (h->epoch > horizon) failed = consider(h, WordIndex::KeyOf(h->stamp));
+          if (h->epoch > horizon) failed = consider(h, WordIndex::KeyOf(h->stamp), false);
           return true;
         });
         if (newer || b == pub_block) {
@@ -339,6 +365,10 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
     //    went cold durable before the descriptor that makes K' the compacted log.
     pool.persister().Fence(txn_detail::kCompactFence);
   }
+  if (fail_next_cycle && failed.ok()) {
+    fail_next_cycle = false;
+    failed = absl::AbortedError("txn: reclamation cycle failed on request (a test)");
+  }
   if (!failed.ok()) {
     // Nothing durable refers to K' (a full cycle's chain is unreachable; an incremental
     // segment's records carry a seq above the durable descriptor's and are ignored). Words made
@@ -349,6 +379,7 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
       store.Release(unused);
     } else {
       force_full_ = true;
+      k_keys_.resize(k_keys_before);  // the failed segment's records are skipped from now on
     }
     return failed;
   }
@@ -402,17 +433,7 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
   }
   if (full) store.SetCompact(std::move(k_new));
   store.Release(freed);
-  // 6. Re-key the kept words to K' (unless a newer record took them meanwhile).
-  for (size_t i = 0; i < kept.size(); ++i) {
-    if (i + 24 < kept.size()) __builtin_prefetch(&index->at(kept[i + 24].first), 1);
-    const auto [w, key] = kept[i];
-    std::atomic<uint64_t>& slot = index->at(w);
-    uint64_t v = slot.load(std::memory_order_acquire);
-    while (WordIndex::Key(v) == key &&
-           !slot.compare_exchange_weak(v, WordIndex::Pack(new_key, WordIndex::Epoch32(v)),
-                                       std::memory_order_acq_rel, std::memory_order_acquire)) {
-    }
-  }
+  if (full) k_keys_.swap(k_keys_next_);
   seq = new_seq;
   horizon = h_new;
   compact_bytes = k_blocks * bs;
@@ -434,7 +455,7 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
     }
   }
   cycles.fetch_add(1, std::memory_order_relaxed);
-  words_kept.fetch_add(kept.size(), std::memory_order_relaxed);
+  words_kept.fetch_add(kept, std::memory_order_relaxed);
   words_dropped.fetch_add(dropped, std::memory_order_relaxed);
   words_cold.fetch_add(cold, std::memory_order_relaxed);
   return absl::OkStatus();

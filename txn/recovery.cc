@@ -109,6 +109,14 @@ absl::Status Engine::Impl::Recover() {
   };
   for (const RecordRef& r : compact) index_pass(r);
   for (const RecordRef& r : recs) index_pass(r);
+  // The reclaimer's keys of K's data words (k_keys_): the key index_pass gave each.
+  k_keys_.clear();
+  for (const RecordRef& r : compact) {
+    ForEachEntry(r.h, [&](uint64_t head, const uint64_t*) {
+      if (EntryTypeOf(head) == EntryType::kData)
+        k_keys_.insert(k_keys_.end(), EntryWords(head), RecordKey(r));
+    });
+  }
 
   const bool crashed = !pool.was_clean_shutdown();
   if (crashed) {

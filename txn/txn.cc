@@ -165,6 +165,11 @@ void Engine::SealLogsForTesting() {
   for (uint32_t s = 0; s < txn_internal::kMaxSlots; ++s) impl_->store.Seal(impl_->store.chain(s));
 }
 
+void Engine::FailNextReclaimForTesting() {
+  std::lock_guard<std::mutex> l(impl_->reclaim_mu);
+  impl_->fail_next_cycle = true;
+}
+
 void Engine::SetFoldHookForTesting(std::function<void()> hook) {
   std::lock_guard<std::mutex> l(impl_->reclaim_mu);  // no cycle runs meanwhile
   impl_->fold_hook = std::move(hook);

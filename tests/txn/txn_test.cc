@@ -1029,6 +1029,59 @@ TEST_F(TxnTest, RecoveryIsIdempotent) {
   }
 }
 
+// The reclaimer keeps no index slot of the words it folds into the compacted log K: each K word
+// keeps its record's key, which the reclaimer remembers alongside K (k_keys_). A failed cycle
+// (here an incremental one, after writing its segment) must leave those keys as K's records
+// are, the next (full) cycle must read K with them, and recovery must rebuild them: every
+// word keeps its last value through all of it and through the crashes after.
+TEST_F(TxnTest, AFailedCycleLosesNothingAndTheNextFoldsEverything) {
+  Open();
+  auto write_range = [&](int from, int to, uint64_t base) {
+    for (int i = from; i < to; i += 8) {
+      ASSERT_OK(txn::Run([&]() -> absl::Status {
+        for (int w = i; w < std::min(to, i + 8); ++w)
+          RETURN_IF_ERROR(write(&root_->words[w], base + uint64_t(w)));
+        return absl::OkStatus();
+      }));
+    }
+    ASSERT_OK(rt_.epochs->Sync());  // the transactions' epoch completes: the next cycle folds them
+  };
+  std::vector<uint64_t> want(64);
+  auto expect_all = [&](const char* when) {
+    for (int w = 0; w < 64; ++w) ASSERT_EQ(root_->words[w], want[w]) << when << ", word " << w;
+  };
+  write_range(0, 64, 1000);
+  for (int w = 0; w < 64; ++w) want[w] = 1000 + uint64_t(w);
+  ASSERT_OK(engine().Reclaim());  // the first cycle is full: every word into K
+  const uint64_t full0 = engine().stats().full_cycles;
+  ASSERT_GE(engine().stats().words_kept, 64u);
+
+  write_range(0, 32, 2000);
+  for (int w = 0; w < 32; ++w) want[w] = 2000 + uint64_t(w);
+  engine().FailNextReclaimForTesting();
+  EXPECT_THAT(engine().Reclaim(), StatusIs(absl::StatusCode::kAborted, "on request"));
+  EXPECT_EQ(engine().stats().full_cycles, full0);
+
+  write_range(32, 48, 3000);
+  for (int w = 32; w < 48; ++w) want[w] = 3000 + uint64_t(w);
+  ASSERT_OK(engine().Reclaim());  // full (after a failed cycle): reads K with its keys
+  EXPECT_EQ(engine().stats().full_cycles, full0 + 1);
+  write_range(0, 1, 4000);
+  want[0] = 4000;
+  ASSERT_OK(engine().Reclaim());  // incremental: a segment of one word
+  EXPECT_EQ(engine().stats().full_cycles, full0 + 1);
+  expect_all("before the first crash");
+
+  CrashAndRecover();
+  expect_all("after the first recovery");
+  write_range(48, 56, 5000);
+  for (int w = 48; w < 56; ++w) want[w] = 5000 + uint64_t(w);
+  ASSERT_OK(engine().Reclaim());  // the first cycle after an open is full: the rebuilt keys
+  ASSERT_OK(engine().Reclaim(/*advance=*/true));
+  CrashAndRecover();
+  expect_all("after the second recovery");
+}
+
 TEST_F(TxnTest, BackgroundReclaimerKeepsTheLogWithinBudget) {
   Options o;
   o.block_size = 4096;

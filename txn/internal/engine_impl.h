@@ -244,16 +244,21 @@ class Engine::Impl {
   uint64_t incremental_cycles_ = 0;
   uint64_t full_k_bytes_ = 0;
   bool force_full_ = true;
-  // The words a cycle keeps, with the key each had (for step 6's re-key); under reclaim_mu.
-  // Kept across cycles with its capacity: a full cycle keeps one entry per hot word (16 MiB
-  // for 1M words), and a vector built afresh each cycle had its pages faulted in and zeroed by
-  // the kernel every time (~12% of the reclaimer's time at K = 16, bench/txbench).
-  std::vector<std::pair<uint64_t, uint32_t>> kept_;
+  // The index key of each data word of the compacted log K, in K's order (chain, records of
+  // seq <= the current one, entries, words); under reclaim_mu. A word's key stays what its
+  // newest record gave it when that record is folded into K (a commit's or snapshot's
+  // KeyOf(stamp); after recovery, CompactKey of the K record's seq, as recovery's index pass
+  // sets it), so a cycle writes no index slot for the words it keeps: the index lines stay
+  // with the transactions that use them instead of moving to the reclaimer's core and back.
+  // A full cycle reads them alongside K (an entry survives iff its key is still the word's)
+  // and builds the new K's in k_keys_next_; an incremental one appends its segment's.
+  std::vector<uint32_t> k_keys_, k_keys_next_;
 
   // Statistics (relaxed counters).
   std::atomic<uint64_t> cycles{0}, full_cycles{0}, words_kept{0}, words_dropped{0}, words_cold{0};
   std::atomic<uint64_t> stalls{0};
   std::function<void()> fold_hook;  // Engine::SetFoldHookForTesting; under reclaim_mu
+  bool fail_next_cycle = false;     // Engine::FailNextReclaimForTesting; under reclaim_mu
   uint64_t recovered_records = 0, recovered_words = 0;
   std::chrono::nanoseconds recovery_time{0};
 

@@ -5,19 +5,22 @@
 //
 //   value = key:32 (high) | epoch:32 (low)
 //   key    0: cold — the word has no live record; its first write in a transaction snapshots it.
-//          otherwise the newest live record of the word: KeyOf(stamp) for a commit or snapshot
-//          record, CompactKey(seq) for the compacted log of reclamation cycle `seq`.
+//          otherwise the key of the word's newest live record: KeyOf(stamp) of the commit or
+//          snapshot record that wrote it, which stays the key when a reclamation cycle folds
+//          that record into the compacted log K; CompactKey(seq) for a K record found at open
+//          (recovery's pass 1). The reclaimer keeps the keys of K's words (engine_impl.h,
+//          k_keys_).
 //   epoch  low 32 bits of an epoch in which a transaction touched the word, at most the touch
 //          slack (engine_impl.h, kMaxTouchSlack) older than the last such epoch.
 //          Compared with a signed 32-bit difference (TouchedBy()).
 //
 // Concurrency (docs/txn.md, "The index"): a word is written by the transaction that holds it
 // (the caller's isolation) and by the reclaimer, which only ever CASes a value it has read: hot
-// -> cold (when the touch epoch has completed; it then flushes the word's line) or key ->
-// compact key. A transaction that finds a value with an epoch more than the touch slack older
-// than its own CASes the epoch forward, so the reclaimer's CAS of the old value fails; a more
-// recent epoch it leaves as is, as the reclaimer never makes such a word cold while the
-// transaction is open (its cold age is at least the slack).
+// -> cold (when the touch epoch has completed; it then flushes the word's line). A transaction that
+// finds a value with an epoch more than the touch slack older than its own CASes the epoch forward,
+// so the reclaimer's CAS of the old value fails; a more recent epoch it leaves as is, as the
+// reclaimer never makes such a word cold while the transaction is open (its cold age is at least
+// the slack).
 #ifndef PMRT_TXN_INTERNAL_WORD_INDEX_H_
 #define PMRT_TXN_INTERNAL_WORD_INDEX_H_
 
