@@ -25,7 +25,13 @@ absl::Status RunKillLoop(const KillLoopOptions& options,
   absl::Status result = absl::OkStatus();
   for (int i = 0; i < options.kills && result.ok(); ++i) {
     auto* progress = new (shared) KillProgress();
-    const uint64_t delay_us = options.max_delay_us == 0 ? 0 : rng() % (options.max_delay_us + 1);
+    const bool wait_ready =
+        options.wait_ready ||
+        (options.ready_every > 0 && i % options.ready_every == options.ready_every - 1);
+    const uint64_t bound = !options.wait_ready && wait_ready && options.ready_max_delay_us != 0
+                               ? options.ready_max_delay_us
+                               : options.max_delay_us;
+    const uint64_t delay_us = bound == 0 ? 0 : rng() % (bound + 1);
     std::fflush(nullptr);  // nothing buffered may be written twice
     pid_t pid = fork();
     if (pid < 0) {
@@ -36,7 +42,7 @@ absl::Status RunKillLoop(const KillLoopOptions& options,
       child(i, *progress);
       _exit(3);  // the child must run until killed
     }
-    if (options.wait_ready) {
+    if (wait_ready) {
       // Wait (bounded) for the child to open its pool, so the delay falls in the workload.
       auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
       while (progress->ready.load() == 0 && std::chrono::steady_clock::now() < deadline) {

@@ -42,6 +42,14 @@ struct KillLoopOptions {
   // (or after it starts, when wait_ready is false).
   uint64_t max_delay_us = 20000;
   bool wait_ready = true;
+  // With wait_ready false: every ready_every-th kill (iterations ready_every - 1,
+  // 2 * ready_every - 1, ...) still waits for the child to be ready first, so that the children
+  // reach their workload and acknowledge work even where starting one takes longer than
+  // max_delay_us (a loaded machine, a sanitizer build: there every kill timed from the fork
+  // fell in the child's start). 0: never. Those kills come a random time in
+  // [0, ready_max_delay_us] after the child is ready (0: max_delay_us).
+  int ready_every = 0;
+  uint64_t ready_max_delay_us = 0;
 };
 
 // Runs `child` in a forked process `kills` times, SIGKILLs it at a random moment, then runs

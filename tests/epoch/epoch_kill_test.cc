@@ -225,6 +225,10 @@ absl::Status RunKills(const KillConfig& cfg, Tally& tally, int* kills_run) {
   o.seed = 11 + static_cast<uint64_t>(cfg.backend) * 2 + (cfg.clocking == Clocking::kManual);
   o.max_delay_us = cfg.recovery ? 400 : cfg.clocking == Clocking::kManual ? 4000 : 12000;
   o.wait_ready = !cfg.recovery;  // aimed at recovery: the delay counts from the fork
+  // One kill in four after the child is ready, timed as when not aimed at recovery, so that
+  // children ack work however long they take to start.
+  o.ready_every = 4;
+  o.ready_max_delay_us = cfg.clocking == Clocking::kManual ? 4000 : 12000;
   *kills_run = o.kills;
 
   std::vector<State> bases = {State{}};  // the states the pool may hold before this child

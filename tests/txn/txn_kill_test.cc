@@ -196,6 +196,7 @@ TEST(TxnKillTest, RecoveredStateIsACommittedPrefix) {
   ko.seed = 7;
   ko.max_delay_us = 4000;
   ko.wait_ready = false;  // some kills land in the child's recovery
+  ko.ready_every = 2;     // and half of them in its transactions, however long it takes to start
   State model;
   uint64_t acked = 0, begun = 0, checked = 0, max_count = 0;
   int in_recovery = 0;
