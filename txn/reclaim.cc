@@ -290,9 +290,9 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
       });
       return st;
     };
-    // 1a. Full cycle: the current compacted log, every segment (each record's entries are
-    //     indexed under its segment's key; records of a failed cycle, seq > the current one,
-    //     are not part of it).
+    // 1a. Full cycle: the current compacted log, every segment (each data word's key is the
+    //     next of k_keys_, in K's order; records of a failed cycle, seq > the current one, are
+    //     not part of it and have no keys).
     //     The records are read as written (KnownRecord): every one up to a block's RecordsEnd
     //     is complete, written by this process or found valid when the log was walked at open,
     //     so its checksum is not computed again (that was ~30% of the fold's time at K = 16).
@@ -319,8 +319,8 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
       std::lock_guard<std::mutex> l(k.mu);
       old_k.assign(k.blocks.begin(), k.blocks.end());
     }
+    if (k_pub == kNothingPublished) old_k.clear();  // K holds no record yet
     for (uint32_t b : old_k) {
-      if (k_pub == kNothingPublished) break;
       walk(kCompactSlot, b, store.RecordsEnd(b, k_pub), [&](const RecordHeader* h) {
         if (h->stamp <= seq) failed = consider(h, 0, /*from_k=*/true);
         return true;

@@ -209,8 +209,9 @@ class Engine {
   // entries to decide, in the middle of a cycle's fold (before anything of the cycle is fenced).
   // Set it while no cycle runs.
   void SetFoldHookForTesting(std::function<void()> hook);
-  // Tests: the next reclamation cycle fails (kAborted) once it has written its new compacted
-  // log, before its fence: the path of a cycle that finds no block for it.
+  // Tests: the next reclamation cycle fails (kAborted) once its new compacted log is written
+  // and fenced, before the descriptor names it: the path of a cycle that fails in its fold (no
+  // block for K'), with every bit of the cycle's volatile state to undo.
   void FailNextReclaimForTesting();
   Pool& pool() const { return pool_; }
   epoch::Manager& epochs() const { return epochs_; }
