@@ -109,8 +109,9 @@ struct BlockRec {
 
 // One thread's transaction state (per engine). Adopted as is by a later thread once its thread
 // exits (with its log slot: the log continues); a transaction still open then is aborted by the
-// exiting thread first (OnThreadExit).
-struct ThreadTx final : alloc::TxScope {
+// exiting thread first (OnThreadExit). Cache-line aligned (so a multiple of 64 bytes): its owner
+// writes it on every transaction, and two threads' states must not share a line.
+struct alignas(64) ThreadTx final : alloc::TxScope {
   Engine::Impl* impl = nullptr;
   uint32_t slot = txn_internal::kCompactSlot;  // log slot; kCompactSlot until assigned
   int depth = 0;
@@ -227,10 +228,14 @@ class Engine::Impl {
   const Options options;
   txn_internal::LogStore store;
   std::unique_ptr<txn_internal::WordIndex> index;
-  std::atomic<uint64_t> next_stamp{1};
+  // The commit-order stamp: every commit's locked increment takes this line exclusive, so it
+  // shares it with nothing a committer reads (the pointers above, read by every commit, would
+  // otherwise miss on the other threads' cores after each increment) or the reclaimer writes
+  // (its mutex below).
+  alignas(64) std::atomic<uint64_t> next_stamp{1};
 
   // Reclamation state: the current descriptor (horizon, seq, which of the two lines).
-  std::mutex reclaim_mu;
+  alignas(64) std::mutex reclaim_mu;
   uint64_t horizon = 0;
   uint64_t seq = 0;
   int desc_line = 1;  // the line holding the current descriptor; the next cycle writes the other
