@@ -801,6 +801,62 @@ class WordSink {
 };
 }  // namespace
 
+// Stamps a thread takes at once for its small commits, and how far the shared counter may run
+// ahead of a block's first stamp before the block is given up (below).
+inline constexpr uint64_t kStampBlock = 64;
+inline constexpr uint64_t kStampWindow = uint64_t{1} << 29;
+inline constexpr uint32_t kKeyModulus = 0x7FFFFFFFu;  // WordIndex::KeyOf: 1 + stamp % this
+
+// Whether the record whose index key is `key` has a smaller stamp than s, for a thread whose
+// block begins at lo (lo_key = KeyOf(lo)) and has used [lo, s) (`used` = s - lo). A thread key
+// gives its stamp modulo 2^31 - 1 only; d = (stamp - lo) mod that is below `used` for this
+// thread's own stamps, and at least half the modulus for a stamp below lo, as long as no
+// stamp is more than 2^30 above lo: SmallCommitStamp gives the block up before the shared
+// counter gets that far. Every other key (a stamp at or above s, a cold slot) answers false.
+[[gnu::always_inline]] inline bool StampPrecedes(uint32_t key, uint32_t lo_key, uint64_t used) {
+  if ((key & 0x80000000u) != 0) return true;  // CompactKey: K's entries from before this open
+  if (key == 0) return false;  // cold: not at commit (the touch slack); a new block is safe
+  const uint32_t d = key >= lo_key ? key - lo_key : key + kKeyModulus - lo_key;
+  return d < used || d >= kKeyModulus / 2;
+}
+
+// The commit order (docs/txn.md, "Commit order"): recovery replays records by stamp, so a
+// record must have a larger stamp than every earlier record of each of its words, and stamps
+// are unique. The shared counter hands out stamps one at a time to the general commit and to
+// snapshots, and in blocks of kStampBlock here: every stamp it hands out is above every stamp
+// handed out before, so only a record from a block handed out after this thread's (another
+// thread's) can be newer than s. Each declared word's index slot holds the key of its newest
+// record (this transaction's writes are not published until after its fence); when one is not
+// provably older, the commit takes a new block, which starts above it. The slots are re-read
+// with acquire (lines add() has just touched): a key seen pairs with its writer's index store,
+// after that writer took its stamp, so the counter read after them is at least that stamp
+// plus one, and the window test keeps every such stamp within 2^29 of lo.
+[[gnu::always_inline]] inline uint64_t Engine::Impl::SmallCommitStamp(ThreadTx& t,
+                                                                      const WriteRec* wb,
+                                                                      size_t k) {
+  const uint64_t s = t.stamp_next;
+  if (s < t.stamp_end) [[likely]] {
+    const uint32_t lo_key = WordIndex::KeyOf(t.stamp_lo);
+    const uint64_t used = s - t.stamp_lo;
+    bool older = true;
+    for (size_t i = 0; i < k; ++i) {
+      const uint32_t key = WordIndex::Key(index->at(wb[i].word).load(std::memory_order_acquire));
+      older &= StampPrecedes(key, lo_key, used);
+    }
+    // (The mutant takes the block's next stamp whatever the slots say.)
+    if ((older || mutation::Swapped(txn_detail::kStampMutant)) &&
+        next_stamp.load(std::memory_order_relaxed) - t.stamp_lo <= kStampWindow) [[likely]] {
+      t.stamp_next = s + 1;
+      return s;
+    }
+  }
+  const uint64_t b = next_stamp.fetch_add(kStampBlock, std::memory_order_relaxed);
+  t.stamp_lo = b;
+  t.stamp_next = b + 1;
+  t.stamp_end = b + kStampBlock;
+  return b;
+}
+
 template <bool kCrcInLoop, bool kStream>
 [[gnu::always_inline]] inline absl::Status Engine::Impl::WriteSmallCommitBody(ThreadTx& t) {
   static_assert(kCrcInLoop || !kStream, "a streamed record's checksum is computed as it goes");
@@ -844,9 +900,11 @@ template <bool kCrcInLoop, bool kStream>
   static_assert(sizeof(RecordHeader) + 16 * txn_detail::kSmallCommitWrites <=
                     txn_internal::kMinBlockSize - txn_internal::kBlockPayload,
                 "a small commit's record fits in any log block");
-  // 2. The commit-order stamp (taken while the caller still holds its locks, as in WriteCommit)
-  //    and room in the log, taken without a call while the tail block has it.
-  const uint64_t stamp = next_stamp.fetch_add(1, std::memory_order_relaxed);
+  // 2. The commit-order stamp (chosen while the caller still holds its locks, as in
+  //    WriteCommit; from the thread's block, without a locked instruction, when no declared
+  //    word's newest record is newer) and room in the log, taken without a call while the tail
+  //    block has it.
+  const uint64_t stamp = SmallCommitStamp(t, wb, k);
   txn_internal::Chain& log = store.chain(t.slot);
   uint8_t* at = store.TryReserve(log, bytes);
   if (at == nullptr) [[unlikely]] {

@@ -425,6 +425,7 @@ TEST(TxnCrashTest, MutationGateKillsEverySite) {
   // The logic mutants (negative controls): no persistence site, so add them by name.
   sites[txn_detail::kOrderMutant.id] = txn_detail::kOrderMutant.name;
   sites[txn_detail::kRuleMutant.id] = txn_detail::kRuleMutant.name;
+  sites[txn_detail::kStampMutant.id] = txn_detail::kStampMutant.name;
   const auto survivors = pmrt::testing::RunMutationGate(
       sites,
       [] {

@@ -45,6 +45,9 @@ inline constexpr Site kHeadMoveFence{"txn.reclaim.head.fence"};
 inline constexpr Site kOrderMutant{"txn.mutant.recovery_order"};
 inline constexpr Site kRuleMutant{"txn.mutant.reclaim_rule"};
 inline constexpr Site kSlackMutant{"txn.mutant.touch_slack"};
+// And a small commit that takes its block's next stamp without looking at its words' keys
+// (a commit can then replay before an earlier one of the same word: SmallCommitStamp).
+inline constexpr Site kStampMutant{"txn.mutant.small_commit_stamp"};
 
 // The touch slack (docs/txn.md, "The index"): a transaction's declaration of a hot word moves
 // the word's touch epoch forward (a CAS) only when it is more than this many epochs older than
@@ -154,6 +157,9 @@ struct alignas(64) ThreadTx final : alloc::TxScope {
   }
   uint64_t watch_seq = 0;  // background thread only
   int64_t watch_since = 0;
+  // The block of commit-order stamps this thread's small commits take theirs from, [stamp_lo,
+  // stamp_end), the next at stamp_next (Engine::Impl::SmallCommitStamp; empty at first).
+  uint64_t stamp_lo = 0, stamp_next = 0, stamp_end = 0;
   // Statistics of this thread's transactions.
   OwnerCounter commits, aborts, snapshots, snapshot_words, record_bytes;
 
@@ -282,6 +288,11 @@ class Engine::Impl {
   absl::Status WriteSmallCommitStream(txn_detail::ThreadTx& t);  // and kPmem: streamed
   template <bool kCrcInLoop, bool kStream>
   [[gnu::always_inline]] absl::Status WriteSmallCommitBody(txn_detail::ThreadTx& t);
+  // The commit-order stamp of a small commit over the k declarations at wb: the next of the
+  // thread's block when every declared word's newest record has a smaller stamp, else the first
+  // of a new block (docs/txn.md, "Commit order").
+  [[gnu::always_inline]] uint64_t SmallCommitStamp(txn_detail::ThreadTx& t,
+                                                   const txn_detail::WriteRec* wb, size_t k);
   [[gnu::cold, gnu::noinline]] absl::Status SmallCommitFailed(txn_detail::ThreadTx& t,
                                                               absl::Status st);
 
