@@ -810,9 +810,11 @@ inline constexpr uint32_t kKeyModulus = 0x7FFFFFFFu;  // WordIndex::KeyOf: 1 + s
 // Whether the record whose index key is `key` has a smaller stamp than s, for a thread whose
 // block begins at lo (lo_key = KeyOf(lo)) and has used [lo, s) (`used` = s - lo). A thread key
 // gives its stamp modulo 2^31 - 1 only; d = (stamp - lo) mod that is below `used` for this
-// thread's own stamps, and at least half the modulus for a stamp below lo, as long as no
-// stamp is more than 2^30 above lo: SmallCommitStamp gives the block up before the shared
-// counter gets that far. Every other key (a stamp at or above s, a cold slot) answers false.
+// thread's own stamps, and at least half the modulus for a stamp up to 2^30 below lo (one
+// further below may answer false: a needless new block, never a wrong order). A stamp at or
+// above s gives d in [used, 2^29), so false, as long as no stamp in use is more than 2^29
+// above lo: SmallCommitStamp gives the block up before the shared counter gets that far. A
+// cold slot answers false too.
 [[gnu::always_inline]] inline bool StampPrecedes(uint32_t key, uint32_t lo_key, uint64_t used) {
   if ((key & 0x80000000u) != 0) return true;  // CompactKey: K's entries from before this open
   if (key == 0) return false;  // cold: not at commit (the touch slack); a new block is safe
