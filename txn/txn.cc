@@ -805,7 +805,6 @@ class WordSink {
 // ahead of a block's first stamp before the block is given up (below).
 inline constexpr uint64_t kStampBlock = 64;
 inline constexpr uint64_t kStampWindow = uint64_t{1} << 29;
-inline constexpr uint32_t kKeyModulus = 0x7FFFFFFFu;  // WordIndex::KeyOf: 1 + stamp % this
 
 // Whether the record whose index key is `key` has a smaller stamp than s, for a thread whose
 // block begins at lo (lo_key = KeyOf(lo)) and has used [lo, s) (`used` = s - lo). A thread key
@@ -816,10 +815,11 @@ inline constexpr uint32_t kKeyModulus = 0x7FFFFFFFu;  // WordIndex::KeyOf: 1 + s
 // above lo: SmallCommitStamp gives the block up before the shared counter gets that far. A
 // cold slot answers false too.
 [[gnu::always_inline]] inline bool StampPrecedes(uint32_t key, uint32_t lo_key, uint64_t used) {
-  if ((key & 0x80000000u) != 0) return true;  // CompactKey: K's entries from before this open
+  if (WordIndex::IsCompactKey(key)) return true;  // K's entries from before this open
   if (key == 0) return false;  // cold: not at commit (the touch slack); a new block is safe
-  const uint32_t d = key >= lo_key ? key - lo_key : key + kKeyModulus - lo_key;
-  return d < used || d >= kKeyModulus / 2;
+  constexpr uint32_t m = WordIndex::kKeyModulus;
+  const uint32_t d = key >= lo_key ? key - lo_key : key + m - lo_key;
+  return d < used || d >= m / 2;
 }
 
 // The commit order (docs/txn.md, "Commit order"): recovery replays records by stamp, so a

@@ -43,12 +43,17 @@ class WordIndex {
   std::atomic<uint64_t>& at(uint64_t word) { return values_[word]; }
   uint64_t words() const { return words_; }
 
+  // A thread record's key: its stamp modulo kKeyModulus, plus one (1 .. 2^31-1, never 0).
+  static constexpr uint32_t kKeyModulus = 0x7FFFFFFFu;
+  // Set in the key of a K record after recovery (CompactKey), never in KeyOf's.
+  static constexpr uint32_t kCompactBit = 0x80000000u;
   static constexpr uint32_t KeyOf(uint64_t stamp) {
-    return static_cast<uint32_t>(1 + stamp % 0x7FFFFFFFu);  // 1 .. 2^31-1, never 0
+    return static_cast<uint32_t>(1 + stamp % kKeyModulus);
   }
   static constexpr uint32_t CompactKey(uint64_t seq) {
-    return 0x80000000u | static_cast<uint32_t>(seq & 0x7FFFFFFFu);
+    return kCompactBit | (static_cast<uint32_t>(seq) & ~kCompactBit);
   }
+  static constexpr bool IsCompactKey(uint32_t key) { return (key & kCompactBit) != 0; }
   static constexpr uint64_t Pack(uint32_t key, uint64_t epoch) {
     return uint64_t{key} << 32 | static_cast<uint32_t>(epoch);
   }
