@@ -203,8 +203,8 @@ class Persister {
   // each word with Stream8, a non-temporal store: the word goes to memory through the
   // write-combining buffers without allocating its line, the contract of a store and a Flush of
   // it in one instruction, durable after the next Fence (the same path as CopyFlush's); then it
-  // calls CountStream once for the range. Elsewhere the writer stores the words plainly and
-  // calls Flush(site, ...) for the range.
+  // calls CountStream once for the range and its fence. Elsewhere the writer stores the words
+  // plainly and calls Flush(site, ...) for the range.
   bool Streams(const Site& site) const {
 #if defined(__x86_64__)
     return kind_ == BackendKind::kPmem && !mutation::IsDisabled(site);
@@ -232,13 +232,18 @@ class Persister {
 #endif
   }
   // Counts [dst, dst+len), written with Stream8/Stream16, as one flush (as CopyFlush counts its
-  // copy).
-  void CountStream(const void* dst, size_t len) const { Count(len, dst); }
-  // Fence() where Streams() holds (kPmem): the same, without the switch over the backends, so
-  // a caller compiled for the streamed path makes no call.
+  // copy), and the StreamFence(fence_site) that is to follow it, in one access to the thread's
+  // counters: the streamed record's path makes as few loads and stores as it can (every one
+  // between a commit's fence and the next transaction's first cache miss delays that miss;
+  // docs/performance.md).
+  void CountStream(const Site& fence_site, const void* dst, size_t len) const {
+    std::atomic<uint64_t>* row = CountRow(len, dst);
+    if (!mutation::IsDisabled(fence_site)) AddTo(row[persist_internal::kFences], 1);
+  }
+  // Fence() where Streams() holds (kPmem), counted by CountStream: the same, without the switch
+  // over the backends, so a caller compiled for the streamed path makes no call.
   void StreamFence(const Site& site) const {
     if (mutation::IsDisabled(site)) return;
-    persist_internal::LocalCounters().Add(BackendKind::kPmem, persist_internal::kFences, 1);
     persist_internal::PmemDrain();
   }
 
@@ -279,18 +284,21 @@ class Persister {
   }
 
  private:
-  void Count(size_t len, const void* addr) const {
+  void Count(size_t len, const void* addr) const { (void)CountRow(len, addr); }
+  // Counts one flush of [addr, addr+len); returns the thread's counters of this backend.
+  std::atomic<uint64_t>* CountRow(size_t len, const void* addr) const {
     using namespace persist_internal;
     // The backend's row once (the relaxed stores below would otherwise make the compiler
     // reload kind_ for each counter).
     std::atomic<uint64_t>* row = LocalCounters().v[static_cast<int>(kind_)];
     const auto a = reinterpret_cast<uintptr_t>(addr);
-    auto add = [](std::atomic<uint64_t>& x, uint64_t n) {
-      x.store(x.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-    };
-    add(row[kFlushes], 1);
-    add(row[kBytesFlushed], len);
-    add(row[kLinesFlushed], len == 0 ? 0 : ((a + len - 1) / kCacheLine) - (a / kCacheLine) + 1);
+    AddTo(row[kFlushes], 1);
+    AddTo(row[kBytesFlushed], len);
+    AddTo(row[kLinesFlushed], len == 0 ? 0 : ((a + len - 1) / kCacheLine) - (a / kCacheLine) + 1);
+    return row;
+  }
+  static void AddTo(std::atomic<uint64_t>& x, uint64_t n) {
+    x.store(x.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
   }
 
   BackendKind kind_ = BackendKind::kEadr;

@@ -548,12 +548,13 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
   return absl::OkStatus();
 }
 
-[[gnu::always_inline]] inline void Engine::Impl::EndKeepingGuard(ThreadTx& t) {
+[[gnu::always_inline]] inline void Engine::Impl::EndKeepingGuard(ThreadTx& t, bool small) {
   t.hot.end = t.hot.begin;
   // (hot.size stays: with tls_hot reset no add() reads it, and Commit's fast path needs depth 1.)
   if (txn_detail::tls_hot == &t.hot) txn_detail::tls_hot = nullptr;
-  if (!t.allocs.empty()) t.allocs.clear();
-  if (!t.frees.empty()) t.frees.clear();
+  // A small commit's transaction has neither (SmallCommitReady).
+  if (!small && !t.allocs.empty()) t.allocs.clear();
+  if (!small && !t.frees.empty()) t.frees.clear();
   if (t.compact_at != kCompactWritesAt) t.compact_at = kCompactWritesAt;
   t.depth = 0;
   t.seq.store(t.seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // even
@@ -822,6 +823,19 @@ inline constexpr uint64_t kStampWindow = uint64_t{1} << 29;
   return d < used || d >= m / 2;
 }
 
+// KeyAfter gives KeyOf of the block's later stamps (SmallCommitStamp): checked across a wrap of
+// the key modulus.
+constexpr bool KeyAfterIsKeyOf() {
+  constexpr uint64_t m = WordIndex::kKeyModulus;
+  for (const uint64_t s : {uint64_t{0}, m - kStampBlock, m - 1, 2 * m - 7, 5 * m + 3}) {
+    for (uint32_t n = 0; n < kStampBlock; ++n) {
+      if (WordIndex::KeyAfter(WordIndex::KeyOf(s), n) != WordIndex::KeyOf(s + n)) return false;
+    }
+  }
+  return true;
+}
+static_assert(KeyAfterIsKeyOf());
+
 // The commit order (docs/txn.md, "Commit order"): recovery replays records by stamp, so a
 // record must have a larger stamp than every earlier record of each of its words, and stamps
 // are unique. The shared counter hands out stamps one at a time to the general commit and to
@@ -834,11 +848,11 @@ inline constexpr uint64_t kStampWindow = uint64_t{1} << 29;
 // after that writer took its stamp, so the counter read after them is at least that stamp
 // plus one, and the window test keeps every such stamp within 2^29 of lo.
 [[gnu::always_inline]] inline uint64_t Engine::Impl::SmallCommitStamp(ThreadTx& t,
-                                                                      const WriteRec* wb,
-                                                                      size_t k) {
+                                                                      const WriteRec* wb, size_t k,
+                                                                      uint32_t& stamp_key) {
   const uint64_t s = t.stamp_next;
   if (s < t.stamp_end) [[likely]] {
-    const uint32_t lo_key = WordIndex::KeyOf(t.stamp_lo);
+    const uint32_t lo_key = t.stamp_lo_key;
     const uint64_t used = s - t.stamp_lo;
     bool older = true;
     for (size_t i = 0; i < k; ++i) {
@@ -849,11 +863,13 @@ inline constexpr uint64_t kStampWindow = uint64_t{1} << 29;
     if ((older || mutation::Swapped(txn_detail::kStampMutant)) &&
         next_stamp.load(std::memory_order_relaxed) - t.stamp_lo <= kStampWindow) [[likely]] {
       t.stamp_next = s + 1;
+      stamp_key = WordIndex::KeyAfter(lo_key, static_cast<uint32_t>(used));  // used < kStampBlock
       return s;
     }
   }
   const uint64_t b = next_stamp.fetch_add(kStampBlock, std::memory_order_relaxed);
   t.stamp_lo = b;
+  t.stamp_lo_key = stamp_key = WordIndex::KeyOf(b);
   t.stamp_next = b + 1;
   t.stamp_end = b + kStampBlock;
   return b;
@@ -875,7 +891,9 @@ template <bool kCrcInLoop, bool kStream>
   //    look-up among the earlier declarations.
   uint64_t filter = 0, dups = 0, joins = 0;
   uint64_t prev = wb[0].word - 2;  // the last kept word (this one extends nothing)
-  for (size_t i = 0; i < k; ++i) {
+  // (One declaration repeats and extends nothing: the loop is skipped, k = 1 being the most
+  // common transaction of all.)
+  for (size_t i = 0; i < k && k > 1; ++i) {
     const uint64_t wd = wb[i].word;
     const uint64_t bits = FilterBits(wd);
     if ((filter & bits) == bits) [[unlikely]] {
@@ -906,7 +924,8 @@ template <bool kCrcInLoop, bool kStream>
   //    WriteCommit; from the thread's block, without a locked instruction, when no declared
   //    word's newest record is newer) and room in the log, taken without a call while the tail
   //    block has it.
-  const uint64_t stamp = SmallCommitStamp(t, wb, k);
+  uint32_t stamp_key;
+  const uint64_t stamp = SmallCommitStamp(t, wb, k, stamp_key);
   txn_internal::Chain& log = store.chain(t.slot);
   uint8_t* at = store.TryReserve(log, bytes);
   if (at == nullptr) [[unlikely]] {
@@ -1020,7 +1039,7 @@ template <bool kCrcInLoop, bool kStream>
                                store.BlockGen(tail.tail));
   }
   if constexpr (kStream) {
-    pool.persister().CountStream(rec, bytes);
+    pool.persister().CountStream(txn_detail::kCommitFence, rec, bytes);
   } else {
     pool.persister().Flush(txn_detail::kCommitFlush, rec, bytes);
   }
@@ -1035,11 +1054,11 @@ template <bool kCrcInLoop, bool kStream>
   // retires, and the fewer they are, the sooner the caller's next transaction starts its
   // misses).
   const uint64_t published = txn_internal::LogStore::PublishedAfter(tail, bytes);
-  const uint64_t v = WordIndex::Pack(WordIndex::KeyOf(stamp), t.hot.epoch);
+  const uint64_t v = WordIndex::Pack(stamp_key, t.hot.epoch);
   std::atomic<uint64_t>* const slots = &index->at(0);
   const WriteRec* const w_end = wb + k;
   epoch::ThreadSlot& guard_slot = *t.epoch_slot;
-  EndKeepingGuard(t);
+  EndKeepingGuard(t, /*small=*/true);
   // 4. The one fence, the commit point: a crash before it completes finds the record whole (the
   //    transaction counts as committed: allowed, commit has not returned), torn (bad checksum:
   //    this log ends there, the transaction is undone) or absent; after it, committed.

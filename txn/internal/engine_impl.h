@@ -160,6 +160,7 @@ struct alignas(64) ThreadTx final : alloc::TxScope {
   // The block of commit-order stamps this thread's small commits take theirs from, [stamp_lo,
   // stamp_end), the next at stamp_next (Engine::Impl::SmallCommitStamp; empty at first).
   uint64_t stamp_lo = 0, stamp_next = 0, stamp_end = 0;
+  uint32_t stamp_lo_key = 0;  // WordIndex::KeyOf(stamp_lo), computed once per block
   // Statistics of this thread's transactions.
   OwnerCounter commits, aborts, snapshots, snapshot_words, record_bytes;
 
@@ -290,9 +291,10 @@ class Engine::Impl {
   [[gnu::always_inline]] absl::Status WriteSmallCommitBody(txn_detail::ThreadTx& t);
   // The commit-order stamp of a small commit over the k declarations at wb: the next of the
   // thread's block when every declared word's newest record has a smaller stamp, else the first
-  // of a new block (docs/txn.md, "Commit order").
+  // of a new block (docs/txn.md, "Commit order"). `stamp_key` gets its WordIndex::KeyOf.
   [[gnu::always_inline]] uint64_t SmallCommitStamp(txn_detail::ThreadTx& t,
-                                                   const txn_detail::WriteRec* wb, size_t k);
+                                                   const txn_detail::WriteRec* wb, size_t k,
+                                                   uint32_t& stamp_key);
   [[gnu::cold, gnu::noinline]] absl::Status SmallCommitFailed(txn_detail::ThreadTx& t,
                                                               absl::Status st);
 
@@ -301,8 +303,9 @@ class Engine::Impl {
   [[gnu::cold]] absl::Status AddRefused(txn_detail::ThreadTx& t, const void* p, size_t n);
   [[gnu::noinline]] static void CompactWrites(txn_detail::ThreadTx& t);
   void End(txn_detail::ThreadTx& t);
-  // End without releasing the guard (the caller releases it).
-  void EndKeepingGuard(txn_detail::ThreadTx& t);
+  // End without releasing the guard (the caller releases it); `small`: a small commit's
+  // transaction (no allocation, no free).
+  void EndKeepingGuard(txn_detail::ThreadTx& t, bool small = false);
   bool InFresh(const txn_detail::ThreadTx& t, uint64_t word) const;
   // Wakes the background thread when the log has reached the size at which it runs a cycle.
   void KickIfOverTrigger() {

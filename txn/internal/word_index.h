@@ -54,6 +54,11 @@ class WordIndex {
     return kCompactBit | (static_cast<uint32_t>(seq) & ~kCompactBit);
   }
   static constexpr bool IsCompactKey(uint32_t key) { return (key & kCompactBit) != 0; }
+  // KeyOf(stamp + n) from key = KeyOf(stamp), without a division. REQUIRES: n < kKeyModulus.
+  static constexpr uint32_t KeyAfter(uint32_t key, uint32_t n) {
+    const uint64_t sum = uint64_t{key} + n;  // key - 1 = stamp mod m, so sum - 1 < 2m
+    return static_cast<uint32_t>(sum > kKeyModulus ? sum - kKeyModulus : sum);
+  }
   static constexpr uint64_t Pack(uint32_t key, uint64_t epoch) {
     return uint64_t{key} << 32 | static_cast<uint32_t>(epoch);
   }
