@@ -5,7 +5,7 @@
 //   pmrt-txbench --system pmrt|pmdk|undo|plain|floor --words K --dist uniform|zipf --array N
 //                --threads T [--seconds S] [--warmup S] [--json] [--dir DIR]
 //                [--budget-mb M] [--block-kb B] [--backend pmem|eadr|msync] [--seed N]
-//                [--prewarm] [--draws D]
+//                [--prewarm] [--draws D] [--prefetch]
 //
 // Systems:
 //   pmrt   txn::begin; K x txn::write(&a[i], v); txn::commit — speculative logging, one fence
@@ -36,6 +36,11 @@
 // system's transactions). The sequence repeats every D/K transactions; with D much larger than
 // the cache it brings no locality. --draws 0 draws inside the loop instead. The values stored
 // come from xorshift64* inside the loop (~2 ns each).
+// --prefetch: a program that knows its next transaction's words: each system, after its writes
+// and before its commit, prefetches the next transaction's words (pmrt: txn::prefetch, which also
+// prefetches their word index slots; the floor: the data and its index; the others: the data
+// lines). Not part of the standard comparison; it shows what overlapping one transaction's cache
+// misses with the previous commit's fence is worth (docs/performance.md).
 //
 // /dev/shm is not persistent memory; PMEM_IS_PMEM_FORCE=1 (set by main unless the environment
 // sets it) makes libpmem and libpmemobj flush with clwb/clflushopt + sfence as on real PM.
@@ -98,6 +103,7 @@ struct Args {
   std::string backend = "pmem";
   uint64_t seed = 1;
   bool prewarm = false;
+  bool prefetch = false;
   uint64_t draws = uint64_t{1} << 21;
 };
 
@@ -135,7 +141,10 @@ class System {
  public:
   virtual ~System() = default;
   virtual uint64_t* array() = 0;
-  virtual bool Tx(int thread, const uint64_t* idx, const uint64_t* val, int k) = 0;
+  // `next`: the next transaction's K word indices, to prefetch before this one commits
+  // (--prefetch), or null.
+  virtual bool Tx(int thread, const uint64_t* idx, const uint64_t* val, int k,
+                  const uint64_t* next) = 0;
   virtual bool CountsFences() const { return false; }
   virtual void Sample() {}
   virtual void Report(std::string& json, uint64_t commits) { (void)json, (void)commits; }
@@ -217,14 +226,15 @@ class PmrtSystem : public System {
   uint64_t* array() override { return arr_; }
   bool CountsFences() const override { return true; }
 
-  bool Tx(int thread, const uint64_t* idx, const uint64_t* val, int k) override {
+  bool Tx(int thread, const uint64_t* idx, const uint64_t* val, int k,
+          const uint64_t* next) override {
     switch (mode_) {
       case kSpec:
-        return SpecTx(idx, val, k);
+        return SpecTx(idx, val, k, next);
       case kUndo:
-        return UndoTx(thread, idx, val, k);
+        return UndoTx(thread, idx, val, k, next);
       case kFloor:
-        return FloorTx(thread, idx, val, k);
+        return FloorTx(thread, idx, val, k, next);
     }
     return false;
   }
@@ -278,14 +288,17 @@ class PmrtSystem : public System {
   }
 
  private:
-  bool SpecTx(const uint64_t* idx, const uint64_t* val, int k) {
+  bool SpecTx(const uint64_t* idx, const uint64_t* val, int k, const uint64_t* next) {
     if (!pmrt::txn::begin().ok()) return false;
     for (int j = 0; j < k; ++j) (void)pmrt::txn::write(&arr_[idx[j]], val[j]);
+    if (next != nullptr) {
+      for (int j = 0; j < k; ++j) pmrt::txn::prefetch(&arr_[next[j]]);
+    }
     return pmrt::txn::commit().ok();
   }
 
   // The undo log: entry j = {pool offset of the word, old value, txn id} in its own line.
-  bool UndoTx(int thread, const uint64_t* idx, const uint64_t* val, int k) {
+  bool UndoTx(int thread, const uint64_t* idx, const uint64_t* val, int k, const uint64_t* next) {
     static constexpr pmrt::Site kEntry{"bench.undo.entry"}, kEntryFence{"bench.undo.entry.fence"};
     static constexpr pmrt::Site kData{"bench.undo.data"}, kDataFence{"bench.undo.data.fence"};
     static constexpr pmrt::Site kMark{"bench.undo.mark"}, kMarkFence{"bench.undo.mark.fence"};
@@ -299,6 +312,9 @@ class PmrtSystem : public System {
       e[2] = txid;
       p.Persist(kEntry, kEntryFence, e, 24);  // the old value is durable before the store
       arr_[idx[j]] = val[j];
+    }
+    if (next != nullptr) {
+      for (int j = 0; j < k; ++j) __builtin_prefetch(&arr_[next[j]], 1);
     }
     for (int j = 0; j < k; ++j) p.Flush(kData, &arr_[idx[j]], 8);
     p.Fence(kDataFence);
@@ -322,7 +338,7 @@ class PmrtSystem : public System {
     uint64_t n = 0;
     std::vector<uint64_t> stage, old;
   };
-  bool FloorTx(int thread, const uint64_t* idx, const uint64_t* val, int k) {
+  bool FloorTx(int thread, const uint64_t* idx, const uint64_t* val, int k, const uint64_t* next) {
     static constexpr pmrt::Site kRecord{"bench.floor.record"}, kFence{"bench.floor.fence"};
     FloorLog& f = floor_[static_cast<size_t>(thread)];
     const uint32_t epoch = static_cast<uint32_t>(++f.n >> 16);  // changes now and then
@@ -337,6 +353,12 @@ class PmrtSystem : public System {
       f.stage[2 * static_cast<size_t>(j) + 1] = val[j];
     }
     std::atomic_signal_fence(std::memory_order_seq_cst);  // keep the old values
+    if (next != nullptr) {
+      for (int j = 0; j < k; ++j) {
+        __builtin_prefetch(&arr_[next[j]], 1);
+        __builtin_prefetch(&index_[next[j]], 1);
+      }
+    }
     const size_t bytes = 16 * static_cast<size_t>(k);
     if (f.at + bytes > kFloorRing) f.at = 0;
     pool_->persister().CopyFlush(kRecord, f.ring + f.at, f.stage.data(), bytes);
@@ -376,7 +398,7 @@ class PmdkSystem : public System {
   }
   ~PmdkSystem() override { pmemobj_close(pop_); }
   uint64_t* array() override { return arr_; }
-  bool Tx(int, const uint64_t* idx, const uint64_t* val, int k) override {
+  bool Tx(int, const uint64_t* idx, const uint64_t* val, int k, const uint64_t* next) override {
     if (pmemobj_tx_begin(pop_, nullptr, TX_PARAM_NONE) != 0) return false;
     for (int j = 0; j < k; ++j) {
       if (pmemobj_tx_add_range_direct(&arr_[idx[j]], 8) != 0) {
@@ -384,6 +406,9 @@ class PmdkSystem : public System {
         return false;
       }
       arr_[idx[j]] = val[j];
+    }
+    if (next != nullptr) {
+      for (int j = 0; j < k; ++j) __builtin_prefetch(&arr_[next[j]], 1);
     }
     pmemobj_tx_commit();
     return pmemobj_tx_end() == 0;
@@ -401,8 +426,11 @@ class PlainSystem : public System {
  public:
   explicit PlainSystem(const Args& a) : arr_(a.array, 0) {}
   uint64_t* array() override { return arr_.data(); }
-  bool Tx(int, const uint64_t* idx, const uint64_t* val, int k) override {
+  bool Tx(int, const uint64_t* idx, const uint64_t* val, int k, const uint64_t* next) override {
     for (int j = 0; j < k; ++j) arr_[idx[j]] = val[j];
+    if (next != nullptr) {
+      for (int j = 0; j < k; ++j) __builtin_prefetch(&arr_[next[j]], 1);
+    }
     std::atomic_signal_fence(std::memory_order_seq_cst);  // keep the stores
     return true;
   }
@@ -419,7 +447,7 @@ void Usage() {
       "usage: pmrt-txbench --system pmrt|pmdk|undo|plain|floor --words K --dist uniform|zipf "
       "--array N --threads T [--seconds S] [--warmup S] [--json] [--dir DIR] "
       "[--budget-mb M] [--block-kb B] [--backend pmem|eadr|msync] [--seed N] [--prewarm] "
-      "[--draws D]\n");
+      "[--draws D] [--prefetch]\n");
   std::exit(2);
 }
 
@@ -459,6 +487,8 @@ Args Parse(int argc, char** argv) {
       a.seed = std::strtoull(val().c_str(), nullptr, 10);
     else if (k == "--prewarm")
       a.prewarm = true;
+    else if (k == "--prefetch")
+      a.prefetch = true;
     else if (k == "--draws")
       a.draws = std::strtoull(val().c_str(), nullptr, 10);
     else
@@ -467,7 +497,8 @@ Args Parse(int argc, char** argv) {
   if (a.words < 1 || a.words > 1024 || a.threads < 1 ||
       a.array < static_cast<uint64_t>(a.threads) || (a.dist != "uniform" && a.dist != "zipf") ||
       (a.system != "pmrt" && a.system != "pmdk" && a.system != "undo" && a.system != "plain" &&
-       a.system != "floor")) {
+       a.system != "floor") ||
+      (a.prefetch && a.draws == 0)) {
     Usage();
   }
   return a;
@@ -530,7 +561,11 @@ int main(int argc, char** argv) {
           }
           val[j] = rng.Next();
         }
-        if (!sys->Tx(t, idx.data(), val.data(), a.words)) {
+        // --prefetch: the next transaction's indices, where they follow in the drawn sequence.
+        const uint64_t* ahead = a.prefetch && next + static_cast<size_t>(a.words) <= drawn.size()
+                                    ? &drawn[next]
+                                    : nullptr;
+        if (!sys->Tx(t, idx.data(), val.data(), a.words, ahead)) {
           failures.fetch_add(1);  // not counted: the rates are of committed transactions
           continue;
         }
@@ -589,6 +624,7 @@ int main(int argc, char** argv) {
     std::string json = buf;
     sys->Report(json, commits);
     json += ", \"draws\": " + std::to_string(a.draws);
+    json += a.prefetch ? ", \"prefetch\": true" : ", \"prefetch\": false";
     json += a.prewarm ? ", \"prewarm\": true}" : ", \"prewarm\": false}";
     std::printf("%s\n", json.c_str());
   }

@@ -131,7 +131,9 @@ Engine::~Engine() {
     if (!open_tx) pool_.SetTxnEngineOpen(false);
   }
   Engine* self = this;
-  txn_detail::g_default.compare_exchange_strong(self, nullptr);
+  if (txn_detail::g_default.compare_exchange_strong(self, nullptr)) {
+    txn_detail::g_prefetch_size.store(0, std::memory_order_relaxed);  // data only from now on
+  }
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(Pool& pool, epoch::Manager& epochs,
@@ -147,7 +149,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(Pool& pool, epoch::Manager&
   pool.SetTxnEngineOpen(true);  // until the close's write-back (Pool::Close checks it)
   e->impl_->StartBackground();
   Engine* none = nullptr;
-  txn_detail::g_default.compare_exchange_strong(none, e.get());
+  if (txn_detail::g_default.compare_exchange_strong(none, e.get())) {
+    txn_detail::g_prefetch_size.store(0, std::memory_order_relaxed);  // (a racing prefetch)
+    txn_detail::g_prefetch_base.store(reinterpret_cast<uintptr_t>(pool.base()),
+                                      std::memory_order_relaxed);
+    txn_detail::g_prefetch_index.store(reinterpret_cast<uintptr_t>(&e->impl_->index->at(0)),
+                                       std::memory_order_relaxed);
+    txn_detail::g_prefetch_size.store(pool.size(), std::memory_order_relaxed);
+  }
   return e;
 }
 

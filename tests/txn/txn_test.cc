@@ -153,6 +153,42 @@ TEST_F(TxnTest, CommitIsDurableAndAbortRestores) {
   EXPECT_EQ(root_->words[20], 0u);
 }
 
+// txn::prefetch is a hint: inside or outside a transaction, in the pool or not (even past its
+// end, or after the engine has closed), it changes no value and no transaction's outcome.
+TEST_F(TxnTest, PrefetchIsOnlyAHint) {
+  Open();
+  ASSERT_EQ(Engine::Default(), &engine());
+  EXPECT_EQ(txn_detail::g_prefetch_base.load(), reinterpret_cast<uintptr_t>(rt_.pool->base()));
+  EXPECT_EQ(txn_detail::g_prefetch_size.load(), rt_.pool->size());
+  uint64_t local = 3;
+  prefetch(&root_->words[7]);  // outside a transaction
+  prefetch(&local);
+  ASSERT_OK(begin());
+  ASSERT_OK(write(&root_->words[7], uint64_t{70}));
+  prefetch(&root_->words[8], 3 * 64);                       // a range of lines
+  prefetch(rt_.pool->base() + rt_.pool->size() - 8, 4096);  // running past the pool's end
+  prefetch(nullptr);
+  prefetch(&local, 8);
+  ASSERT_OK(commit());
+  EXPECT_EQ(root_->words[7], 70u);
+  EXPECT_EQ(root_->words[8], 0u);
+  EXPECT_EQ(local, 3u);
+  ASSERT_OK(begin());
+  ASSERT_OK(write(&root_->words[8], uint64_t{80}));
+  prefetch(&root_->words[7]);
+  ASSERT_OK(abort());
+  EXPECT_EQ(root_->words[8], 0u);
+  CrashAndRecover();
+  EXPECT_EQ(root_->words[7], 70u);
+  EXPECT_EQ(root_->words[8], 0u);
+  uint8_t* const base = rt_.pool->base();
+  rt_.Reset();  // the default engine closes: data only from now on
+  EXPECT_EQ(Engine::Default(), nullptr);
+  EXPECT_EQ(txn_detail::g_prefetch_size.load(), 0u);
+  prefetch(base);
+  prefetch(&local);
+}
+
 // A word declared many times in one transaction (the write list keeps duplicates and is
 // compacted past kCompactWritesAt): abort restores the value from before the transaction, a
 // commit records the last value once.
