@@ -6,13 +6,15 @@
 # PMEM_IS_PMEM_FORCE=1 (clwb + sfence, the pmem backend). The whole matrix runs REPEAT times
 # (rounds interleave the systems, so a drift of the machine's speed hits all of them); the
 # table gives medians, and each ratio as the median of its per-round ratios (min-max). Then a
-# long skewed run for pmrt's steady-state log size against its budget.
+# long skewed run for pmrt's steady-state log size against its budget. With PREFETCH=1 each round
+# also runs K = 1 and 16 with --prefetch (every system prefetches the next transaction's words
+# before its commit; pmrt through txn::prefetch), reported in a table of its own.
 #
 #   cmake -S . -B build-txbench -G Ninja -DCMAKE_BUILD_TYPE=Release -DPMRT_BUILD_TESTS=OFF
 #   ninja -C build-txbench -j2 pmrt-txbench
 #   bench/txbench.sh [build-dir]     # ~4 min per round; JSON lines in /tmp/txbench-<time>.jsonl
 #
-# Environment: REPEAT (3), SECONDS_PER_RUN (3), WARMUP (2), BUDGET_MB (64), ARRAY (1048576),
+# Environment: PREFETCH (0), REPEAT (3), SECONDS_PER_RUN (3), WARMUP (2), BUDGET_MB (64), ARRAY (1048576),
 # STEADY_SECONDS (10; 0 skips the steady-state run; the table counts runs of >= 8 s as the
 # steady-state run), OUT (the JSON lines file, appended to; each line gets its "round").
 set -euo pipefail
@@ -45,6 +47,14 @@ for round in $(seq 1 "$repeat"); do
     for sys in pmrt pmdk; do
       run --system "$sys" --words 4 --dist "$dist" --threads 2 $([ "$sys" = pmrt ] && echo --prewarm)
     done
+    if [ "${PREFETCH:-0}" = 1 ]; then
+      for k in 1 16; do
+        for sys in pmrt pmdk floor; do
+          run --system "$sys" --words "$k" --dist "$dist" --threads 1 --prefetch \
+            $([ "$sys" = pmrt ] && echo --prewarm)
+        done
+      done
+    fi
   done
   echo "# round $round done $(date -Is), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 done
@@ -55,10 +65,11 @@ fi
 python3 - "$out" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-def runs(sys_, k, d, t, prewarm=True):
+def runs(sys_, k, d, t, prewarm=True, prefetch=False):
     return {r.get("round", 0): r for r in rows
             if r["system"] == sys_ and r["words"] == k and r["dist"] == d and r["threads"] == t
-            and r["seconds"] < 8 and (sys_ != "pmrt" or r["prewarm"] == prewarm)}
+            and r["seconds"] < 8 and (sys_ != "pmrt" or r["prewarm"] == prewarm)
+            and r.get("prefetch", False) == prefetch}
 def med(rs, key="ops_per_sec"):
     return statistics.median(r[key] for r in rs.values()) if rs else None
 def ratio(a, b, key):
@@ -76,6 +87,17 @@ for d in ("uniform", "zipf"):
         print(f"| {d} | {k} | {t} | {kt(med(p))} | {kt(med(m))} | {kt(med(u))} | {kt(med(pl))} | "
               f"{kt(med(fl))} | {ratio(p, m, 'ops_per_sec')} | {ratio(p, m, 'ops_per_worker_cpu_sec')} | "
               f"{ratio(fl, m, 'ops_per_sec')} | {ratio(p, fl, 'ops_per_sec')} | {fpc} |")
+if any(r.get("prefetch") for r in rows):
+    print("\nwith --prefetch (each system prefetches the next transaction's words before its commit):\n")
+    print("| dist | K | pmrt tx/s | PMDK tx/s | floor tx/s | pmrt/PMDK wall | pmrt/PMDK worker CPU | pmrt/floor wall |")
+    print("|---|---|---|---|---|---|---|---|")
+    for d in ("uniform", "zipf"):
+        for k in (1, 16):
+            p, m, fl = (runs(s, k, d, 1, prefetch=True) for s in ("pmrt", "pmdk", "floor"))
+            if p and m:
+                print(f"| {d} | {k} | {kt(med(p))} | {kt(med(m))} | {kt(med(fl))} | "
+                      f"{ratio(p, m, 'ops_per_sec')} | {ratio(p, m, 'ops_per_worker_cpu_sec')} | "
+                      f"{ratio(p, fl, 'ops_per_sec')} |")
 for d in ("uniform", "zipf"):
     c, m = runs("pmrt", 4, d, 1, False), runs("pmdk", 4, d, 1)
     if c and m:
