@@ -1197,6 +1197,7 @@ void Engine::Impl::SetThresholds() {
   // Committers wake the reclaimer once the log holds reclaim_trigger of the budget.
   trigger_blocks_ = static_cast<uint64_t>(
       std::ceil(static_cast<double>(budget) * options.reclaim_trigger / static_cast<double>(bs)));
+  kick_blocks_.store(options.background ? trigger_blocks_ : ~uint64_t{0});
 }
 
 void Engine::Impl::WaitForRoom() {

@@ -309,12 +309,10 @@ class Engine::Impl {
   bool InFresh(const txn_detail::ThreadTx& t, uint64_t word) const;
   // Wakes the background thread when the log has reached the size at which it runs a cycle.
   void KickIfOverTrigger() {
-    if (!options.background || bg_kick_.load(std::memory_order_relaxed)) return;
     // kick_blocks_: the trigger, raised by the background thread to where its hysteresis would
-    // run a cycle (a kick below that only wakes it for nothing).
-    const uint64_t used = store.blocks_in_use();
-    if (used < trigger_blocks_ || used < kick_blocks_.load(std::memory_order_relaxed)) return;
-    Kick();
+    // run a cycle (a kick below that only wakes it for nothing); never without the thread.
+    if (store.blocks_in_use() < kick_blocks_.load(std::memory_order_relaxed)) return;
+    if (!bg_kick_.load(std::memory_order_relaxed)) Kick();
   }
   [[gnu::noinline]] void Kick();
   void WaitForRoom();
@@ -349,8 +347,9 @@ class Engine::Impl {
   std::atomic<bool> bg_kick_{false};  // set by committers when the log passes the trigger
   // The log size (in blocks) at which a committer wakes the background thread: the trigger, or
   // the level at which the thread's hysteresis would run a cycle (set by the thread after each
-  // look). Below it a kick would only wake the thread for nothing (it polls every 5 ms anyway).
-  std::atomic<uint64_t> kick_blocks_{0};
+  // look; SetThresholds starts it at the trigger, or at never without the thread). Below it a
+  // kick would only wake the thread for nothing (it polls every 5 ms anyway).
+  std::atomic<uint64_t> kick_blocks_{~uint64_t{0}};
   std::thread bg_;
 };
 
