@@ -248,6 +248,10 @@ class PmrtSystem : public System {
   }
 
   void Report(std::string& json, uint64_t commits) override {
+    // How the pool writes records (epoch/persist.h, RecordWrites; PMRT_RECORD_WRITES sets it).
+    json += ", \"record_writes\": \"";
+    json += pmrt::RecordWritesName(pool_->persister().record_writes());
+    json += "\"";
     if (!engine_) return;
     const pmrt::txn::Stats s = engine_->stats();
     char buf[512];

@@ -2,6 +2,7 @@
 
 #include <libpmem.h>
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 #include <sys/mman.h>
@@ -40,6 +41,37 @@ absl::StatusOr<BackendKind> ParseBackend(std::string_view name) {
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown persistence backend '", std::string(name),
                                                  "' (expected pmem, eadr, msync)"));
+}
+
+std::string_view RecordWritesName(RecordWrites writes) {
+  return writes == RecordWrites::kStream ? "stream" : "flush";
+}
+
+absl::StatusOr<RecordWrites> ParseRecordWrites(std::string_view name) {
+  for (const RecordWrites w : {RecordWrites::kStream, RecordWrites::kFlush}) {
+    if (name == RecordWritesName(w)) return w;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown record write mode '", std::string(name),
+                                                 "' (expected stream, flush)"));
+}
+
+RecordWrites DefaultRecordWrites() {
+#if defined(__x86_64__)
+  static const RecordWrites chosen = [] {
+    unsigned max_leaf = 0, vendor[3] = {0, 0, 0};
+    if (__get_cpuid(0, &max_leaf, &vendor[0], &vendor[2], &vendor[1]) == 0) {
+      return RecordWrites::kFlush;
+    }
+    char name[13] = {};
+    std::memcpy(name, vendor, 12);  // EBX, EDX, ECX: "AuthenticAMD", "GenuineIntel", ...
+    const std::string_view v(name);
+    return v == "AuthenticAMD" || v == "HygonGenuine" ? RecordWrites::kStream
+                                                      : RecordWrites::kFlush;
+  }();
+  return chosen;
+#else
+  return RecordWrites::kFlush;
+#endif
 }
 
 PersistCounts& PersistCounts::operator+=(const PersistCounts& o) {

@@ -46,6 +46,30 @@ std::string_view BackendName(BackendKind kind);
 // Parses "pmem", "eadr", "msync" or "sim"; kInvalidArgument names the bad text.
 absl::StatusOr<BackendKind> ParseBackend(std::string_view name);
 
+// How the pmem backend writes a new record (Persister::CopyFlush, and the small commit's writer
+// through Persister::Streams): the two ways of making a freshly written range durable at the
+// next fence, and which is faster depends on the processor (bench/persist_bench,
+// BM_RecordPersist, side by side; docs/performance.md, "Record writes"):
+//
+//   kStream  non-temporal stores (movnti/movntdq): the lines go to memory through the
+//            write-combining buffers. On an AMD EPYC (Zen 4) 0.66-0.69x the time of kFlush.
+//   kFlush   plain stores, then pmem_flush (clwb) of the range, for records under
+//            kStreamAlwaysFrom bytes; larger ones as kStream. On an Intel Xeon (Emerald Rapids)
+//            0.74-0.90x the time of kStream up to 4 lines, about even at 8, and 1.2-2.5x from
+//            12 lines on: hence the size limit.
+//
+// Both give the same contract (durable after the next Fence, in any order of lines before it),
+// the same records and the same counts; only the instructions differ. Other backends ignore it.
+enum class RecordWrites : uint8_t { kStream = 0, kFlush = 1 };
+inline constexpr size_t kStreamAlwaysFrom = 512;
+std::string_view RecordWritesName(RecordWrites writes);
+// Parses "stream" or "flush"; kInvalidArgument names the bad text.
+absl::StatusOr<RecordWrites> ParseRecordWrites(std::string_view name);
+// This processor's faster way, by its vendor (CPUID): kStream on AMD and Hygon, kFlush on any
+// other x86-64 processor (libpmem's choice too for records under 256 bytes) and elsewhere
+// (where Streams() is false anyway).
+RecordWrites DefaultRecordWrites();
+
 // A named persistence call site. The id is a hash of the name, so it is stable across builds
 // and can be given on the command line or in PMRT_DISABLE_SITE.
 struct Site {
@@ -142,9 +166,11 @@ struct Range {
 class Persister {
  public:
   Persister() = default;
-  Persister(BackendKind kind, Sim* sim) : kind_(kind), sim_(sim) {}
+  Persister(BackendKind kind, Sim* sim, RecordWrites writes = DefaultRecordWrites())
+      : kind_(kind), writes_(writes), sim_(sim) {}
 
   BackendKind kind() const { return kind_; }
+  RecordWrites record_writes() const { return writes_; }
   Sim* sim() const { return sim_; }
 
   // Starts writing [addr, addr+len) back to media. Durable only after the next Fence.
@@ -167,13 +193,12 @@ class Persister {
   }
 
   // Copies [src, src+len) to dst (in the pool) and starts writing dst back: the contract of
-  // memcpy followed by Flush(dst, len), durable after the next Fence. On kPmem (x86-64) it uses
-  // non-temporal stores (movntdq, 16 bytes each, and movnti for an 8-byte head or tail; a range
-  // that is not 8-byte aligned and sized takes memcpy + pmem_flush):
-  // the lines go to memory without passing through the cache, which on this machine makes
-  // them durable in about 65% of the time of stores + clwb (bench/persist_bench,
-  // BM_RecordPersist) and leaves the cache to the data. For sequential, write-once data (log
-  // records). Disabling `site` leaves the plain copy (reaching media only by eviction).
+  // memcpy followed by Flush(dst, len), durable after the next Fence. For sequential,
+  // write-once data (log records). On kPmem it writes as record_writes() says (and a range of
+  // kStreamAlwaysFrom bytes or more as kStream): kStream (x86-64) with non-temporal stores (movntdq, 16 bytes each, and movnti for an 8-byte head or
+  // tail; a range that is not 8-byte aligned and sized takes memcpy + pmem_flush), the lines
+  // going to memory without passing through the cache; kFlush with memcpy + pmem_flush.
+  // Disabling `site` leaves the plain copy (reaching media only by eviction).
   void CopyFlush(const Site& site, void* dst, const void* src, size_t len) const {
     if (mutation::IsDisabled(site)) {
       std::memcpy(dst, src, len);
@@ -182,7 +207,12 @@ class Persister {
     Count(len, dst);
     switch (kind_) {
       case BackendKind::kPmem:
-        persist_internal::PmemCopyNoDrain(dst, src, len);
+        if (writes_ == RecordWrites::kStream || len >= kStreamAlwaysFrom) {
+          persist_internal::PmemCopyNoDrain(dst, src, len);
+        } else {
+          std::memcpy(dst, src, len);
+          persist_internal::PmemFlush(dst, len);
+        }
         break;
       case BackendKind::kEadr:
         std::memcpy(dst, src, len);
@@ -199,17 +229,20 @@ class Persister {
   }
 
   // Writing a new record straight into the pool, word by word, with no staging copy (txn's
-  // small commit). Where Streams(site) (kPmem on x86-64, `site` not disabled) the writer puts
+  // small commit). Where Streams(site, max_len) (kPmem on x86-64, RecordWrites::kStream or a
+  // record that may be kStreamAlwaysFrom bytes or more, `site` not disabled) the writer puts
   // each word with Stream8, a non-temporal store: the word goes to memory through the
   // write-combining buffers without allocating its line, the contract of a store and a Flush of
   // it in one instruction, durable after the next Fence (the same path as CopyFlush's); then it
   // calls CountStream once for the range and its fence. Elsewhere the writer stores the words
   // plainly and calls Flush(site, ...) for the range.
-  bool Streams(const Site& site) const {
+  bool Streams(const Site& site, size_t max_len) const {
 #if defined(__x86_64__)
-    return kind_ == BackendKind::kPmem && !mutation::IsDisabled(site);
+    return kind_ == BackendKind::kPmem &&
+           (writes_ == RecordWrites::kStream || max_len >= kStreamAlwaysFrom) &&
+           !mutation::IsDisabled(site);
 #else
-    (void)site;
+    (void)site, (void)max_len;
     return false;
 #endif
   }
@@ -302,6 +335,7 @@ class Persister {
   }
 
   BackendKind kind_ = BackendKind::kEadr;
+  RecordWrites writes_ = RecordWrites::kFlush;  // (next to kind_: Streams reads both at once)
   Sim* sim_ = nullptr;
 };
 

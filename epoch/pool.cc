@@ -291,6 +291,25 @@ absl::StatusOr<std::optional<BackendKind>> RequestedBackend(const PoolOptions& o
   return kind;
 }
 
+// How the pmem backend is to write records: options.record_writes, else PMRT_RECORD_WRITES,
+// else the processor's faster way (epoch/persist.h, DefaultRecordWrites).
+absl::StatusOr<RecordWrites> RequestedRecordWrites(const PoolOptions& o, std::string_view name) {
+  if (o.record_writes) return *o.record_writes;
+  const char* env = std::getenv("PMRT_RECORD_WRITES");
+  if (env == nullptr || *env == '\0') return DefaultRecordWrites();
+  auto parsed = ParseRecordWrites(env);
+  if (!parsed.ok()) {
+    return InvalidArgument(name, absl::StrCat("PMRT_RECORD_WRITES: ", parsed.status().message()));
+  }
+  return *parsed;
+}
+
+// Both persistence choices, checked before anything is touched.
+absl::Status CheckPersistenceOptions(const PoolOptions& o, bool in_memory, std::string_view name) {
+  RETURN_IF_ERROR(RequestedBackend(o, in_memory, name).status());
+  return RequestedRecordWrites(o, name).status();
+}
+
 // Caller memory for an in-memory pool: non-null and page aligned (regions are page aligned
 // offsets, so objects in them are aligned only if the base is).
 absl::Status CheckBase(const void* base, std::string_view name) {
@@ -569,7 +588,7 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::Create(const std::string& path, size
   RETURN_IF_ERROR(CheckLayoutName(layout, path));
   ASSIGN_OR_RETURN(const size_t pool_size, CheckCreateSize(size, path));
   ASSIGN_OR_RETURN(const RegionPlan plan, PlanRegions(pool_size, options, path));
-  RETURN_IF_ERROR(RequestedBackend(options, /*in_memory=*/false, path).status());
+  RETURN_IF_ERROR(CheckPersistenceOptions(options, /*in_memory=*/false, path));
   struct stat st;
   if (lstat(path.c_str(), &st) == 0) {
     return PoolError(absl::StatusCode::kAlreadyExists, path, "file exists");
@@ -633,7 +652,7 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::CreateInMemory(void* base, size_t si
     return InvalidArgument(name, absl::StrFormat("size %d is not a 4 KiB multiple", size));
   }
   ASSIGN_OR_RETURN(const RegionPlan plan, PlanRegions(size, options, name));
-  RETURN_IF_ERROR(RequestedBackend(options, /*in_memory=*/true, name).status());
+  RETURN_IF_ERROR(CheckPersistenceOptions(options, /*in_memory=*/true, name));
   std::unique_ptr<Pool> pool(new Pool);
   pool->closed_ = true;
   pool->base_ = static_cast<uint8_t*>(base);
@@ -655,7 +674,7 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::CreateInMemory(void* base, size_t si
 absl::StatusOr<std::unique_ptr<Pool>> Pool::Open(const std::string& path, std::string_view layout,
                                                  const PoolOptions& options) {
   // 1. Open and lock; validate the header from a pread copy before mapping anything.
-  RETURN_IF_ERROR(RequestedBackend(options, /*in_memory=*/false, path).status());
+  RETURN_IF_ERROR(CheckPersistenceOptions(options, /*in_memory=*/false, path));
   ASSIGN_OR_RETURN(auto opened, OpenPoolFile(path));
   FdGuard fd(opened.first);
   const uint64_t file_size = opened.second;
@@ -681,7 +700,7 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::OpenInMemory(void* base, size_t size
                                                          std::string_view layout,
                                                          const PoolOptions& options,
                                                          std::string_view name) {
-  RETURN_IF_ERROR(RequestedBackend(options, /*in_memory=*/true, name).status());
+  RETURN_IF_ERROR(CheckPersistenceOptions(options, /*in_memory=*/true, name));
   RETURN_IF_ERROR(CheckBase(base, name));
   RETURN_IF_ERROR(CheckHeaderFits(size, name));
   std::unique_ptr<Pool> pool(new Pool);
@@ -743,7 +762,8 @@ absl::Status Pool::ChooseBackend(const PoolOptions& options) {
       return InvalidArgument(path_, "the pool's memory is not inside the simulator's working copy");
     }
   }
-  persister_ = Persister(*kind, *kind == BackendKind::kSim ? options.sim : nullptr);
+  ASSIGN_OR_RETURN(const RecordWrites writes, RequestedRecordWrites(options, path_));
+  persister_ = Persister(*kind, *kind == BackendKind::kSim ? options.sim : nullptr, writes);
   return absl::OkStatus();
 }
 

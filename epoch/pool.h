@@ -41,6 +41,10 @@ struct PoolOptions {
   std::optional<BackendKind> backend;
   // Required with BackendKind::kSim: the simulator whose working copy is the pool.
   Sim* sim = nullptr;
+  // How the pmem backend writes log records (epoch/persist.h, RecordWrites). Unset:
+  // PMRT_RECORD_WRITES ("stream" or "flush") from the environment if set, else the processor's
+  // faster way (DefaultRecordWrites). Only speed differs; any pool opens with either.
+  std::optional<RecordWrites> record_writes;
   // Create only: sizes of the regions reserved for the layers above (rounded up to 4 KiB).
   size_t root_size = 4096;
   size_t epoch_area_size = 64 * 1024;

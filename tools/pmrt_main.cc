@@ -87,7 +87,9 @@ void PrintInfo(const Pool& pool) {
   std::printf("size            %lu bytes\n", static_cast<unsigned long>(h.pool_size));
   std::printf("uuid            ");
   for (uint8_t b : h.uuid) std::printf("%02x", b);
-  std::printf("\nbackend         %s\n", std::string(BackendName(pool.persister().kind())).c_str());
+  std::printf("\nbackend         %s (records: %s)\n",
+              std::string(BackendName(pool.persister().kind())).c_str(),
+              std::string(RecordWritesName(pool.persister().record_writes())).c_str());
   std::printf("last shutdown   %s\n", pool.was_clean_shutdown() ? "clean" : "CRASH (recovered)");
   std::printf("opens           %lu\n", static_cast<unsigned long>(pool.open_count()));
   const char* names[] = {"root", "epoch", "log", "heap"};

@@ -574,7 +574,9 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
 [[gnu::always_inline]] inline absl::Status Engine::Impl::WriteSmallCommit(ThreadTx& t) {
 #if defined(__x86_64__)
   if (txn_internal::g_crc_in_commit_loop) [[likely]] {
-    if (pool.persister().Streams(txn_detail::kCommitFlush)) [[likely]]
+    // (The record's largest size for its declarations: the header and a head and value each.)
+    if (pool.persister().Streams(txn_detail::kCommitFlush,
+                                 sizeof(RecordHeader) + 16 * t.writes_size()))
       return WriteSmallCommitStream(t);
     return WriteSmallCommitCrc(t);
   }

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
 
@@ -63,6 +64,24 @@ TEST(PersistTest, ParseBackendRejectsUnknownNamesNamingThem) {
   EXPECT_THAT(ParseBackend("PMEM"), StatusIs(absl::StatusCode::kInvalidArgument, "'PMEM'"));
   EXPECT_THAT(ParseBackend(""), StatusIs(absl::StatusCode::kInvalidArgument, "''"));
   EXPECT_THAT(ParseBackend("pmem "), StatusIs(absl::StatusCode::kInvalidArgument, "'pmem '"));
+}
+
+TEST(PersistTest, RecordWritesNamesRoundTripAndBadOnesAreNamed) {
+  for (RecordWrites w : {RecordWrites::kStream, RecordWrites::kFlush}) {
+    auto parsed = ParseRecordWrites(RecordWritesName(w));
+    ASSERT_OK(parsed);
+    EXPECT_EQ(*parsed, w);
+  }
+  EXPECT_EQ(RecordWritesName(RecordWrites::kStream), "stream");
+  EXPECT_EQ(RecordWritesName(RecordWrites::kFlush), "flush");
+  EXPECT_THAT(ParseRecordWrites("clwb"), StatusIs(absl::StatusCode::kInvalidArgument, "'clwb'"));
+  EXPECT_THAT(ParseRecordWrites(""), StatusIs(absl::StatusCode::kInvalidArgument, "''"));
+  // The default is the processor's, the same on every call; a Persister takes it unless told.
+  EXPECT_EQ(DefaultRecordWrites(), DefaultRecordWrites());
+  EXPECT_EQ(Persister(BackendKind::kPmem, nullptr).record_writes(), DefaultRecordWrites());
+#if !defined(__x86_64__)
+  EXPECT_EQ(DefaultRecordWrites(), RecordWrites::kFlush);  // no non-temporal path here
+#endif
 }
 
 TEST(PersistTest, SiteIdsAreStableNonzeroAndDistinct) {
@@ -157,29 +176,41 @@ std::vector<uint8_t> Pattern(size_t n) {
 }
 
 // CopyFlush copies on every backend and counts as a flush of the destination; on kPmem it
-// takes the non-temporal path for aligned ranges and memcpy + flush otherwise.
+// takes the non-temporal path for aligned ranges (with RecordWrites::kStream, or from
+// kStreamAlwaysFrom bytes) and memcpy + flush otherwise: the same bytes and counts either way.
 TEST(PersistTest, CopyFlushCopiesAndCountsOnEveryBackend) {
   MappedFile f;
   ASSERT_NE(f.base(), nullptr);
-  const std::vector<uint8_t> src = Pattern(300);
+  const std::vector<uint8_t> src = Pattern(kStreamAlwaysFrom + 8);
   for (BackendKind kind : {BackendKind::kPmem, BackendKind::kEadr, BackendKind::kMsync}) {
-    const Persister p(kind, nullptr);
-    const PersistCounts before = CountersSnapshot(kind);
-    // Aligned (the log's case), starting mid-line; then unaligned start and length.
-    uint8_t* a = f.base() + 4096 + 24;
-    uint8_t* b = f.base() + 8192 + 3;
-    p.CopyFlush(kFlushSite, a, src.data(), 296);
-    p.CopyFlush(kFlushSite, b, src.data(), 45);
-    p.Fence(kFenceSite);
-    EXPECT_EQ(std::memcmp(a, src.data(), 296), 0) << BackendName(kind);
-    EXPECT_EQ(std::memcmp(b, src.data(), 45), 0) << BackendName(kind);
-    const PersistCounts d = CountersSnapshot(kind) - before;
-    EXPECT_EQ(d.flushes, 2u) << BackendName(kind);
-    EXPECT_EQ(d.bytes_flushed, 296u + 45) << BackendName(kind);
-    EXPECT_EQ(d.lines_flushed, 5u + 1) << BackendName(kind);  // bytes 24..319: lines 0-4
-    EXPECT_EQ(d.fences, 1u) << BackendName(kind);
-    std::memset(a, 0, 296);
-    std::memset(b, 0, 45);
+    for (RecordWrites w : {RecordWrites::kStream, RecordWrites::kFlush}) {
+      const std::string what =
+          absl::StrCat(std::string(BackendName(kind)), " ", std::string(RecordWritesName(w)));
+      const Persister p(kind, nullptr, w);
+      EXPECT_EQ(p.record_writes(), w);
+      const PersistCounts before = CountersSnapshot(kind);
+      // Aligned (the log's case), starting mid-line; unaligned start and length; aligned and
+      // long enough to stream in either mode.
+      uint8_t* a = f.base() + 4096 + 24;
+      uint8_t* b = f.base() + 8192 + 3;
+      uint8_t* c = f.base() + 12288 + 8;
+      p.CopyFlush(kFlushSite, a, src.data(), 296);
+      p.CopyFlush(kFlushSite, b, src.data(), 45);
+      p.CopyFlush(kFlushSite, c, src.data(), kStreamAlwaysFrom + 8);
+      p.Fence(kFenceSite);
+      EXPECT_EQ(std::memcmp(a, src.data(), 296), 0) << what;
+      EXPECT_EQ(std::memcmp(b, src.data(), 45), 0) << what;
+      EXPECT_EQ(std::memcmp(c, src.data(), kStreamAlwaysFrom + 8), 0) << what;
+      const PersistCounts d = CountersSnapshot(kind) - before;
+      EXPECT_EQ(d.flushes, 3u) << what;
+      EXPECT_EQ(d.bytes_flushed, 296u + 45 + kStreamAlwaysFrom + 8) << what;
+      // bytes 24..319: lines 0-4; 3..47: line 0; 8..527: lines 0-8
+      EXPECT_EQ(d.lines_flushed, 5u + 1 + 9) << what;
+      EXPECT_EQ(d.fences, 1u) << what;
+      std::memset(a, 0, 296);
+      std::memset(b, 0, 45);
+      std::memset(c, 0, kStreamAlwaysFrom + 8);
+    }
   }
   // A disabled site still copies (the bytes are in place; only the write-back is missing).
   mutation::Disable(kFlushSite);
@@ -197,7 +228,7 @@ TEST(PersistTest, CopyFlushNonTemporalCopiesEveryAlignmentAndLengthExactly) {
   MappedFile f;
   ASSERT_NE(f.base(), nullptr);
   const std::vector<uint8_t> src = Pattern(256);
-  const Persister p(BackendKind::kPmem, nullptr);
+  const Persister p(BackendKind::kPmem, nullptr, RecordWrites::kStream);  // whatever the CPU
   for (size_t start : {0, 8, 16, 24}) {
     for (size_t len = 8; len <= 136; len += 8) {
       uint8_t* region = f.base() + 4096;

@@ -942,6 +942,58 @@ TEST(PoolTest, BackendFromOptionsEnvironmentOrMapping) {
   }
 }
 
+// How the pmem backend writes records: PoolOptions::record_writes, else PMRT_RECORD_WRITES, else
+// the processor's default; a pool written one way opens and reads the same the other way.
+TEST(PoolTest, RecordWritesFromOptionsEnvironmentOrProcessor) {
+  TempDir dir;
+  const std::string path = dir.File("writes.pool");
+  {
+    ScopedEnv env("PMRT_RECORD_WRITES", std::nullopt);
+    auto pool = Pool::Create(path, kSize, kLayout);
+    ASSERT_OK(pool);
+    EXPECT_EQ((*pool)->persister().record_writes(), DefaultRecordWrites());
+  }
+  for (RecordWrites w : {RecordWrites::kStream, RecordWrites::kFlush}) {
+    {
+      ScopedEnv env("PMRT_RECORD_WRITES", std::string(RecordWritesName(w)));
+      auto pool = Pool::Open(path, kLayout);
+      ASSERT_OK(pool);
+      EXPECT_EQ((*pool)->persister().record_writes(), w);
+    }
+    {
+      // Options win over the environment.
+      const RecordWrites other = w == RecordWrites::kStream ? RecordWrites::kFlush
+                                                            : RecordWrites::kStream;
+      ScopedEnv env("PMRT_RECORD_WRITES", std::string(RecordWritesName(w)));
+      PoolOptions o;
+      o.record_writes = other;
+      auto pool = Pool::Open(path, kLayout, o);
+      ASSERT_OK(pool);
+      EXPECT_EQ((*pool)->persister().record_writes(), other);
+    }
+  }
+}
+
+TEST(PoolTest, BadRecordWritesEnvironmentIsInvalidArgumentAndTouchesNothing) {
+  TempDir dir;
+  const std::string path = dir.File("env.pool");
+  MakePool(path);
+  const auto before = ReadFile(path);
+  ScopedEnv env("PMRT_RECORD_WRITES", "movnt");
+  ExpectError(Pool::Open(path, kLayout).status(), absl::StatusCode::kInvalidArgument, path,
+              {"PMRT_RECORD_WRITES", "'movnt'", "stream, flush"});
+  EXPECT_EQ(ReadFile(path), before);
+  const std::string other = dir.File("other.pool");
+  ExpectError(Pool::Create(other, kSize, kLayout).status(), absl::StatusCode::kInvalidArgument,
+              other, {"PMRT_RECORD_WRITES"});
+  {
+    PoolOptions o;  // an explicit choice does not read the environment
+    o.record_writes = RecordWrites::kFlush;
+    EXPECT_OK(Pool::Open(path, kLayout, o));
+  }
+  EXPECT_EQ(ListDir(dir.path()), std::vector<std::string>{"env.pool"});
+}
+
 TEST(PoolTest, BadBackendEnvironmentIsInvalidArgumentAndTouchesNothing) {
   TempDir dir;
   const std::string path = dir.File("env.pool");

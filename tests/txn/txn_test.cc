@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "epoch/persist.h"
 #include "epoch/status_macros.h"
 #include "gtest/gtest.h"
@@ -315,23 +316,38 @@ TEST_F(TxnTest, SmallAndGeneralCommitsRecordEachWordOnceWithItsLastValue) {
   for (int i = 0; i < 64; ++i) EXPECT_EQ(root_->words[100 + i], uint64_t(4000 + i)) << i;
 }
 
-// The small commit writes its record straight into the log: with non-temporal stores on the
-// pmem backend (x86-64: Persister::Streams), with plain stores and a flush elsewhere. Records
-// of every shape (1 to kSmallCommitWrites declarations, repeats, runs, both alignments of the
-// log position) hold the transactions' values on their own: after a crash that lost every
-// in-place store of the array (scribbled over in the image), recovery's replay restores each
-// word's last committed value. One fence per commit.
+// The small commit writes its record straight into the log: on the pmem backend (x86-64:
+// Persister::Streams) with non-temporal stores where the pool's RecordWrites is kStream or the
+// record may reach kStreamAlwaysFrom bytes, else (and on other backends) with plain stores and
+// a flush. Records of every shape (1 to kSmallCommitWrites declarations, repeats, runs, both
+// alignments of the log position) and both ways of writing them hold the transactions' values
+// on their own: after a crash that lost every in-place store of the array (scribbled over in
+// the image), recovery's replay restores each word's last committed value. One fence per
+// commit.
 TEST_F(TxnTest, SmallCommitRecordsAloneRecoverTheValues) {
-  for (const BackendKind backend : {BackendKind::kPmem, BackendKind::kEadr}) {
+  struct Config {
+    BackendKind backend;
+    RecordWrites writes;
+  };
+  for (const Config c : {Config{BackendKind::kPmem, RecordWrites::kStream},
+                         Config{BackendKind::kPmem, RecordWrites::kFlush},
+                         Config{BackendKind::kEadr, RecordWrites::kStream}}) {
+    SCOPED_TRACE(absl::StrCat(std::string(BackendName(c.backend)), " ",
+                              std::string(RecordWritesName(c.writes))));
+    const BackendKind backend = c.backend;
     PoolOptions po;
     po.backend = backend;
+    po.record_writes = c.writes;
     auto r = OpenMemory(buf_.data(), kPoolSize, po, Quiet(), /*create=*/true);
     ASSERT_OK(r);
     rt_ = std::move(*r);
     root_ = *rt_.pool->root<Root>();
+    EXPECT_EQ(rt_.pool->persister().record_writes(), c.writes);
 #if defined(__x86_64__)
-    EXPECT_EQ(rt_.pool->persister().Streams(txn_detail::kCommitFlush),
-              backend == BackendKind::kPmem && txn_internal::g_crc_in_commit_loop);
+    const bool pmem = backend == BackendKind::kPmem && txn_internal::g_crc_in_commit_loop;
+    EXPECT_EQ(rt_.pool->persister().Streams(txn_detail::kCommitFlush, 48),
+              pmem && c.writes == RecordWrites::kStream);
+    EXPECT_EQ(rt_.pool->persister().Streams(txn_detail::kCommitFlush, kStreamAlwaysFrom), pmem);
 #endif
     constexpr int kSpan = 200;                  // words 0..199
     ASSERT_OK(txn::Run([&]() -> absl::Status {  // every word hot: no snapshot below
