@@ -13,8 +13,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -974,19 +976,31 @@ TEST(PoolTest, RecordWritesFromOptionsEnvironmentOrProcessor) {
   }
 }
 
+// With the environment variable `var` set to a bad `value`, Open of the pool at `path` fails
+// with kInvalidArgument naming the path, `var` and `parts`, and leaves the file as it was;
+// Create of another fails the same way and leaves no file.
+void ExpectBadEnvironmentTouchesNothing(const TempDir& dir, const std::string& path,
+                                        const char* var, const char* value,
+                                        std::vector<std::string> parts) {
+  const auto before = ReadFile(path);
+  ScopedEnv env(var, value);
+  parts.emplace_back(var);
+  ExpectError(Pool::Open(path, kLayout).status(), absl::StatusCode::kInvalidArgument, path, parts);
+  EXPECT_EQ(ReadFile(path), before);
+  const std::string other = dir.File("other.pool");
+  ExpectError(Pool::Create(other, kSize, kLayout).status(), absl::StatusCode::kInvalidArgument,
+              other, {var});
+  EXPECT_FALSE(std::filesystem::exists(other));
+}
+
 TEST(PoolTest, BadRecordWritesEnvironmentIsInvalidArgumentAndTouchesNothing) {
   TempDir dir;
   const std::string path = dir.File("env.pool");
   MakePool(path);
-  const auto before = ReadFile(path);
-  ScopedEnv env("PMRT_RECORD_WRITES", "movnt");
-  ExpectError(Pool::Open(path, kLayout).status(), absl::StatusCode::kInvalidArgument, path,
-              {"PMRT_RECORD_WRITES", "'movnt'", "stream, flush"});
-  EXPECT_EQ(ReadFile(path), before);
-  const std::string other = dir.File("other.pool");
-  ExpectError(Pool::Create(other, kSize, kLayout).status(), absl::StatusCode::kInvalidArgument,
-              other, {"PMRT_RECORD_WRITES"});
+  ExpectBadEnvironmentTouchesNothing(dir, path, "PMRT_RECORD_WRITES", "movnt",
+                                     {"'movnt'", "stream, flush"});
   {
+    ScopedEnv env("PMRT_RECORD_WRITES", "movnt");
     PoolOptions o;  // an explicit choice does not read the environment
     o.record_writes = RecordWrites::kFlush;
     EXPECT_OK(Pool::Open(path, kLayout, o));
@@ -999,13 +1013,7 @@ TEST(PoolTest, BadBackendEnvironmentIsInvalidArgumentAndTouchesNothing) {
   const std::string path = dir.File("env.pool");
   MakePool(path);
   const auto before = ReadFile(path);
-  ScopedEnv env("PMRT_BACKEND", "nvdimm");
-  ExpectError(Pool::Open(path, kLayout).status(), absl::StatusCode::kInvalidArgument, path,
-              {"PMRT_BACKEND", "'nvdimm'"});
-  EXPECT_EQ(ReadFile(path), before);
-  const std::string other = dir.File("other.pool");
-  ExpectError(Pool::Create(other, kSize, kLayout).status(), absl::StatusCode::kInvalidArgument,
-              other, {"PMRT_BACKEND"});
+  ExpectBadEnvironmentTouchesNothing(dir, path, "PMRT_BACKEND", "nvdimm", {"'nvdimm'"});
   {
     ScopedEnv sim("PMRT_BACKEND", "sim");
     ExpectError(Pool::Open(path, kLayout).status(), absl::StatusCode::kInvalidArgument, path,
