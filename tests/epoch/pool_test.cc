@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
