@@ -55,6 +55,11 @@ absl::StatusOr<RecordWrites> ParseRecordWrites(std::string_view name) {
                                                  "' (expected stream, flush)"));
 }
 
+RecordWrites RecordWritesForVendor(std::string_view vendor) {
+  return vendor == "AuthenticAMD" || vendor == "HygonGenuine" ? RecordWrites::kStream
+                                                              : RecordWrites::kFlush;
+}
+
 RecordWrites DefaultRecordWrites() {
 #if defined(__x86_64__)
   static const RecordWrites chosen = [] {
@@ -62,11 +67,9 @@ RecordWrites DefaultRecordWrites() {
     if (__get_cpuid(0, &max_leaf, &vendor[0], &vendor[2], &vendor[1]) == 0) {
       return RecordWrites::kFlush;
     }
-    char name[13] = {};
+    char name[12];
     std::memcpy(name, vendor, 12);  // EBX, EDX, ECX: "AuthenticAMD", "GenuineIntel", ...
-    const std::string_view v(name);
-    return v == "AuthenticAMD" || v == "HygonGenuine" ? RecordWrites::kStream
-                                                      : RecordWrites::kFlush;
+    return RecordWritesForVendor(std::string_view(name, 12));
   }();
   return chosen;
 #else

@@ -69,6 +69,8 @@ absl::StatusOr<RecordWrites> ParseRecordWrites(std::string_view name);
 // other x86-64 processor (libpmem's choice too for records under 256 bytes) and elsewhere
 // (where Streams() is false anyway).
 RecordWrites DefaultRecordWrites();
+// The rule DefaultRecordWrites applies to the 12-character CPUID vendor string.
+RecordWrites RecordWritesForVendor(std::string_view vendor);
 
 // A named persistence call site. The id is a hash of the name, so it is stable across builds
 // and can be given on the command line or in PMRT_DISABLE_SITE.

@@ -35,10 +35,12 @@ using txn_internal::WordIndex;
 namespace {
 
 // Writes the compacted log: one kCompact record per block, filled entry by entry in a staging
-// buffer (a run's head is rewritten as the run grows) and copied into its block with
-// non-temporal stores when complete (CopyFlush): K' reaches memory without being read first or
-// passing through this core's caches, where it would evict lines the transactions use (a full
-// cycle writes all of K', one entry per hot word).
+// buffer (a run's head is rewritten as the run grows) and copied into its block when complete
+// (CopyFlush). A block's record is large enough to go with non-temporal stores whatever the
+// pool's record writes (kStreamAlwaysFrom; only a cycle's last, partly filled record may be
+// smaller): K' reaches memory without being read first or passing through this core's caches,
+// where it would evict lines the transactions use (a full cycle writes all of K', one entry per
+// hot word).
 class CompactWriter {
  public:
   CompactWriter(txn_internal::LogStore& store, Chain& chain, uint64_t seq, uint64_t horizon)

@@ -682,8 +682,8 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
   for (const BlockRec& f : t.frees) w.Mark(EntryType::kFree, f.offset / 8, f.bytes / 8);
   const size_t written =
       w.Finish(RecordKind::kCommit, stamp, t.hot.epoch, store.BlockGen(log.tail));
-  // 4. Copy the record into the log with non-temporal stores (CopyFlush: as stores + flush of
-  //    its lines, without the cache; Reserve flushed a new block's header, link, head and table
+  // 4. Copy the record into the log (CopyFlush: as stores + flush of its lines; non-temporal
+  //    stores or stores + clwb, as the pool's record writes say; Reserve flushed a new block's header, link, head and table
   //    entry), then the one fence of the commit. Before it completes the record may be on
   //    media whole (the transaction counts as committed: allowed, commit has not returned),
   //    torn (bad checksum: recovery stops this log there) or absent. The data lines are not

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -76,10 +78,25 @@ TEST(PersistTest, RecordWritesNamesRoundTripAndBadOnesAreNamed) {
   EXPECT_EQ(RecordWritesName(RecordWrites::kFlush), "flush");
   EXPECT_THAT(ParseRecordWrites("clwb"), StatusIs(absl::StatusCode::kInvalidArgument, "'clwb'"));
   EXPECT_THAT(ParseRecordWrites(""), StatusIs(absl::StatusCode::kInvalidArgument, "''"));
-  // The default is the processor's, the same on every call; a Persister takes it unless told.
+  // The default is the processor's: by its vendor, the same on every call; a Persister takes
+  // it unless told.
+  EXPECT_EQ(RecordWritesForVendor("AuthenticAMD"), RecordWrites::kStream);
+  EXPECT_EQ(RecordWritesForVendor("HygonGenuine"), RecordWrites::kStream);
+  EXPECT_EQ(RecordWritesForVendor("GenuineIntel"), RecordWrites::kFlush);
+  EXPECT_EQ(RecordWritesForVendor("CentaurHauls"), RecordWrites::kFlush);
   EXPECT_EQ(DefaultRecordWrites(), DefaultRecordWrites());
   EXPECT_EQ(Persister(BackendKind::kPmem, nullptr).record_writes(), DefaultRecordWrites());
-#if !defined(__x86_64__)
+#if defined(__x86_64__)
+  // The register order of the vendor string, checked against /proc/cpuinfo where it exists.
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("vendor_id", 0) == 0) {
+      const std::string vendor = line.substr(line.find(':') + 2);
+      EXPECT_EQ(DefaultRecordWrites(), RecordWritesForVendor(vendor)) << vendor;
+      break;
+    }
+  }
+#else
   EXPECT_EQ(DefaultRecordWrites(), RecordWrites::kFlush);  // no non-temporal path here
 #endif
 }

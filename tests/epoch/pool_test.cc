@@ -1053,6 +1053,26 @@ TEST(PoolInMemoryTest, CreateOverGarbageZeroesEverything) {
   EXPECT_EQ((*root)->counter, 0u);
 }
 
+// PMRT_RECORD_WRITES applies to memory too (PMRT_BACKEND does not): a bad value fails the
+// create and the open, naming the pool, and the memory keeps what it held.
+TEST(PoolInMemoryTest, BadRecordWritesEnvironmentFailsAndTouchesNothing) {
+  AlignedBuffer mem(kSize);
+  std::memset(mem.get(), 0, kSize);
+  ASSERT_OK(Pool::CreateInMemory(mem.get(), kSize, kLayout, {}, "mem"));
+  const std::vector<uint8_t> before(mem.get(), mem.get() + kSize);
+  ScopedEnv env("PMRT_RECORD_WRITES", "movnt");
+  ExpectError(Pool::OpenInMemory(mem.get(), kSize, kLayout, {}, "mem").status(),
+              absl::StatusCode::kInvalidArgument, "mem", {"PMRT_RECORD_WRITES", "'movnt'"});
+  ExpectError(Pool::CreateInMemory(mem.get(), kSize, kLayout, {}, "mem").status(),
+              absl::StatusCode::kInvalidArgument, "mem", {"PMRT_RECORD_WRITES"});
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), mem.get()));
+  PoolOptions o;
+  o.record_writes = RecordWrites::kStream;
+  auto pool = Pool::OpenInMemory(mem.get(), kSize, kLayout, o, "mem");
+  ASSERT_OK(pool);
+  EXPECT_EQ((*pool)->persister().record_writes(), RecordWrites::kStream);
+}
+
 TEST(PoolInMemoryTest, CreateOverAnOldPoolReplacesIt) {
   AlignedBuffer mem(kSize);
   std::memset(mem.get(), 0, kSize);
