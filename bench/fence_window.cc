@@ -1,7 +1,8 @@
 // pmrt-fence-window: how much work may follow a commit's fence before it delays the next
 // transaction's cache misses (docs/txn.md, "Stores after the fence"; docs/performance.md).
 //
-// Each iteration models a transaction of one word: a 16-byte non-temporal store into a log ring
+// Each iteration models a transaction of one word: a 16-byte non-temporal store (or, with
+// --record flush, two stores and a clwb) into a log ring
 // on /dev/shm, `sfence` (a commit), then a read-modify-write of a random word of an array (the
 // next transaction's miss). Between the fence and the miss, or between the miss and the next
 // store, the iteration adds N independent additions, N stores or N loads (all L1 hits). While
@@ -10,6 +11,7 @@
 // the machine, not of pmrt).
 //
 //   pmrt-fence-window [--words N (1M)] [--iters N (1M)] [--rounds N (3)] [--dir /dev/shm]
+//                     [--record stream|flush (stream): the record non-temporal, or stored + clwb]
 //
 // x86-64 only (it times the instructions themselves); elsewhere it says so and exits 0.
 #include <fcntl.h>
@@ -57,7 +59,22 @@ inline void Loads(uint64_t* p) {
 
 uint64_t scratch[8][256];
 
-template <Pad kPad, int N>
+// The commit's record: a 16-byte non-temporal store (record writes `stream`), or two stores
+// and a clwb of their line (`flush`; docs/architecture.md).
+template <bool kClwb>
+inline void Record(uint8_t* at, uint64_t w, uint64_t i) {
+  if constexpr (kClwb) {
+    auto* d = reinterpret_cast<uint64_t*>(at);
+    d[0] = w;
+    d[1] = i;
+    asm volatile("clwb %0" : "+m"(*reinterpret_cast<volatile char*>(at)));
+  } else {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(at),
+                     _mm_set_epi64x(static_cast<long long>(w), static_cast<long long>(i)));
+  }
+}
+
+template <Pad kPad, int N, bool kClwb>
 double Run(uint8_t* ring, uint64_t* arr, size_t words, int iters) {
   const auto t0 = std::chrono::steady_clock::now();
   size_t at = 0;
@@ -73,8 +90,7 @@ double Run(uint8_t* ring, uint64_t* arr, size_t words, int iters) {
     if constexpr (kPad == Pad::kLoadsAfterFence) Loads<N>(s);
     arr[w] += 1;  // the next transaction's miss
     if constexpr (kPad == Pad::kStoresAfterMiss) Stores<N>(s);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(ring + at),
-                     _mm_set_epi64x(static_cast<long long>(w), i));
+    Record<kClwb>(ring + at, w, static_cast<uint64_t>(i));
     at = (at + 16) & (kRing - 1);
     _mm_sfence();  // the commit
   }
@@ -98,16 +114,35 @@ double Records(uint8_t* ring, size_t stride, int iters) {
   return std::chrono::duration<double, std::nano>(t1 - t0).count() / iters;
 }
 
-template <Pad kPad>
+template <Pad kPad, bool kClwb>
 void Row(const char* name, uint8_t* ring, uint64_t* arr, size_t words, int iters) {
   std::printf("%-22s", name);
-  std::printf(" %7.1f", Run<kPad, 16>(ring, arr, words, iters));
-  std::printf(" %7.1f", Run<kPad, 32>(ring, arr, words, iters));
-  std::printf(" %7.1f", Run<kPad, 64>(ring, arr, words, iters));
-  std::printf(" %7.1f", Run<kPad, 96>(ring, arr, words, iters));
-  std::printf(" %7.1f", Run<kPad, 128>(ring, arr, words, iters));
-  std::printf(" %7.1f", Run<kPad, 160>(ring, arr, words, iters));
-  std::printf(" %7.1f\n", Run<kPad, 200>(ring, arr, words, iters));
+  std::printf(" %7.1f", Run<kPad, 16, kClwb>(ring, arr, words, iters));
+  std::printf(" %7.1f", Run<kPad, 32, kClwb>(ring, arr, words, iters));
+  std::printf(" %7.1f", Run<kPad, 64, kClwb>(ring, arr, words, iters));
+  std::printf(" %7.1f", Run<kPad, 96, kClwb>(ring, arr, words, iters));
+  std::printf(" %7.1f", Run<kPad, 128, kClwb>(ring, arr, words, iters));
+  std::printf(" %7.1f", Run<kPad, 160, kClwb>(ring, arr, words, iters));
+  std::printf(" %7.1f\n", Run<kPad, 200, kClwb>(ring, arr, words, iters));
+}
+
+template <bool kClwb>
+void Rounds(int rounds, uint8_t* ring, uint64_t* arr, size_t words, int iters) {
+  for (int r = 1; r <= rounds; ++r) {
+    std::printf("round %d: no padding %.1f ns\n", r,
+                Run<Pad::kNone, 0, kClwb>(ring, arr, words, iters));
+    std::printf("%-22s %7s %7s %7s %7s %7s %7s %7s\n", "N =", "16", "32", "64", "96", "128", "160",
+                "200");
+    Row<Pad::kAluAfterFence, kClwb>("additions after fence", ring, arr, words, iters);
+    Row<Pad::kLoadsAfterFence, kClwb>("loads after fence", ring, arr, words, iters);
+    Row<Pad::kStoresAfterFence, kClwb>("stores after fence", ring, arr, words, iters);
+    Row<Pad::kStoresAfterMiss, kClwb>("stores after miss", ring, arr, words, iters);
+    const double straddle = Records(ring, 48, iters), aligned = Records(ring, 64, iters);
+    std::printf(
+        "48-byte non-temporal records + sfence: %.1f ns packed (half straddle two lines), %.1f ns "
+        "one line each\n",
+        straddle, aligned);
+  }
 }
 
 }  // namespace
@@ -116,6 +151,7 @@ int main(int argc, char** argv) {
   size_t words = size_t{1} << 20;
   int iters = 1000000, rounds = 3;
   std::string dir = "/dev/shm";
+  bool clwb = false;  // --record flush: the record stored and written back with clwb
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--words") {
@@ -126,6 +162,14 @@ int main(int argc, char** argv) {
       rounds = std::atoi(argv[i + 1]);
     } else if (a == "--dir") {
       dir = argv[i + 1];
+    } else if (a == "--record") {
+      const std::string v = argv[i + 1];
+      if (v != "stream" && v != "flush") {
+        std::fprintf(stderr, "pmrt-fence-window: --record takes stream or flush, not %s\n",
+                     v.c_str());
+        return 2;
+      }
+      clwb = v == "flush";
     } else {
       std::fprintf(stderr, "pmrt-fence-window: unknown option %s\n", a.c_str());
       return 2;
@@ -152,22 +196,12 @@ int main(int argc, char** argv) {
   auto* ring = static_cast<uint8_t*>(m);
   std::memset(ring, 0, kRing);
   std::vector<uint64_t> arr(words, 1);
-  std::printf("ns per iteration (16-byte non-temporal store + sfence + one random word of %zu)\n",
-              words);
-  for (int r = 1; r <= rounds; ++r) {
-    std::printf("round %d: no padding %.1f ns\n", r,
-                Run<Pad::kNone, 0>(ring, arr.data(), words, iters));
-    std::printf("%-22s %7s %7s %7s %7s %7s %7s %7s\n", "N =", "16", "32", "64", "96", "128", "160",
-                "200");
-    Row<Pad::kAluAfterFence>("additions after fence", ring, arr.data(), words, iters);
-    Row<Pad::kLoadsAfterFence>("loads after fence", ring, arr.data(), words, iters);
-    Row<Pad::kStoresAfterFence>("stores after fence", ring, arr.data(), words, iters);
-    Row<Pad::kStoresAfterMiss>("stores after miss", ring, arr.data(), words, iters);
-    const double straddle = Records(ring, 48, iters), aligned = Records(ring, 64, iters);
-    std::printf(
-        "48-byte records + sfence: %.1f ns packed (half straddle two lines), %.1f ns "
-        "one line each\n",
-        straddle, aligned);
+  std::printf("ns per iteration (16-byte record %s + sfence + one random word of %zu)\n",
+              clwb ? "stored + clwb" : "non-temporal", words);
+  if (clwb) {
+    Rounds<true>(rounds, ring, arr.data(), words, iters);
+  } else {
+    Rounds<false>(rounds, ring, arr.data(), words, iters);
   }
   munmap(m, kRing);
   return 0;
