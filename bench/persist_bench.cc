@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-
 #include "epoch/persist.h"
 #include "epoch/pool.h"
 #include "epoch/sim.h"
@@ -88,10 +87,10 @@ void BM_RecordPersist(benchmark::State& state) {
     at = (at + bytes) % ring_bytes;
   }
   const std::string how = copy ? absl::StrCat("stage + CopyFlush (",
-                                               std::string(RecordWritesName(p.record_writes())), ")")
-                                : "in place + Flush";
-  state.SetLabel(absl::StrCat(how, " + Fence; default here: ",
-                              std::string(RecordWritesName(DefaultRecordWrites()))));
+                                              std::string(RecordWritesName(p.record_writes())), ")")
+                               : "in place + Flush";
+  state.SetLabel(absl::StrCat(
+      how, " + Fence; default here: ", std::string(RecordWritesName(DefaultRecordWrites()))));
 }
 BENCHMARK(BM_RecordPersist)->ArgsProduct({{0, 1, 2}, {1, 2, 4, 8, 10, 12, 16, 64}});
 

@@ -51,8 +51,8 @@ absl::StatusOr<RecordWrites> ParseRecordWrites(std::string_view name) {
   for (const RecordWrites w : {RecordWrites::kStream, RecordWrites::kFlush}) {
     if (name == RecordWritesName(w)) return w;
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown record write mode '", std::string(name),
-                                                 "' (expected stream, flush)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown record write mode '", std::string(name), "' (expected stream, flush)"));
 }
 
 RecordWrites RecordWritesForVendor(std::string_view vendor) {

@@ -197,10 +197,11 @@ class Persister {
   // Copies [src, src+len) to dst (in the pool) and starts writing dst back: the contract of
   // memcpy followed by Flush(dst, len), durable after the next Fence. For sequential,
   // write-once data (log records). On kPmem it writes as record_writes() says (and a range of
-  // kStreamAlwaysFrom bytes or more as kStream): kStream (x86-64) with non-temporal stores (movntdq, 16 bytes each, and movnti for an 8-byte head or
-  // tail; a range that is not 8-byte aligned and sized takes memcpy + pmem_flush), the lines
-  // going to memory without passing through the cache; kFlush with memcpy + pmem_flush.
-  // Disabling `site` leaves the plain copy (reaching media only by eviction).
+  // kStreamAlwaysFrom bytes or more as kStream): kStream (x86-64) with non-temporal stores
+  // (movntdq, 16 bytes each, and movnti for an 8-byte head or tail; a range that is not 8-byte
+  // aligned and sized takes memcpy + pmem_flush), the lines going to memory without passing through
+  // the cache; kFlush with memcpy + pmem_flush. Disabling `site` leaves the plain copy (reaching
+  // media only by eviction).
   void CopyFlush(const Site& site, void* dst, const void* src, size_t len) const {
     if (mutation::IsDisabled(site)) {
       std::memcpy(dst, src, len);
@@ -209,7 +210,7 @@ class Persister {
     Count(len, dst);
     switch (kind_) {
       case BackendKind::kPmem:
-        if (writes_ == RecordWrites::kStream || len >= kStreamAlwaysFrom) {
+        if (StreamsRecord(len)) {
           persist_internal::PmemCopyNoDrain(dst, src, len);
         } else {
           std::memcpy(dst, src, len);
@@ -240,9 +241,7 @@ class Persister {
   // plainly and calls Flush(site, ...) for the range.
   bool Streams(const Site& site, size_t max_len) const {
 #if defined(__x86_64__)
-    return kind_ == BackendKind::kPmem &&
-           (writes_ == RecordWrites::kStream || max_len >= kStreamAlwaysFrom) &&
-           !mutation::IsDisabled(site);
+    return kind_ == BackendKind::kPmem && StreamsRecord(max_len) && !mutation::IsDisabled(site);
 #else
     (void)site, (void)max_len;
     return false;
@@ -319,6 +318,10 @@ class Persister {
   }
 
  private:
+  // On kPmem: whether a record of `len` bytes goes with non-temporal stores (RecordWrites).
+  bool StreamsRecord(size_t len) const {
+    return writes_ == RecordWrites::kStream || len >= kStreamAlwaysFrom;
+  }
   void Count(size_t len, const void* addr) const { (void)CountRow(len, addr); }
   // Counts one flush of [addr, addr+len); returns the thread's counters of this backend.
   std::atomic<uint64_t>* CountRow(size_t len, const void* addr) const {

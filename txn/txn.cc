@@ -683,11 +683,11 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
   const size_t written =
       w.Finish(RecordKind::kCommit, stamp, t.hot.epoch, store.BlockGen(log.tail));
   // 4. Copy the record into the log (CopyFlush: as stores + flush of its lines; non-temporal
-  //    stores or stores + clwb, as the pool's record writes say; Reserve flushed a new block's header, link, head and table
-  //    entry), then the one fence of the commit. Before it completes the record may be on
-  //    media whole (the transaction counts as committed: allowed, commit has not returned),
-  //    torn (bad checksum: recovery stops this log there) or absent. The data lines are not
-  //    flushed: the record redoes them (written back when a word goes cold, or at close).
+  //    stores or stores + clwb, as the pool's record writes say; Reserve flushed a new block's
+  //    header, link, head and table entry), then the one fence of the commit. Before it completes
+  //    the record may be on media whole (the transaction counts as committed: allowed, commit has
+  //    not returned), torn (bad checksum: recovery stops this log there) or absent. The data lines
+  //    are not flushed: the record redoes them (written back when a word goes cold, or at close).
   pool.persister().CopyFlush(txn_detail::kCommitFlush, at, t.stage.get(), written);
   pool.persister().Fence(txn_detail::kCommitFence);
   store.Publish(log, written);

@@ -963,8 +963,8 @@ TEST(PoolTest, RecordWritesFromOptionsEnvironmentOrProcessor) {
     }
     {
       // Options win over the environment.
-      const RecordWrites other = w == RecordWrites::kStream ? RecordWrites::kFlush
-                                                            : RecordWrites::kStream;
+      const RecordWrites other =
+          w == RecordWrites::kStream ? RecordWrites::kFlush : RecordWrites::kStream;
       ScopedEnv env("PMRT_RECORD_WRITES", std::string(RecordWritesName(w)));
       PoolOptions o;
       o.record_writes = other;
