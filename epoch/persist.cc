@@ -180,6 +180,23 @@ ThreadCounters& LocalCountersSlow() {
 }
 
 void PmemFlush(const void* addr, size_t len) { pmem_flush(addr, len); }
+
+bool InlineClwb() {
+#if defined(__x86_64__)
+  static const bool clwb = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0 || (b & (1u << 24)) == 0) return false;
+    for (const char* var : {"PMEM_NO_CLWB", "PMEM_NO_FLUSH"}) {
+      const char* v = std::getenv(var);
+      if (v != nullptr && std::strcmp(v, "1") == 0) return false;
+    }
+    return true;
+  }();
+  return clwb;
+#else
+  return false;
+#endif
+}
 #if defined(__x86_64__)
 // (PmemDrain is inline in persist.h.)
 // Non-temporal stores (movntdq, 16 bytes each, with movnti for an 8-byte head or tail that is

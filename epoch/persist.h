@@ -140,6 +140,24 @@ inline ThreadCounters& LocalCounters() {
   return c != nullptr ? *c : LocalCountersSlow();
 }
 void PmemFlush(const void* addr, size_t len);
+// Whether pmem_flush writes lines back with clwb here: the processor has it (CPUID leaf 7,
+// EBX bit 24) and neither PMEM_NO_CLWB=1 nor PMEM_NO_FLUSH=1 turns it off (libpmem's own rule;
+// where libpmem finds the platform flushes caches on power loss (eADR) it skips the flush, and
+// clwb is still correct, only needless). Read once per process.
+bool InlineClwb();
+#if defined(__x86_64__)
+// pmem_flush where InlineClwb(): clwb of each line of [addr, addr+len), inline, so that a
+// commit's flush makes no call (a call's return address is one more store for the previous
+// commit's fence to hold back, and the registers it clobbers are spilled around it).
+inline void Clwb(const void* addr, size_t len) {
+  auto line = reinterpret_cast<uintptr_t>(addr) & ~uintptr_t{63};
+  const uintptr_t end = reinterpret_cast<uintptr_t>(addr) + len;
+  do {
+    asm volatile("clwb %0" : "+m"(*reinterpret_cast<volatile char*>(line)));
+    line += 64;
+  } while (line < end);
+}
+#endif
 #if defined(__x86_64__)
 // sfence: what pmem_drain does after clwb/clflushopt, and what orders the non-temporal stores
 // of PmemCopyNoDrain and Persister::Stream8 (pmem_drain is empty where libpmem flushes with
@@ -169,7 +187,10 @@ class Persister {
  public:
   Persister() = default;
   Persister(BackendKind kind, Sim* sim, RecordWrites writes = DefaultRecordWrites())
-      : kind_(kind), writes_(writes), sim_(sim) {}
+      : kind_(kind),
+        writes_(writes),
+        clwb_(kind == BackendKind::kPmem && persist_internal::InlineClwb()),
+        sim_(sim) {}
 
   BackendKind kind() const { return kind_; }
   RecordWrites record_writes() const { return writes_; }
@@ -181,7 +202,7 @@ class Persister {
     Count(len, addr);
     switch (kind_) {
       case BackendKind::kPmem:
-        persist_internal::PmemFlush(addr, len);
+        PmemFlush(addr, len);
         break;
       case BackendKind::kEadr:
         break;
@@ -214,7 +235,7 @@ class Persister {
           persist_internal::PmemCopyNoDrain(dst, src, len);
         } else {
           std::memcpy(dst, src, len);
-          persist_internal::PmemFlush(dst, len);
+          PmemFlush(dst, len);
         }
         break;
       case BackendKind::kEadr:
@@ -271,11 +292,29 @@ class Persister {
   // between a commit's fence and the next transaction's first cache miss delays that miss;
   // docs/performance.md).
   void CountStream(const Site& fence_site, const void* dst, size_t len) const {
-    std::atomic<uint64_t>* row = CountRow(len, dst);
+    CountStream(fence_site, dst, len, persist_internal::LocalCounters());
+  }
+  // The same into the calling thread's counters `c` (persist_internal::tls_counters, checked
+  // by a caller whose path makes no call).
+  void CountStream(const Site& fence_site, const void* dst, size_t len,
+                   persist_internal::ThreadCounters& c) const {
+    std::atomic<uint64_t>* row = CountRow(len, dst, c);
     if (!mutation::IsDisabled(fence_site)) AddTo(row[persist_internal::kFences], 1);
   }
-  // Fence() where Streams() holds (kPmem), counted by CountStream: the same, without the switch
-  // over the backends, so a caller compiled for the streamed path makes no call.
+  // Whether Flush writes lines back with an inline clwb (kPmem where pmem_flush is clwb:
+  // persist_internal::InlineClwb). Then FlushInline(site, ...) is Flush(site, ...) without the
+  // count (counted by CountStream with its fence, which StreamFence makes), and the three make
+  // no call: the path of txn's commit of one word.
+  bool FlushesInline() const { return clwb_; }
+  void FlushInline(const Site& site, const void* addr, size_t len) const {
+#if defined(__x86_64__)
+    if (!mutation::IsDisabled(site) && len != 0) persist_internal::Clwb(addr, len);
+#else
+    (void)site, (void)addr, (void)len;  // not reached: FlushesInline() is false
+#endif
+  }
+  // Fence() where Streams() or FlushesInline() holds (kPmem), counted by CountStream: the same,
+  // without the switch over the backends, so a caller compiled for that path makes no call.
   void StreamFence(const Site& site) const {
     if (mutation::IsDisabled(site)) return;
     persist_internal::PmemDrain();
@@ -322,13 +361,27 @@ class Persister {
   bool StreamsRecord(size_t len) const {
     return writes_ == RecordWrites::kStream || len >= kStreamAlwaysFrom;
   }
+  // pmem_flush, inline where it is clwb (and the range is not empty).
+  void PmemFlush(const void* addr, size_t len) const {
+#if defined(__x86_64__)
+    if (clwb_ && len != 0) {
+      persist_internal::Clwb(addr, len);
+      return;
+    }
+#endif
+    persist_internal::PmemFlush(addr, len);
+  }
   void Count(size_t len, const void* addr) const { (void)CountRow(len, addr); }
   // Counts one flush of [addr, addr+len); returns the thread's counters of this backend.
   std::atomic<uint64_t>* CountRow(size_t len, const void* addr) const {
+    return CountRow(len, addr, persist_internal::LocalCounters());
+  }
+  std::atomic<uint64_t>* CountRow(size_t len, const void* addr,
+                                  persist_internal::ThreadCounters& c) const {
     using namespace persist_internal;
     // The backend's row once (the relaxed stores below would otherwise make the compiler
     // reload kind_ for each counter).
-    std::atomic<uint64_t>* row = LocalCounters().v[static_cast<int>(kind_)];
+    std::atomic<uint64_t>* row = c.v[static_cast<int>(kind_)];
     const auto a = reinterpret_cast<uintptr_t>(addr);
     AddTo(row[kFlushes], 1);
     AddTo(row[kBytesFlushed], len);
@@ -341,6 +394,7 @@ class Persister {
 
   BackendKind kind_ = BackendKind::kEadr;
   RecordWrites writes_ = RecordWrites::kFlush;  // (next to kind_: Streams reads both at once)
+  bool clwb_ = false;                           // kPmem and persist_internal::InlineClwb()
   Sim* sim_ = nullptr;
 };
 

@@ -575,13 +575,27 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
 #if defined(__x86_64__)
   if (txn_internal::g_crc_in_commit_loop) [[likely]] {
     // (The record's largest size for its declarations: the header and a head and value each.)
-    if (pool.persister().Streams(txn_detail::kCommitFlush,
-                                 sizeof(RecordHeader) + 16 * t.writes_size()))
-      return WriteSmallCommitStream(t);
+    const size_t k = t.writes_size();
+    if (pool.persister().Streams(txn_detail::kCommitFlush, sizeof(RecordHeader) + 16 * k))
+      return k == 1 && SmallCommitOneReady(t) ? WriteSmallCommitStreamOne(t)
+                                              : WriteSmallCommitStream(t);
+    if (k == 1 && pool.persister().FlushesInline() && SmallCommitOneReady(t))
+      return WriteSmallCommitCrcOne(t);
     return WriteSmallCommitCrc(t);
   }
 #endif
   return WriteSmallCommitPortable(t);
+}
+
+[[gnu::always_inline]] inline bool Engine::Impl::SmallCommitOneReady(ThreadTx& t) {
+  // The one-declaration commit makes no call (a call's return address, and the registers the
+  // compiler keeps across it, are stores that the previous commit's fence holds back), so it
+  // runs only where it needs none: room in the log's tail block, the thread's persist counters
+  // made, and no reclaimer to wake (KickIfOverTrigger would call; no block is taken since).
+  return persist_internal::tls_counters != nullptr &&
+         store.TryReserve(store.chain(t.slot), sizeof(RecordHeader) + 16) != nullptr &&
+         (store.blocks_in_use() < kick_blocks_.load(std::memory_order_relaxed) ||
+          bg_kick_.load(std::memory_order_relaxed));
 }
 
 [[gnu::always_inline]] inline bool Engine::Impl::SmallCommitReady(const ThreadTx& t) const {
@@ -732,6 +746,12 @@ absl::Status Engine::Impl::WriteSmallCommitPortable(ThreadTx& t) {
 }
 [[gnu::target("sse4.2")]] absl::Status Engine::Impl::WriteSmallCommitStream(ThreadTx& t) {
   return WriteSmallCommitBody<true, true>(t);
+}
+[[gnu::target("sse4.2")]] absl::Status Engine::Impl::WriteSmallCommitCrcOne(ThreadTx& t) {
+  return WriteSmallCommitBody<true, false, true>(t);
+}
+[[gnu::target("sse4.2")]] absl::Status Engine::Impl::WriteSmallCommitStreamOne(ThreadTx& t) {
+  return WriteSmallCommitBody<true, true, true>(t);
 }
 #endif
 
@@ -886,11 +906,11 @@ static_assert(KeyAfterIsKeyOf());
   return b;
 }
 
-template <bool kCrcInLoop, bool kStream>
+template <bool kCrcInLoop, bool kStream, bool kOne>
 [[gnu::always_inline]] inline absl::Status Engine::Impl::WriteSmallCommitBody(ThreadTx& t) {
   static_assert(kCrcInLoop || !kStream, "a streamed record's checksum is computed as it goes");
   const WriteRec* const wb = t.hot.begin;
-  const size_t k = t.writes_size();  // 1 to kSmallCommitWrites
+  const size_t k = kOne ? 1 : t.writes_size();  // 1 to kSmallCommitWrites
   static_assert(txn_detail::kSmallCommitWrites <= 64, "one bit per declaration below");
   // 1. The record's shape, in registers only (every store made here is one more that the
   //    previous commit's fence may hold back; docs/txn.md, "Stores after the fence"): which
@@ -939,10 +959,12 @@ template <bool kCrcInLoop, bool kStream>
   const uint64_t stamp = SmallCommitStamp(t, wb, k, stamp_key);
   txn_internal::Chain& log = store.chain(t.slot);
   uint8_t* at = store.TryReserve(log, bytes);
-  if (at == nullptr) [[unlikely]] {
-    absl::StatusOr<uint8_t*> r = store.Reserve(log, t.slot, bytes);
-    if (!r.ok()) return SmallCommitFailed(t, r.status());
-    at = *r;
+  if constexpr (!kOne) {  // (kOne: there is room, checked above)
+    if (at == nullptr) [[unlikely]] {
+      absl::StatusOr<uint8_t*> r = store.Reserve(log, t.slot, bytes);
+      if (!r.ok()) return SmallCommitFailed(t, r.status());
+      at = *r;
+    }
   }
   // (at == BlockAt(log.tail) + log.pos, as read again below.)
   const uint64_t gen = store.BlockGen(log.tail);
@@ -1049,7 +1071,11 @@ template <bool kCrcInLoop, bool kStream>
     RecordWriter::FinishHeader(rec, rec_words, RecordKind::kCommit, stamp, t.hot.epoch,
                                store.BlockGen(tail.tail));
   }
-  if constexpr (kStream) {
+  if constexpr (kOne) {  // (the counters are there, checked above)
+    if constexpr (!kStream) pool.persister().FlushInline(txn_detail::kCommitFlush, rec, bytes);
+    pool.persister().CountStream(txn_detail::kCommitFence, rec, bytes,
+                                 *persist_internal::tls_counters);
+  } else if constexpr (kStream) {
     pool.persister().CountStream(txn_detail::kCommitFence, rec, bytes);
   } else {
     pool.persister().Flush(txn_detail::kCommitFlush, rec, bytes);
@@ -1059,7 +1085,7 @@ template <bool kCrcInLoop, bool kStream>
   // fail; the transaction ends here.
   t.commits.Add(1);
   t.record_bytes.Add(bytes);
-  KickIfOverTrigger();
+  if constexpr (!kOne) KickIfOverTrigger();  // (kOne: checked above, no block taken since)
   // What the stores after the fence store, computed before it (see "Stores after the fence"
   // in docs/txn.md: the instructions after the fence wait in the reorder buffer until it
   // retires, and the fewer they are, the sooner the caller's next transaction starts its
@@ -1073,7 +1099,7 @@ template <bool kCrcInLoop, bool kStream>
   // 4. The one fence, the commit point: a crash before it completes finds the record whole (the
   //    transaction counts as committed: allowed, commit has not returned), torn (bad checksum:
   //    this log ends there, the transaction is undone) or absent; after it, committed.
-  if constexpr (kStream) {
+  if constexpr (kStream || kOne) {  // (counted by CountStream above)
     pool.persister().StreamFence(txn_detail::kCommitFence);
   } else {
     pool.persister().Fence(txn_detail::kCommitFence);

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -99,6 +100,56 @@ TEST(PersistTest, RecordWritesNamesRoundTripAndBadOnesAreNamed) {
 #else
   EXPECT_EQ(DefaultRecordWrites(), RecordWrites::kFlush);  // no non-temporal path here
 #endif
+}
+
+TEST(PersistTest, FlushesInlineOnlyOnPmemWhereTheProcessorHasClwb) {
+  // Only kPmem flushes with an inline clwb, and there exactly where InlineClwb says.
+  EXPECT_EQ(Persister(BackendKind::kPmem, nullptr).FlushesInline(), persist_internal::InlineClwb());
+  for (const BackendKind k : {BackendKind::kEadr, BackendKind::kMsync, BackendKind::kSim}) {
+    EXPECT_FALSE(Persister(k, nullptr).FlushesInline()) << BackendName(k);
+  }
+#if defined(__x86_64__)
+  // InlineClwb is the processor's clwb flag (checked against /proc/cpuinfo where it exists),
+  // unless libpmem's PMEM_NO_CLWB=1 or PMEM_NO_FLUSH=1 turns it off.
+  bool off = false;
+  for (const char* var : {"PMEM_NO_CLWB", "PMEM_NO_FLUSH"}) {
+    const char* v = std::getenv(var);
+    off |= v != nullptr && std::string(v) == "1";
+  }
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("flags", 0) == 0) {
+      const bool clwb = (line + " ").find(" clwb ") != std::string::npos;
+      EXPECT_EQ(persist_internal::InlineClwb(), clwb && !off) << line;
+      break;
+    }
+  }
+#else
+  EXPECT_FALSE(persist_internal::InlineClwb());
+#endif
+}
+
+TEST(PersistTest, FlushInlineWritesBackWhatItIsGivenAndCountsNothing) {
+  Persister p(BackendKind::kPmem, nullptr);
+  if (!p.FlushesInline()) GTEST_SKIP() << "no clwb here (or PMEM_NO_CLWB / PMEM_NO_FLUSH)";
+  alignas(64) static uint8_t buf[256];
+  const PersistCounts before = CountersSnapshot(BackendKind::kPmem);
+  for (size_t off : {0, 1, 63, 64, 100}) {
+    for (size_t len : {0, 1, 8, 48, 64, 65, 130}) {
+      if (off + len > sizeof(buf)) continue;
+      std::memset(buf + off, static_cast<int>(off + len), len);
+      p.FlushInline(kFlushSite, buf + off, len);  // every line of the range, none past it
+      for (size_t i = 0; i < len; ++i) ASSERT_EQ(buf[off + i], static_cast<uint8_t>(off + len));
+    }
+  }
+  const PersistCounts d = CountersSnapshot(BackendKind::kPmem) - before;
+  EXPECT_EQ(d.flushes, 0u);  // counted by the caller, with its fence (CountStream)
+  p.CountStream(kFenceSite, buf + 40, 48);
+  const PersistCounts e = CountersSnapshot(BackendKind::kPmem) - before;
+  EXPECT_EQ(e.flushes, 1u);
+  EXPECT_EQ(e.bytes_flushed, 48u);
+  EXPECT_EQ(e.lines_flushed, 2u);  // [40, 88) crosses a line
+  EXPECT_EQ(e.fences, 1u);
 }
 
 TEST(PersistTest, SiteIdsAreStableNonzeroAndDistinct) {

@@ -287,7 +287,14 @@ class Engine::Impl {
   absl::Status WriteSmallCommitPortable(txn_detail::ThreadTx& t);
   absl::Status WriteSmallCommitCrc(txn_detail::ThreadTx& t);     // x86-64 with SSE 4.2
   absl::Status WriteSmallCommitStream(txn_detail::ThreadTx& t);  // and kPmem: streamed
-  template <bool kCrcInLoop, bool kStream>
+  // The same two for a transaction of one declaration, the most common of all: its record's
+  // shape is known (one entry), so the body keeps fewer values live and spills none of them
+  // to the stack (each store is one more that the previous commit's fence holds back).
+  // REQUIRES: SmallCommitOneReady(t); CrcOne: the persister FlushesInline().
+  absl::Status WriteSmallCommitCrcOne(txn_detail::ThreadTx& t);
+  absl::Status WriteSmallCommitStreamOne(txn_detail::ThreadTx& t);
+  [[gnu::always_inline]] bool SmallCommitOneReady(txn_detail::ThreadTx& t);
+  template <bool kCrcInLoop, bool kStream, bool kOne = false>
   [[gnu::always_inline]] absl::Status WriteSmallCommitBody(txn_detail::ThreadTx& t);
   // The commit-order stamp of a small commit over the k declarations at wb: the next of the
   // thread's block when every declared word's newest record has a smaller stamp, else the first
