@@ -159,7 +159,7 @@ std::string PoolPath(const Args& a, const char* what) {
 class PmrtSystem : public System {
  public:
   enum Mode { kSpec, kUndo, kFloor };
-  explicit PmrtSystem(const Args& a, Mode mode) : mode_(mode) {
+  explicit PmrtSystem(const Args& a, Mode mode) {
     const bool with_txn = mode == kSpec;
     const std::string path = PoolPath(a, a.system.c_str());
     unlink(path.c_str());
@@ -226,19 +226,6 @@ class PmrtSystem : public System {
   uint64_t* array() override { return arr_; }
   bool CountsFences() const override { return true; }
 
-  bool Tx(int thread, const uint64_t* idx, const uint64_t* val, int k,
-          const uint64_t* next) override {
-    switch (mode_) {
-      case kSpec:
-        return SpecTx(idx, val, k, next);
-      case kUndo:
-        return UndoTx(thread, idx, val, k, next);
-      case kFloor:
-        return FloorTx(thread, idx, val, k, next);
-    }
-    return false;
-  }
-
   void Sample() override {
     if (!engine_) return;
     const uint64_t b = engine_->stats().log_bytes;
@@ -291,7 +278,7 @@ class PmrtSystem : public System {
     if (!epochs_->Sync().ok() || !engine_->Reclaim().ok()) Die("prewarm: reclaim");
   }
 
- private:
+ protected:
   bool SpecTx(const uint64_t* idx, const uint64_t* val, int k, const uint64_t* next) {
     if (!pmrt::txn::begin().ok()) return false;
     for (int j = 0; j < k; ++j) (void)pmrt::txn::write(&arr_[idx[j]], val[j]);
@@ -371,7 +358,7 @@ class PmrtSystem : public System {
     return true;
   }
 
-  Mode mode_;
+ private:
   std::unique_ptr<uint64_t[]> index_;
   std::vector<FloorLog> floor_;
   std::unique_ptr<pmrt::Pool> pool_;
@@ -382,6 +369,26 @@ class PmrtSystem : public System {
   std::vector<uint8_t*> logs_;
   std::vector<uint64_t> txids_;
   uint64_t log_sum_ = 0, log_samples_ = 0, log_max_ = 0, snapshots0_ = 0, stalls0_ = 0;
+};
+
+// Each mode's transaction in a function of its own (as PmdkSystem's and PlainSystem's are):
+// one function for the three would make each pay the others' register pressure, its prologue
+// saving registers (stores) that the mode does not need.
+template <PmrtSystem::Mode kMode>
+class PmrtModeSystem final : public PmrtSystem {
+ public:
+  explicit PmrtModeSystem(const Args& a) : PmrtSystem(a, kMode) {}
+  bool Tx(int thread, const uint64_t* idx, const uint64_t* val, int k,
+          const uint64_t* next) override {
+    if constexpr (kMode == kSpec) {
+      (void)thread;
+      return SpecTx(idx, val, k, next);
+    } else if constexpr (kMode == kUndo) {
+      return UndoTx(thread, idx, val, k, next);
+    } else {
+      return FloorTx(thread, idx, val, k, next);
+    }
+  }
 };
 
 // ---- PMDK -----------------------------------------------------------------------------------
@@ -516,9 +523,14 @@ int main(int argc, char** argv) {
   std::unique_ptr<System> sys;
   PmrtSystem* pmrt_sys = nullptr;
   if (a.system == "pmrt" || a.system == "undo" || a.system == "floor") {
-    auto p = std::make_unique<PmrtSystem>(a, a.system == "pmrt"   ? PmrtSystem::kSpec
-                                             : a.system == "undo" ? PmrtSystem::kUndo
-                                                                  : PmrtSystem::kFloor);
+    std::unique_ptr<PmrtSystem> p;
+    if (a.system == "pmrt") {
+      p = std::make_unique<PmrtModeSystem<PmrtSystem::kSpec>>(a);
+    } else if (a.system == "undo") {
+      p = std::make_unique<PmrtModeSystem<PmrtSystem::kUndo>>(a);
+    } else {
+      p = std::make_unique<PmrtModeSystem<PmrtSystem::kFloor>>(a);
+    }
     pmrt_sys = p.get();
     sys = std::move(p);
   } else if (a.system == "pmdk") {

@@ -575,16 +575,27 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
 #if defined(__x86_64__)
   if (txn_internal::g_crc_in_commit_loop) [[likely]] {
     // (The record's largest size for its declarations: the header and a head and value each.)
-    const size_t k = t.writes_size();
-    if (pool.persister().Streams(txn_detail::kCommitFlush, sizeof(RecordHeader) + 16 * k))
-      return k == 1 && SmallCommitOneReady(t) ? WriteSmallCommitStreamOne(t)
-                                              : WriteSmallCommitStream(t);
-    if (k == 1 && pool.persister().FlushesInline() && SmallCommitOneReady(t))
-      return WriteSmallCommitCrcOne(t);
+    if (t.writes_size() == 1 && CommitOne(t)) return absl::OkStatus();
+    if (pool.persister().Streams(txn_detail::kCommitFlush,
+                                 sizeof(RecordHeader) + 16 * t.writes_size()))
+      return WriteSmallCommitStream(t);
     return WriteSmallCommitCrc(t);
   }
 #endif
   return WriteSmallCommitPortable(t);
+}
+
+[[gnu::always_inline]] inline bool Engine::Impl::CommitOne(ThreadTx& t) {
+#if defined(__x86_64__)
+  if (txn_internal::g_crc_in_commit_loop && SmallCommitOneReady(t)) [[likely]] {
+    if (pool.persister().Streams(txn_detail::kCommitFlush, sizeof(RecordHeader) + 16))
+      return CommitOneStream(t);
+    if (pool.persister().FlushesInline()) return CommitOneCrc(t);
+  }
+#else
+  (void)t;
+#endif
+  return false;
 }
 
 [[gnu::always_inline]] inline bool Engine::Impl::SmallCommitOneReady(ThreadTx& t) {
@@ -747,11 +758,12 @@ absl::Status Engine::Impl::WriteSmallCommitPortable(ThreadTx& t) {
 [[gnu::target("sse4.2")]] absl::Status Engine::Impl::WriteSmallCommitStream(ThreadTx& t) {
   return WriteSmallCommitBody<true, true>(t);
 }
-[[gnu::target("sse4.2")]] absl::Status Engine::Impl::WriteSmallCommitCrcOne(ThreadTx& t) {
-  return WriteSmallCommitBody<true, false, true>(t);
+// (The body cannot fail with one declaration: true.)
+[[gnu::target("sse4.2")]] bool Engine::Impl::CommitOneCrc(ThreadTx& t) {
+  return WriteSmallCommitBody<true, false, true>(t).ok();
 }
-[[gnu::target("sse4.2")]] absl::Status Engine::Impl::WriteSmallCommitStreamOne(ThreadTx& t) {
-  return WriteSmallCommitBody<true, true, true>(t);
+[[gnu::target("sse4.2")]] bool Engine::Impl::CommitOneStream(ThreadTx& t) {
+  return WriteSmallCommitBody<true, true, true>(t).ok();
 }
 #endif
 
@@ -1257,15 +1269,15 @@ absl::Status Engine::Abort() { return impl_->Abort(impl_->Local()); }
 absl::Status Engine::Add(const void* p, size_t n) { return impl_->Add(impl_->Local(), p, n); }
 bool Engine::InTransaction() { return impl_->Local().depth > 0; }
 
-namespace {
-[[gnu::noinline]] absl::Status BeginGeneral() {
+namespace txn_detail {
+absl::Status BeginGeneral() {
   Engine* e = Engine::Default();
   return e != nullptr ? e->Begin() : NoEngine();
 }
-}  // namespace
 
-absl::Status begin() {
-  // As commit(): the common case makes no call.
+bool BeginFast() {
+  // The common case: an outermost begin on the default engine by the thread of its previous
+  // transaction; no call, no status to build (txn::begin, inline in txn.h, makes the OK one).
   if (Engine* e = Engine::Default(); e != nullptr) [[likely]] {
     Engine::Impl& i = *e->impl_;
     ThreadTx* t = i.LocalIfReady();
@@ -1273,28 +1285,36 @@ absl::Status begin() {
     if (t != nullptr && i.BeginReady(*t) && epoch::Guard::TryEnter(i.epochs, *t->epoch_slot, epoch))
         [[likely]] {
       i.Entered(*t, epoch, /*is_default=*/true);
-      return absl::OkStatus();
+      return true;
     }
   }
-  return BeginGeneral();
+  return false;
 }
-namespace {
-[[gnu::noinline]] absl::Status CommitGeneral() {
-  Engine* e = Engine::Default();
-  return e != nullptr ? e->Commit() : NoEngine();
-}
-}  // namespace
 
-absl::Status commit() {
-  // The common case makes no call but the commit's own (a tail call): no register to save, no
-  // store the previous commit's fence could hold back (docs/performance.md).
+absl::Status CommitGeneral() {
   if (Engine* e = Engine::Default(); e != nullptr) [[likely]] {
     Engine::Impl& i = *e->impl_;
     ThreadTx* t = i.LocalIfReady();
     if (t != nullptr && i.SmallCommitReady(*t)) [[likely]]
       return i.WriteSmallCommit(*t);
+    return e->Commit();
   }
-  return CommitGeneral();
+  return NoEngine();
 }
+
+bool CommitFast() {
+  // The most common transaction of all, one declaration, where its commit cannot fail and
+  // makes no call (SmallCommitOneReady): a tail call to the one-word commit, which returns
+  // true. Anything else returns false having changed nothing, and txn::commit (txn.h) takes
+  // CommitGeneral.
+  if (Engine* e = Engine::Default(); e != nullptr) [[likely]] {
+    Engine::Impl& i = *e->impl_;
+    ThreadTx* t = i.LocalIfReady();
+    if (t != nullptr && i.SmallCommitReady(*t) && t->writes_size() == 1) [[likely]]
+      return i.CommitOne(*t);
+  }
+  return false;
+}
+}  // namespace txn_detail
 
 }  // namespace pmrt::txn

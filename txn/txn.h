@@ -84,6 +84,9 @@ class Engine;
 
 namespace txn_detail {
 struct ThreadTx;
+bool BeginFast();  // (below, with begin and commit)
+bool CommitFast();
+absl::Status CommitGeneral();
 // Engine::Default(): the first engine opened that is still open.
 inline std::atomic<Engine*> g_default{nullptr};
 
@@ -228,8 +231,9 @@ class Engine {
   class Impl;  // txn/internal/engine_impl.h
 
  private:
-  friend absl::Status begin();  // the default engine's: straight to Impl
-  friend absl::Status commit();
+  friend bool txn_detail::BeginFast();  // the default engine's: straight to Impl
+  friend bool txn_detail::CommitFast();
+  friend absl::Status txn_detail::CommitGeneral();
   Engine(Pool& pool, epoch::Manager& epochs, alloc::Heap& heap, Options options);
 
   Pool& pool_;
@@ -239,9 +243,28 @@ class Engine {
   std::unique_ptr<Impl> impl_;
 };
 
+namespace txn_detail {
+// begin() and commit() of the common case, true when done: no status to build, so none is
+// stored (each store before the next transaction's first miss is one more that the previous
+// commit's fence holds back; docs/performance.md). Otherwise false, having changed nothing,
+// and the general path does the call and reports its status.
+bool BeginFast();
+bool CommitFast();
+absl::Status BeginGeneral();
+absl::Status CommitGeneral();
+}  // namespace txn_detail
+
 // The calling thread's transaction on the default engine.
-absl::Status begin();
-absl::Status commit();
+inline absl::Status begin() {
+  if (txn_detail::BeginFast()) [[likely]]
+    return absl::OkStatus();
+  return txn_detail::BeginGeneral();
+}
+inline absl::Status commit() {
+  if (txn_detail::CommitFast()) [[likely]]
+    return absl::OkStatus();
+  return txn_detail::CommitGeneral();
+}
 absl::Status abort();
 namespace txn_detail {
 // add()'s inline path: true when it has declared [p, p+n), false when the general path must

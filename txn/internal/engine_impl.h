@@ -290,9 +290,13 @@ class Engine::Impl {
   // The same two for a transaction of one declaration, the most common of all: its record's
   // shape is known (one entry), so the body keeps fewer values live and spills none of them
   // to the stack (each store is one more that the previous commit's fence holds back).
-  // REQUIRES: SmallCommitOneReady(t); CrcOne: the persister FlushesInline().
-  absl::Status WriteSmallCommitCrcOne(txn_detail::ThreadTx& t);
-  absl::Status WriteSmallCommitStreamOne(txn_detail::ThreadTx& t);
+  // A transaction of one declaration where its commit needs no call (SmallCommitOneReady) on
+  // x86-64 with SSE 4.2, streamed or (FlushesInline) flushed with an inline clwb: commits it and
+  // returns true (it cannot fail); else returns false having changed nothing.
+  // REQUIRES: SmallCommitReady(t), t.writes_size() == 1.
+  [[gnu::always_inline]] bool CommitOne(txn_detail::ThreadTx& t);
+  bool CommitOneCrc(txn_detail::ThreadTx& t);     // REQUIRES: SmallCommitOneReady, FlushesInline
+  bool CommitOneStream(txn_detail::ThreadTx& t);  // REQUIRES: SmallCommitOneReady, Streams
   [[gnu::always_inline]] bool SmallCommitOneReady(txn_detail::ThreadTx& t);
   template <bool kCrcInLoop, bool kStream, bool kOne = false>
   [[gnu::always_inline]] absl::Status WriteSmallCommitBody(txn_detail::ThreadTx& t);
