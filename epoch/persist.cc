@@ -163,10 +163,11 @@ uintptr_t PageSize() {
 PersistCounts ThreadCounters::Read(BackendKind kind) const {
   const auto& a = v[static_cast<int>(kind)];
   PersistCounts c;
-  c.flushes = a[kFlushes].load(std::memory_order_relaxed);
+  const uint64_t pairs = a[kFlushFences].load(std::memory_order_relaxed);
+  c.flushes = a[kFlushes].load(std::memory_order_relaxed) + pairs;
   c.lines_flushed = a[kLinesFlushed].load(std::memory_order_relaxed);
   c.bytes_flushed = a[kBytesFlushed].load(std::memory_order_relaxed);
-  c.fences = a[kFences].load(std::memory_order_relaxed);
+  c.fences = a[kFences].load(std::memory_order_relaxed) + pairs;
   c.batch_flushes = a[kBatchFlushes].load(std::memory_order_relaxed);
   return c;
 }

@@ -120,7 +120,17 @@ PersistCounts CountersSnapshot(BackendKind kind);
 PersistCounts CountersSnapshotAll();
 
 namespace persist_internal {
-enum Counter { kFlushes, kLinesFlushed, kBytesFlushed, kFences, kBatchFlushes, kNumCounters };
+// kFlushFences: a flush and the fence after it, counted in one store by CountStream (read as
+// one of each).
+enum Counter {
+  kFlushes,
+  kLinesFlushed,
+  kBytesFlushed,
+  kFences,
+  kBatchFlushes,
+  kFlushFences,
+  kNumCounters
+};
 // Written only by the owning thread (load + store, no read-modify-write: as cheap as a plain
 // increment); read by CountersSnapshot from any thread, hence atomics with relaxed order.
 struct ThreadCounters {
@@ -298,8 +308,9 @@ class Persister {
   // by a caller whose path makes no call).
   void CountStream(const Site& fence_site, const void* dst, size_t len,
                    persist_internal::ThreadCounters& c) const {
-    std::atomic<uint64_t>* row = CountRow(len, dst, c);
-    if (!mutation::IsDisabled(fence_site)) AddTo(row[persist_internal::kFences], 1);
+    const bool fence = !mutation::IsDisabled(fence_site);
+    (void)CountRow(len, dst, c,
+                   fence ? persist_internal::kFlushFences : persist_internal::kFlushes);
   }
   // Whether Flush writes lines back with an inline clwb (kPmem where pmem_flush is clwb:
   // persist_internal::InlineClwb). Then FlushInline(site, ...) is Flush(site, ...) without the
@@ -376,14 +387,16 @@ class Persister {
   std::atomic<uint64_t>* CountRow(size_t len, const void* addr) const {
     return CountRow(len, addr, persist_internal::LocalCounters());
   }
-  std::atomic<uint64_t>* CountRow(size_t len, const void* addr,
-                                  persist_internal::ThreadCounters& c) const {
+  // (`flush`: the counter of the flush, kFlushes, or kFlushFences for it and a fence.)
+  std::atomic<uint64_t>* CountRow(
+      size_t len, const void* addr, persist_internal::ThreadCounters& c,
+      persist_internal::Counter flush = persist_internal::kFlushes) const {
     using namespace persist_internal;
     // The backend's row once (the relaxed stores below would otherwise make the compiler
     // reload kind_ for each counter).
     std::atomic<uint64_t>* row = c.v[static_cast<int>(kind_)];
     const auto a = reinterpret_cast<uintptr_t>(addr);
-    AddTo(row[kFlushes], 1);
+    AddTo(row[flush], 1);
     AddTo(row[kBytesFlushed], len);
     AddTo(row[kLinesFlushed], len == 0 ? 0 : ((a + len - 1) / kCacheLine) - (a / kCacheLine) + 1);
     return row;

@@ -197,6 +197,9 @@ Stats Engine::stats() const {
     s.snapshots += t.snapshots.Get();
     s.snapshot_words += t.snapshot_words.Get();
     s.record_bytes += t.record_bytes.Get();
+    const uint64_t one = t.one_commits.Get();
+    s.commits += one;
+    s.record_bytes += one * (sizeof(RecordHeader) + 16);
   });
   s.log_bytes = i.store.blocks_in_use() * i.store.block_size();
   s.log_bytes_peak = i.store.blocks_in_use_peak() * i.store.block_size();
@@ -1119,9 +1122,14 @@ template <bool kCrcInLoop, bool kStream, bool kOne>
   // The transaction's volatile bookkeeping and the statistics go before the fence, where they
   // overlap the drain of the record's stores. The record is complete, so nothing below can
   // fail; the transaction ends here.
-  t.commits.Add(1);
-  t.record_bytes.Add(bytes);
-  if constexpr (!kOne) KickIfOverTrigger();  // (kOne: checked above, no block taken since)
+  if constexpr (kOne) {
+    static_assert(sizeof(RecordHeader) + 16 == 48, "stats() counts one_commits' bytes so");
+    t.one_commits.Add(1);
+  } else {
+    t.commits.Add(1);
+    t.record_bytes.Add(bytes);
+    KickIfOverTrigger();  // (kOne: SmallCommitOneReady checked it; no block taken since)
+  }                       // (kOne: checked above, no block taken since)
   // What the stores after the fence store, computed before it (see "Stores after the fence"
   // in docs/txn.md: the instructions after the fence wait in the reorder buffer until it
   // retires, and the fewer they are, the sooner the caller's next transaction starts its

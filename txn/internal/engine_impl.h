@@ -163,6 +163,9 @@ struct alignas(64) ThreadTx final : alloc::TxScope {
   uint32_t stamp_lo_key = 0;  // WordIndex::KeyOf(stamp_lo), computed once per block
   // Statistics of this thread's transactions.
   OwnerCounter commits, aborts, snapshots, snapshot_words, record_bytes;
+  // Commits of one declaration (CommitOne: 48-byte records), one store instead of two; stats()
+  // adds them to commits and record_bytes.
+  OwnerCounter one_commits;
 
   void* TxAllocate(size_t size, size_t align) override;
   absl::Status TxFree(void* p) override;
