@@ -581,8 +581,8 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
 [[gnu::always_inline]] inline absl::Status Engine::Impl::WriteSmallCommit(ThreadTx& t) {
 #if defined(__x86_64__)
   if (txn_internal::g_crc_in_commit_loop) [[likely]] {
-    // (The record's largest size for its declarations: the header and a head and value each.)
     if (t.writes_size() == 1 && CommitOne(t)) return absl::OkStatus();
+    // (The record's largest size for its declarations: the header and a head and value each.)
     if (pool.persister().Streams(txn_detail::kCommitFlush,
                                  sizeof(RecordHeader) + 16 * t.writes_size()))
       return WriteSmallCommitStream(t);
@@ -990,7 +990,7 @@ template <bool kCrcInLoop, bool kStream, bool kOne>
   const uint64_t stamp = SmallCommitStamp(t, wb, k, stamp_key);
   txn_internal::Chain& log = store.chain(t.slot);
   uint8_t* at = store.TryReserve(log, bytes);
-  if constexpr (!kOne) {  // (kOne: there is room, checked above)
+  if constexpr (!kOne) {  // (kOne: there is room, SmallCommitOneReady)
     if (at == nullptr) [[unlikely]] {
       absl::StatusOr<uint8_t*> r = store.Reserve(log, t.slot, bytes);
       if (!r.ok()) return SmallCommitFailed(t, r.status());
@@ -1110,7 +1110,7 @@ template <bool kCrcInLoop, bool kStream, bool kOne>
     RecordWriter::FinishHeader(rec, rec_words, RecordKind::kCommit, stamp, t.hot.epoch,
                                store.BlockGen(tail.tail));
   }
-  if constexpr (kOne) {  // (the counters are there, checked above)
+  if constexpr (kOne) {  // (the counters exist: SmallCommitOneReady)
     if constexpr (!kStream) pool.persister().FlushInline(txn_detail::kCommitFlush, rec, bytes);
     pool.persister().CountStream(txn_detail::kCommitFence, rec, bytes,
                                  *persist_internal::tls_counters);
@@ -1129,7 +1129,7 @@ template <bool kCrcInLoop, bool kStream, bool kOne>
     t.commits.Add(1);
     t.record_bytes.Add(bytes);
     KickIfOverTrigger();  // (kOne: SmallCommitOneReady checked it; no block taken since)
-  }                       // (kOne: checked above, no block taken since)
+  }
   // What the stores after the fence store, computed before it (see "Stores after the fence"
   // in docs/txn.md: the instructions after the fence wait in the reorder buffer until it
   // retires, and the fewer they are, the sooner the caller's next transaction starts its
