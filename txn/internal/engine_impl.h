@@ -290,12 +290,11 @@ class Engine::Impl {
   absl::Status WriteSmallCommitPortable(txn_detail::ThreadTx& t);
   absl::Status WriteSmallCommitCrc(txn_detail::ThreadTx& t);     // x86-64 with SSE 4.2
   absl::Status WriteSmallCommitStream(txn_detail::ThreadTx& t);  // and kPmem: streamed
-  // The same two for a transaction of one declaration, the most common of all: its record's
-  // shape is known (one entry), so the body keeps fewer values live and spills none of them
-  // to the stack (each store is one more that the previous commit's fence holds back).
-  // A transaction of one declaration where its commit needs no call (SmallCommitOneReady) on
-  // x86-64 with SSE 4.2, streamed or (FlushesInline) flushed with an inline clwb: commits it and
-  // returns true (it cannot fail); else returns false having changed nothing.
+  // A transaction of one declaration (the most common of all) where its commit needs no call
+  // (SmallCommitOneReady), on x86-64 with SSE 4.2, streamed or (FlushesInline) flushed with an
+  // inline clwb: commits it and returns true (it cannot fail); else returns false having
+  // changed nothing. The body then knows the record's shape (one entry), keeps fewer values
+  // live and spills none (each store is one more that the previous commit's fence holds back).
   // REQUIRES: SmallCommitReady(t), t.writes_size() == 1.
   [[gnu::always_inline]] bool CommitOne(txn_detail::ThreadTx& t);
   bool CommitOneCrc(txn_detail::ThreadTx& t);     // REQUIRES: SmallCommitOneReady, FlushesInline
