@@ -909,18 +909,14 @@ static_assert(KeyAfterIsKeyOf());
 // with acquire (lines add() has just touched): a key seen pairs with its writer's index store,
 // after that writer took its stamp, so the counter read after them is at least that stamp
 // plus one, and the window test keeps every such stamp within 2^29 of lo.
-[[gnu::always_inline]] inline uint64_t Engine::Impl::SmallCommitStamp(ThreadTx& t,
-                                                                      const WriteRec* wb, size_t k,
+// (The slots are read by the caller, in the loop that makes the record's shape: one pass over the
+// declarations instead of two. `older` is only used while the block has stamps left.)
+[[gnu::always_inline]] inline uint64_t Engine::Impl::SmallCommitStamp(ThreadTx& t, bool older,
                                                                       uint32_t& stamp_key) {
   const uint64_t s = t.stamp_next;
   if (s < t.stamp_end) [[likely]] {
     const uint32_t lo_key = t.stamp_lo_key;
     const uint64_t used = s - t.stamp_lo;
-    bool older = true;
-    for (size_t i = 0; i < k; ++i) {
-      const uint32_t key = WordIndex::Key(index->at(wb[i].word).load(std::memory_order_acquire));
-      older &= StampPrecedes(key, lo_key, used);
-    }
     // (The mutant takes the block's next stamp whatever the slots say.)
     if ((older || mutation::Swapped(txn_detail::kStampMutant)) &&
         next_stamp.load(std::memory_order_relaxed) - t.stamp_lo <= kStampWindow) [[likely]] {
@@ -951,10 +947,20 @@ template <bool kCrcInLoop, bool kStream, bool kOne>
   //    word, in declaration order (streamed in pairs, below). A 64-bit filter with two bits
   //    per word (on a hash of it) sends only a word whose bits are both set already to a
   //    look-up among the earlier declarations.
+  //    The same pass reads each word's index slot for the commit-order stamp (step 2): whether
+  //    its newest record is older than the next stamp of the thread's block (`older`).
   uint64_t filter = 0, dups = 0, joins = 0;
   uint64_t prev = wb[0].word - 2;  // the last kept word (this one extends nothing)
+  std::atomic<uint64_t>* const slots = &index->at(0);
+  const uint32_t lo_key = t.stamp_lo_key;
+  const uint64_t used = t.stamp_next - t.stamp_lo;
+  auto precedes = [&](uint64_t wd) {
+    return StampPrecedes(WordIndex::Key(slots[wd].load(std::memory_order_acquire)), lo_key, used);
+  };
+  bool older = true;
   // (One declaration repeats and extends nothing: the loop is skipped, k = 1 being the most
   // common transaction of all.)
+  if (k == 1) older = precedes(wb[0].word);
   for (size_t i = 0; i < k && k > 1; ++i) {
     const uint64_t wd = wb[i].word;
     const uint64_t bits = FilterBits(wd);
@@ -966,6 +972,7 @@ template <bool kCrcInLoop, bool kStream, bool kOne>
         continue;
       }
     }
+    older &= precedes(wd);
     filter |= bits;
     if (wd == prev + 1) [[unlikely]]
       joins |= uint64_t{1} << i;
@@ -987,7 +994,7 @@ template <bool kCrcInLoop, bool kStream, bool kOne>
   //    word's newest record is newer) and room in the log, taken without a call while the tail
   //    block has it.
   uint32_t stamp_key;
-  const uint64_t stamp = SmallCommitStamp(t, wb, k, stamp_key);
+  const uint64_t stamp = SmallCommitStamp(t, older, stamp_key);
   txn_internal::Chain& log = store.chain(t.slot);
   uint8_t* at = store.TryReserve(log, bytes);
   if constexpr (!kOne) {  // (kOne: there is room, SmallCommitOneReady)
@@ -1136,7 +1143,6 @@ template <bool kCrcInLoop, bool kStream, bool kOne>
   // misses).
   const uint64_t published = txn_internal::LogStore::PublishedAfter(tail, bytes);
   const uint64_t v = WordIndex::Pack(stamp_key, t.hot.epoch);
-  std::atomic<uint64_t>* const slots = &index->at(0);
   const WriteRec* const w_end = wb + k;
   epoch::ThreadSlot& guard_slot = *t.epoch_slot;
   EndKeepingGuard(t, /*small=*/true);

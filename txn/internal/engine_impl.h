@@ -302,11 +302,11 @@ class Engine::Impl {
   [[gnu::always_inline]] bool SmallCommitOneReady(txn_detail::ThreadTx& t);
   template <bool kCrcInLoop, bool kStream, bool kOne = false>
   [[gnu::always_inline]] absl::Status WriteSmallCommitBody(txn_detail::ThreadTx& t);
-  // The commit-order stamp of a small commit over the k declarations at wb: the next of the
-  // thread's block when every declared word's newest record has a smaller stamp, else the first
-  // of a new block (docs/txn.md, "Commit order"). `stamp_key` gets its WordIndex::KeyOf.
-  [[gnu::always_inline]] uint64_t SmallCommitStamp(txn_detail::ThreadTx& t,
-                                                   const txn_detail::WriteRec* wb, size_t k,
+  // The commit-order stamp of a small commit: the next of the thread's block when `older`
+  // (every declared word's newest record has a smaller stamp than that one, by StampPrecedes on
+  // the word's index slot read with acquire before the call), else the first of a new block
+  // (docs/txn.md, "Commit order"). `stamp_key` gets its WordIndex::KeyOf.
+  [[gnu::always_inline]] uint64_t SmallCommitStamp(txn_detail::ThreadTx& t, bool older,
                                                    uint32_t& stamp_key);
   [[gnu::cold, gnu::noinline]] absl::Status SmallCommitFailed(txn_detail::ThreadTx& t,
                                                               absl::Status st);
