@@ -578,7 +578,7 @@ void Engine::Impl::Watchdog() {
     if (t.watch_since == 0 || now - t.watch_since <= limit) return;
     t.watch_since = 0;  // reported
     t.expired_seq.store(open, std::memory_order_relaxed);
-    t.hot.size.store(0, std::memory_order_relaxed);  // its next add takes the general path
+    t.hot.words.store(0, std::memory_order_relaxed);  // its next add takes the general path
     // (Not t.slot: the owner writes it without synchronization with this thread.)
     std::fprintf(stderr,
                  "pmrt txn: a transaction has been open for more than %lld ms (max_open); it "

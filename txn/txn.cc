@@ -30,7 +30,7 @@ using txn_internal::RecordKind;
 using txn_internal::WordIndex;
 
 namespace txn_detail {
-constinit thread_local Hot* tls_hot = nullptr;
+constinit thread_local Hot* tls_hot = &g_no_hot;
 }  // namespace txn_detail
 
 namespace {
@@ -322,7 +322,7 @@ absl::Status Engine::Impl::AssignSlot(ThreadTx& t) {
 }
 
 absl::Status Engine::Impl::Doom(ThreadTx& t, absl::Status st) {
-  t.hot.size.store(0, std::memory_order_relaxed);  // every later add takes the general path
+  t.hot.words.store(0, std::memory_order_relaxed);  // every later add takes the general path
   if (t.doom.ok()) t.doom = st;
   return t.doom;
 }
@@ -363,9 +363,13 @@ uint64_t ThreadSerial() {
       t.hot.base = reinterpret_cast<uintptr_t>(pool.base());
       t.hot.slack = touch_slack;
     }
+    if (const auto floor = static_cast<uint32_t>(epoch) - t.hot.slack; t.hot.touch_floor != floor)
+        [[unlikely]] {  // (the epoch advances every 64 ms)
+      t.hot.touch_floor = floor;
+    }
     // Zeroed when a transaction was aborted, doomed, expired or allocated (End leaves it).
-    if (t.hot.size.load(std::memory_order_relaxed) != pool.size()) [[unlikely]]
-      t.hot.size.store(pool.size(), std::memory_order_relaxed);
+    if (t.hot.words.load(std::memory_order_relaxed) != pool.size() / 8) [[unlikely]]
+      t.hot.words.store(pool.size() / 8, std::memory_order_relaxed);
     txn_detail::tls_hot = &t.hot;
   }
 }
@@ -566,8 +570,8 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
 
 [[gnu::always_inline]] inline void Engine::Impl::EndKeepingGuard(ThreadTx& t, bool small) {
   t.hot.end = t.hot.begin;
-  // (hot.size stays: with tls_hot reset no add() reads it, and Commit's fast path needs depth 1.)
-  if (txn_detail::tls_hot == &t.hot) txn_detail::tls_hot = nullptr;
+  // (hot.words stays: with tls_hot reset no add() reads it, and Commit's fast path needs depth 1.)
+  if (txn_detail::tls_hot == &t.hot) txn_detail::tls_hot = &txn_detail::g_no_hot;
   // A small commit's transaction has neither (SmallCommitReady).
   if (!small && !t.allocs.empty()) t.allocs.clear();
   if (!small && !t.frees.empty()) t.frees.clear();
@@ -618,9 +622,9 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
 
 [[gnu::always_inline]] inline bool Engine::Impl::SmallCommitReady(const ThreadTx& t) const {
   // The common case: the outermost commit of a transaction on the default engine that is not
-  // aborted, doomed or expired and has not allocated (each of which zeroes hot.size, as it
+  // aborted, doomed or expired and has not allocated (each of which zeroes hot.words, as it
   // sends txn::add to its general path), with no free and 1 to kSmallCommitWrites declarations.
-  return t.depth == 1 && t.hot.size.load(std::memory_order_relaxed) != 0 && t.frees.empty() &&
+  return t.depth == 1 && t.hot.words.load(std::memory_order_relaxed) != 0 && t.frees.empty() &&
          t.writes_size() - 1 < txn_detail::kSmallCommitWrites;
 }
 
@@ -898,6 +902,20 @@ constexpr bool KeyAfterIsKeyOf() {
 }
 static_assert(KeyAfterIsKeyOf());
 
+// Whether no stamp has been handed out since the calling thread's block, which has a stamp left
+// (docs/txn.md, "Commit order"): then every stamp in use is below the block's end, and those in
+// the block that are in use are the thread's own, below its next stamp; so the newest record of
+// every word is older than that stamp and the commit takes it without reading any index slot.
+// The record of a declared word that another thread wrote was stamped before that thread's
+// index store (release), which this transaction's add() read with acquire: this relaxed read
+// of the counter (after those loads) sees that stamp's fetch_add. This transaction's own
+// snapshots took stamps from the counter, so a transaction with one is not solo.
+[[gnu::always_inline]] inline bool Engine::Impl::SmallCommitSolo(const ThreadTx& t) const {
+  // (The mutant counts a commit as solo whatever the counter says.)
+  return t.stamp_next < t.stamp_end && (next_stamp.load(std::memory_order_relaxed) == t.stamp_end ||
+                                        mutation::Swapped(txn_detail::kSoloMutant));
+}
+
 // The commit order (docs/txn.md, "Commit order"): recovery replays records by stamp, so a
 // record must have a larger stamp than every earlier record of each of its words, and stamps
 // are unique. The shared counter hands out stamps one at a time to the general commit and to
@@ -911,15 +929,18 @@ static_assert(KeyAfterIsKeyOf());
 // plus one, and the window test keeps every such stamp within 2^29 of lo.
 // (The slots are read by the caller, in the loop that makes the record's shape: one pass over the
 // declarations instead of two. `older` is only used while the block has stamps left.)
-[[gnu::always_inline]] inline uint64_t Engine::Impl::SmallCommitStamp(ThreadTx& t, bool older,
+// `solo` (SmallCommitSolo) needs no slot at all: no stamp has been handed out since the block.
+[[gnu::always_inline]] inline uint64_t Engine::Impl::SmallCommitStamp(ThreadTx& t, bool solo,
+                                                                      bool older,
                                                                       uint32_t& stamp_key) {
   const uint64_t s = t.stamp_next;
   if (s < t.stamp_end) [[likely]] {
     const uint32_t lo_key = t.stamp_lo_key;
     const uint64_t used = s - t.stamp_lo;
     // (The mutant takes the block's next stamp whatever the slots say.)
-    if ((older || mutation::Swapped(txn_detail::kStampMutant)) &&
-        next_stamp.load(std::memory_order_relaxed) - t.stamp_lo <= kStampWindow) [[likely]] {
+    if (solo || ((older || mutation::Swapped(txn_detail::kStampMutant)) &&
+                 next_stamp.load(std::memory_order_relaxed) - t.stamp_lo <= kStampWindow))
+        [[likely]] {
       t.stamp_next = s + 1;
       stamp_key = WordIndex::KeyAfter(lo_key, static_cast<uint32_t>(used));  // used < kStampBlock
       return s;
@@ -957,10 +978,13 @@ template <bool kCrcInLoop, bool kStream, bool kOne>
   auto precedes = [&](uint64_t wd) {
     return StampPrecedes(WordIndex::Key(slots[wd].load(std::memory_order_acquire)), lo_key, used);
   };
+  // No stamp handed out since the thread's block (and the block has one left): every record of
+  // every word is older than the block's next stamp, and no slot needs reading.
+  const bool solo = SmallCommitSolo(t);
   bool older = true;
   // (One declaration repeats and extends nothing: the loop is skipped, k = 1 being the most
   // common transaction of all.)
-  if (k == 1) older = precedes(wb[0].word);
+  if (k == 1 && !solo) older = precedes(wb[0].word);
   for (size_t i = 0; i < k && k > 1; ++i) {
     const uint64_t wd = wb[i].word;
     const uint64_t bits = FilterBits(wd);
@@ -972,7 +996,7 @@ template <bool kCrcInLoop, bool kStream, bool kOne>
         continue;
       }
     }
-    older &= precedes(wd);
+    if (!solo) older &= precedes(wd);
     filter |= bits;
     if (wd == prev + 1) [[unlikely]]
       joins |= uint64_t{1} << i;
@@ -994,7 +1018,7 @@ template <bool kCrcInLoop, bool kStream, bool kOne>
   //    word's newest record is newer) and room in the log, taken without a call while the tail
   //    block has it.
   uint32_t stamp_key;
-  const uint64_t stamp = SmallCommitStamp(t, older, stamp_key);
+  const uint64_t stamp = SmallCommitStamp(t, solo, older, stamp_key);
   txn_internal::Chain& log = store.chain(t.slot);
   uint8_t* at = store.TryReserve(log, bytes);
   if constexpr (!kOne) {  // (kOne: there is room, SmallCommitOneReady)
@@ -1171,7 +1195,7 @@ absl::Status Engine::Impl::Abort(ThreadTx& t) {
     RollBack(t);
     t.aborts.Add(1);
     t.aborted = true;
-    t.hot.size.store(0, std::memory_order_relaxed);  // later adds report the abort
+    t.hot.words.store(0, std::memory_order_relaxed);  // later adds report the abort
   }
   if (--t.depth == 0) End(t);
   return absl::OkStatus();
@@ -1233,7 +1257,7 @@ void* Engine::Impl::TxAllocate(ThreadTx& t, size_t size, size_t align) {
     return nullptr;
   }
   t.allocs.push_back({pool.offset_of(p), bytes, heap.UsableSize(p)});
-  t.hot.size.store(0, std::memory_order_relaxed);  // add() must check the fresh blocks
+  t.hot.words.store(0, std::memory_order_relaxed);  // add() must check the fresh blocks
   return p;
 }
 

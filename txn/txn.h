@@ -103,16 +103,21 @@ struct WriteRec {
 struct Hot {
   std::atomic<uint64_t>* index = nullptr;  // the word index (txn/internal/word_index.h)
   uintptr_t base = 0;                      // the pool's mapping
-  // The pool's size while the inline path may run; 0 sends every add() to the general path,
-  // which reports the reason (set by the owner when the transaction is aborted, doomed or has
-  // allocated, and by the watchdog when it expires).
-  std::atomic<uint64_t> size{0};
+  // The pool's size in words while the inline path may run; 0 sends every add() to the general
+  // path, which reports the reason (set by the owner when the transaction is aborted, doomed or
+  // has allocated, and by the watchdog when it expires).
+  std::atomic<uint64_t> words{0};
   uint64_t epoch = 0;  // the transaction's epoch (kept here for every engine's transactions)
+  // The oldest touch epoch that needs no CAS: epoch - slack, as 32 bits (as the index keeps it).
+  uint32_t touch_floor = 0;
   uint32_t slack = 0;  // the engine's touch slack (fixed)
   WriteRec* begin = nullptr;
   WriteRec* end = nullptr;
   WriteRec* limit = nullptr;
 };
+// What tls_hot points to outside a transaction on the default engine: no words, so every add()
+// goes to the general path, which reports it (so that the inline path needs no null test).
+inline constinit Hot g_no_hot{};
 // Where txn::prefetch finds the default engine's pool mapping and word index: set by the engine
 // that becomes the default at its open, cleared at its close (size 0: prefetch touches only the
 // data). Relaxed atomics: a prefetch with stale values only prefetches addresses that no longer
@@ -120,7 +125,7 @@ struct Hot {
 inline std::atomic<uintptr_t> g_prefetch_base{0};
 inline std::atomic<uintptr_t> g_prefetch_index{0};
 inline std::atomic<uint64_t> g_prefetch_size{0};
-// The calling thread's open transaction on the default engine, or null.
+// The calling thread's open transaction on the default engine, or &g_no_hot.
 // constinit: no dynamic initialization, so other translation units read it directly (no TLS
 // wrapper call on the inline path).
 extern constinit thread_local Hot* tls_hot;
@@ -271,34 +276,37 @@ namespace txn_detail {
 // (a bool, so that the caller's absl::Status is built only on the general path).
 [[gnu::always_inline]] inline bool AddInline(const void* p, size_t n) {
   Hot* h = tls_hot;
-  if (h == nullptr) [[unlikely]]
-    return false;
+  // The word's number: the pool offset rotated right by 3, which is off / 8 for an aligned
+  // offset and at least 2^61 (outside any pool) for a misaligned one, so that one comparison
+  // tests alignment, the pool's bounds and an open transaction (g_no_hot has no words).
   const uint64_t off = reinterpret_cast<uintptr_t>(p) - h->base;
-  if (n != 8 || (off & 7) != 0 || off >= h->size.load(std::memory_order_relaxed) ||
-      h->end == h->limit) [[unlikely]] {
+  const uint64_t word = off >> 3 | off << 61;
+  if (n != 8 || word >= h->words.load(std::memory_order_relaxed) || h->end == h->limit)
+      [[unlikely]] {
     return false;
   }
   // The data line is needed below (the old value) and by the caller's store: start its miss
   // now, alongside the index slot's (the CAS below orders later loads after it).
   __builtin_prefetch(p, 1);
-  std::atomic<uint64_t>& slot = h->index[off / 8];
+  std::atomic<uint64_t>& slot = h->index[word];
   uint64_t v = slot.load(std::memory_order_acquire);
   if ((v >> 32) == 0) [[unlikely]]  // cold (key 0)
     return false;
-  // Not touched in the last `slack` epochs (as Engine::Add; docs/txn.md, "The index").
-  const auto epoch = static_cast<uint32_t>(h->epoch);
-  if (static_cast<int32_t>(epoch - static_cast<uint32_t>(v)) > static_cast<int32_t>(h->slack))
-      [[unlikely]] {
+  // Not touched in the last `slack` epochs (as Engine::Add; docs/txn.md, "The index"): the
+  // touch epoch is before epoch - slack (in 32-bit wrapping order).
+  if (static_cast<int32_t>(static_cast<uint32_t>(v) - h->touch_floor) < 0) [[unlikely]] {
     // Pairs with the reclaimer's cold CAS (txn/reclaim.cc): once this succeeds, the word's
     // newest record stays while the transaction can still fail.
+    const auto epoch = static_cast<uint32_t>(h->epoch);
     if (!slot.compare_exchange_strong(v, (v & ~uint64_t{0xFFFFFFFF}) | epoch,
                                       std::memory_order_acq_rel, std::memory_order_acquire)) {
       return false;
     }
   }
-  uint64_t old;
-  std::memcpy(&old, p, 8);
-  *h->end++ = {off / 8, old};
+  WriteRec* const r = h->end;
+  r->word = word;
+  std::memcpy(&r->old, p, 8);
+  h->end = r + 1;
   return true;
 }
 }  // namespace txn_detail

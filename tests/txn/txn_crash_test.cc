@@ -426,6 +426,7 @@ TEST(TxnCrashTest, MutationGateKillsEverySite) {
   sites[txn_detail::kOrderMutant.id] = txn_detail::kOrderMutant.name;
   sites[txn_detail::kRuleMutant.id] = txn_detail::kRuleMutant.name;
   sites[txn_detail::kStampMutant.id] = txn_detail::kStampMutant.name;
+  sites[txn_detail::kSoloMutant.id] = txn_detail::kSoloMutant.name;
   const auto survivors = pmrt::testing::RunMutationGate(
       sites,
       [] {

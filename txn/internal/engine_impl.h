@@ -48,6 +48,9 @@ inline constexpr Site kSlackMutant{"txn.mutant.touch_slack"};
 // And a small commit that takes its block's next stamp without looking at its words' keys
 // (a commit can then replay before an earlier one of the same word: SmallCommitStamp).
 inline constexpr Site kStampMutant{"txn.mutant.small_commit_stamp"};
+// And one that counts every small commit as solo (SmallCommitSolo: no stamp handed out since its
+// block) without reading the counter.
+inline constexpr Site kSoloMutant{"txn.mutant.small_commit_solo"};
 
 // The touch slack (docs/txn.md, "The index"): a transaction's declaration of a hot word moves
 // the word's touch epoch forward (a CAS) only when it is more than this many epochs older than
@@ -302,11 +305,13 @@ class Engine::Impl {
   [[gnu::always_inline]] bool SmallCommitOneReady(txn_detail::ThreadTx& t);
   template <bool kCrcInLoop, bool kStream, bool kOne = false>
   [[gnu::always_inline]] absl::Status WriteSmallCommitBody(txn_detail::ThreadTx& t);
-  // The commit-order stamp of a small commit: the next of the thread's block when `older`
-  // (every declared word's newest record has a smaller stamp than that one, by StampPrecedes on
-  // the word's index slot read with acquire before the call), else the first of a new block
+  // The commit-order stamp of a small commit: the next of the thread's block when `solo`
+  // (SmallCommitSolo) or `older` (every declared word's newest record has a smaller stamp than
+  // that one, by StampPrecedes on the word's index slot read with acquire before the call),
+  // else the first of a new block
   // (docs/txn.md, "Commit order"). `stamp_key` gets its WordIndex::KeyOf.
-  [[gnu::always_inline]] uint64_t SmallCommitStamp(txn_detail::ThreadTx& t, bool older,
+  [[gnu::always_inline]] bool SmallCommitSolo(const txn_detail::ThreadTx& t) const;
+  [[gnu::always_inline]] uint64_t SmallCommitStamp(txn_detail::ThreadTx& t, bool solo, bool older,
                                                    uint32_t& stamp_key);
   [[gnu::cold, gnu::noinline]] absl::Status SmallCommitFailed(txn_detail::ThreadTx& t,
                                                               absl::Status st);
