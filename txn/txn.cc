@@ -982,25 +982,38 @@ template <bool kCrcInLoop, bool kStream, bool kOne>
   // every word is older than the block's next stamp, and no slot needs reading.
   const bool solo = SmallCommitSolo(t);
   bool older = true;
-  // (One declaration repeats and extends nothing: the loop is skipped, k = 1 being the most
-  // common transaction of all.)
-  if (k == 1 && !solo) older = precedes(wb[0].word);
-  for (size_t i = 0; i < k && k > 1; ++i) {
-    const uint64_t wd = wb[i].word;
-    const uint64_t bits = FilterBits(wd);
-    if ((filter & bits) == bits) [[unlikely]] {
-      bool dup = false;
-      for (size_t j = 0; j < i && !dup; ++j) dup = wb[j].word == wd;
-      if (dup) {
-        dups |= uint64_t{1} << i;
-        continue;
-      }
+  // The loop is written twice, with the slot reads and without (no test of `solo` per
+  // declaration); one declaration repeats and extends nothing, so k = 1, the most common
+  // transaction of all, skips it.
+  auto shape = [&](auto solo_constant) {
+    constexpr bool kSolo = decltype(solo_constant)::value;
+    if (k == 1) {
+      if constexpr (!kSolo) older = precedes(wb[0].word);
+      return;
     }
-    if (!solo) older &= precedes(wd);
-    filter |= bits;
-    if (wd == prev + 1) [[unlikely]]
-      joins |= uint64_t{1} << i;
-    prev = wd;
+    uint64_t bit = 1;  // the declaration's bit
+    for (const WriteRec* w = wb; w != wb + k; ++w, bit <<= 1) {
+      const uint64_t wd = w->word;
+      const uint64_t bits = FilterBits(wd);
+      if ((filter & bits) == bits) [[unlikely]] {
+        bool dup = false;
+        for (const WriteRec* e = wb; e != w && !dup; ++e) dup = e->word == wd;
+        if (dup) {
+          dups |= bit;
+          continue;
+        }
+      }
+      if constexpr (!kSolo) older &= precedes(wd);
+      filter |= bits;
+      if (wd == prev + 1) [[unlikely]]
+        joins |= bit;
+      prev = wd;
+    }
+  };
+  if (solo) {
+    shape(std::true_type{});
+  } else {
+    shape(std::false_type{});
   }
   const uint64_t all = k == 64 ? ~uint64_t{0} : (uint64_t{1} << k) - 1;
   const uint64_t keep = all & ~dups;      // the first declaration of each word
@@ -1357,6 +1370,8 @@ absl::Status CommitGeneral() {
   if (Engine* e = Engine::Default(); e != nullptr) [[likely]] {
     Engine::Impl& i = *e->impl_;
     ThreadTx* t = i.LocalIfReady();
+    if (t != nullptr && !t->commit_failed.ok()) [[unlikely]]  // (CommitFast's small commit)
+      return std::exchange(t->commit_failed, absl::OkStatus());
     if (t != nullptr && i.SmallCommitReady(*t)) [[likely]]
       return i.WriteSmallCommit(*t);
     return e->Commit();
@@ -1364,16 +1379,30 @@ absl::Status CommitGeneral() {
   return NoEngine();
 }
 
+namespace {
+// CommitFast's small commit of several declarations (a function of its own, so that CommitFast
+// needs no stack frame on its way to the one-word commit).
+[[gnu::noinline]] bool CommitSmall(Engine::Impl& i, ThreadTx& t) {
+  absl::Status st = i.WriteSmallCommit(t);
+  if (st.ok()) [[likely]]
+    return true;
+  t.commit_failed = std::move(st);
+  return false;
+}
+}  // namespace
+
 bool CommitFast() {
-  // The most common transaction of all, one declaration, where its commit cannot fail and
-  // makes no call (SmallCommitOneReady): a tail call to the one-word commit, which returns
-  // true. Anything else returns false having changed nothing, and txn::commit (txn.h) takes
-  // CommitGeneral.
+  // The common case, a small commit (SmallCommitReady), made here: true when it committed.
+  // The most common transaction of all, one declaration, where the commit cannot fail and makes
+  // no call (SmallCommitOneReady), is a tail call to the one-word commit, which returns true.
+  // A small commit that fails (it has ended the transaction) leaves its status for
+  // CommitGeneral, which txn::commit (txn.h) calls next; anything else returns false having
+  // changed nothing, and CommitGeneral commits.
   if (Engine* e = Engine::Default(); e != nullptr) [[likely]] {
     Engine::Impl& i = *e->impl_;
     ThreadTx* t = i.LocalIfReady();
-    if (t != nullptr && i.SmallCommitReady(*t) && t->writes_size() == 1) [[likely]]
-      return i.CommitOne(*t);
+    if (t != nullptr && i.SmallCommitReady(*t)) [[likely]]
+      return t->writes_size() == 1 ? i.CommitOne(*t) : CommitSmall(i, *t);
   }
   return false;
 }

@@ -1076,6 +1076,42 @@ TEST_F(TxnTest, TooLargeTransactionAbortsAtCommit) {
   for (int i = 0; i < kWords; ++i) ASSERT_EQ(root_->words[i], 0u);
 }
 
+// A small commit (several declarations) that finds no room in the log: txn::commit returns its
+// status (from CommitFast, which made the attempt, through CommitGeneral), the transaction is
+// rolled back and over, and once the log has room the next one commits.
+TEST_F(TxnTest, ASmallCommitOutOfLogSpaceReportsItThroughCommit) {
+  Options o = Quiet(4096);
+  o.log_budget = 16 << 10;
+  o.log_limit = 32 << 10;  // 8 blocks, no background reclaimer
+  Open(o);
+  ASSERT_OK(txn::Run([&] {  // the words' snapshots: hot from here on
+    for (int w = 0; w < 4; ++w) RETURN_IF_ERROR(write(&root_->words[w], uint64_t{0}));
+    return absl::OkStatus();
+  }));
+  absl::Status failed;
+  uint64_t committed = 0;
+  for (uint64_t v = 1; v < 10000 && failed.ok(); ++v) {
+    ASSERT_OK(begin());
+    for (int w = 0; w < 4; ++w) ASSERT_OK(write(&root_->words[w], v));
+    failed = commit();
+    if (failed.ok()) committed = v;
+  }
+  EXPECT_EQ(failed.code(), absl::StatusCode::kResourceExhausted) << failed;
+  EXPECT_FALSE(in_transaction());
+  for (int w = 0; w < 4; ++w) EXPECT_EQ(root_->words[w], committed) << w;  // rolled back
+  EXPECT_EQ(commit().code(), absl::StatusCode::kFailedPrecondition);       // nothing left over
+  // (Two cycles: the first folds the full logs into K, the second frees what K superseded.)
+  ASSERT_OK(engine().Reclaim());
+  ASSERT_OK(engine().Reclaim());
+  EXPECT_LT(engine().stats().log_bytes, o.log_limit);
+  ASSERT_OK(txn::Run([&] {
+    for (int w = 0; w < 4; ++w) RETURN_IF_ERROR(write(&root_->words[w], committed + 1));
+    return absl::OkStatus();
+  }));
+  CrashAndRecover(o);
+  for (int w = 0; w < 4; ++w) EXPECT_EQ(root_->words[w], committed + 1) << w;
+}
+
 // Two threads commit to the same words in turn (the turn is the lock); after a crash the words
 // hold the last committed values, whichever thread's log recovery walks first.
 TEST_F(TxnTest, CommitOrderAcrossThreads) {

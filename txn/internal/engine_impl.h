@@ -123,6 +123,9 @@ struct alignas(64) ThreadTx final : alloc::TxScope {
   int depth = 0;
   bool aborted = false;  // aborted at an inner level; memory already restored
   absl::Status doom;     // the first error of the transaction
+  // A small commit that failed in txn_detail::CommitFast (which returns a bool): its status, for
+  // the CommitGeneral call that follows at once (txn::commit) to return.
+  absl::Status commit_failed;
   // An open transaction (depth > 0) holds an epoch guard on epoch_slot (epoch::Guard::Enter at
   // begin, Exit at its end); its epoch is hot.epoch.
   alloc::TxScope* outer_scope = nullptr;  // restored at the end (a transaction of another pool)
