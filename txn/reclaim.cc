@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "epoch/crc32c.h"
 #include "epoch/status_macros.h"
@@ -159,6 +160,20 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
   // completing), so cold_limit = h_new - age < E - touch_slack keeps all of them hot.
   const uint64_t age =
       mutation::Swapped(txn_detail::kSlackMutant) ? 0 : std::max<uint64_t>(cold_age, touch_slack);
+  // Fast lines unmarked by earlier cycles whose epoch has completed: their words may go cold now
+  // (docs/txn.md, "Fast lines").
+  for (auto it = unmarked_.begin(); it != unmarked_.end();) {
+    if (it->second <= h_new) {
+      unmarked_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  // This cycle's unmarkings: the epoch they wait for is read once the fold is over (or has
+  // failed), after a fence (UnmarkedEpoch).
+  std::vector<uint64_t> unmarked_now;
+  absl::Cleanup close_unmarked = [&] { CloseUnmarked(unmarked_now); };
+  uint64_t marked = 0;
   const uint64_t cold_limit = h_new > age ? h_new - age : 0;
   const uint64_t new_seq = seq + 1;
   const size_t bs = store.block_size();
@@ -227,12 +242,34 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
         // line is flushed; step 2's fence makes it durable before the descriptor that drops
         // the word's record (a transaction that writes the word after the CAS snapshots it
         // first, so the line may also carry its uncommitted value: the snapshot undoes it).
+        //
+        // A word of a fast line (WordIndex::kFast) may be declared by an open transaction that
+        // did not read its slot (txn::add's inline path), so its touch epoch says nothing: the
+        // line is unmarked instead, and its words may go cold once the epoch read after that
+        // (UnmarkedEpoch) has completed, when every transaction that could have seen the line
+        // fast has ended. Until then (unmarked_) the entry stays.
+        const uint64_t line_no = WordIndex::LineOf(e.word);
+        std::atomic<uint8_t>& line = index->line(line_no);
         if ((full || mutation::Swapped(txn_detail::kRuleMutant)) &&
-            WordIndex::TouchedBy(v, cold_limit) &&
-            slot.compare_exchange_strong(v, 0, std::memory_order_acq_rel)) {
-          pool.persister().Flush(txn_detail::kColdFlush, pool.base() + e.word * 8, 8);
-          ++cold;
-          continue;
+            WordIndex::TouchedBy(v, cold_limit)) {
+          bool may_cold = !unmarked_.contains(line_no);
+          if (line.load(std::memory_order_relaxed) == WordIndex::kFast) {
+            line.store(0, std::memory_order_seq_cst);
+            // (The mutant makes the word cold now, without waiting.)
+            if (!mutation::Swapped(txn_detail::kGraceMutant)) {
+              unmarked_.emplace(line_no, kUnmarkedPending);
+              unmarked_now.push_back(line_no);
+              may_cold = false;
+            }
+          }
+          if (may_cold && slot.compare_exchange_strong(v, 0, std::memory_order_acq_rel)) {
+            pool.persister().Flush(txn_detail::kColdFlush, pool.base() + e.word * 8, 8);
+            ++cold;
+            continue;
+          }
+        } else if (options.fast_lines && line.load(std::memory_order_relaxed) == 0 &&
+                   !unmarked_.contains(line_no)) {
+          marked += TryMarkFast(line_no) ? 1 : 0;
         }
         // Kept: the entry moves to K' with the key it had, which the index still holds (a
         // word's key is not rewritten when its newest record moves into K, so this cycle
@@ -361,6 +398,7 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
       if (keep > 0) trims.push_back({s, keep});
     }
     if (failed.ok()) failed = decide();
+    std::move(close_unmarked).Invoke();
     out.Finish();
     k_bytes = out.bytes();
     // 2. K' (records, block headers, links, table entries) and the lines of the words that
@@ -460,7 +498,41 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
   words_kept.fetch_add(kept, std::memory_order_relaxed);
   words_dropped.fetch_add(dropped, std::memory_order_relaxed);
   words_cold.fetch_add(cold, std::memory_order_relaxed);
+  lines_marked.fetch_add(marked, std::memory_order_relaxed);
   return absl::OkStatus();
+}
+
+// A line whose words the reclaimer saw hot becomes fast: 0 -> kChecking, the 8 slots, kChecking
+// -> kFast, all seq_cst. A commit that frees words of the line stores each slot 0 and then the
+// byte 0 (WriteCommit): if this check read a slot before its 0, that 0 byte comes after the CAS
+// to kChecking, so the CAS to kFast fails (or, if both CASes came first, the byte ends 0 before
+// the freed words can be declared again: the heap frees them after). No other thread makes a
+// word cold (the reclaimer is this one, under reclaim_mu).
+bool Engine::Impl::TryMarkFast(uint64_t line_no) {
+  std::atomic<uint8_t>& line = index->line(line_no);
+  uint8_t expected = 0;
+  if (!line.compare_exchange_strong(expected, WordIndex::kChecking, std::memory_order_seq_cst))
+    return false;
+  expected = WordIndex::kChecking;
+  const uint8_t to = index->LineAllHot(line_no) ? WordIndex::kFast : 0;
+  return line.compare_exchange_strong(expected, to, std::memory_order_seq_cst) &&
+         to == WordIndex::kFast;
+}
+
+// The epoch this cycle's unmarkings wait for: read after a fence that follows their stores. A
+// transaction that loaded such a byte before its store (and so may declare the line's words
+// without reading their slots) loaded the global epoch before that, as its guard's (txn::begin
+// enters the guard before any add): so its epoch is at most the one read here, and once that
+// epoch has completed the transaction has ended (committed: the slots hold its key and epoch,
+// and the cold CAS of the value read before fails or sees the new touch epoch; or aborted: the
+// words hold their committed values again). A transaction that loads the byte after the store
+// sees 0 and reads the slot, with the touch slack's protection (Engine::Add).
+void Engine::Impl::CloseUnmarked(const std::vector<uint64_t>& lines) {
+  if (lines.empty()) return;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const uint64_t e = epochs.current();
+  for (uint64_t l : lines) unmarked_[l] = e;
+  lines_unmarked.fetch_add(lines.size(), std::memory_order_relaxed);
 }
 
 // ---- the background thread ------------------------------------------------------------------

@@ -173,6 +173,12 @@ absl::Status Engine::Reclaim(bool advance) {
 
 std::vector<uint64_t> Engine::OwnedBlocks() const { return impl_->store.OwnedOffsets(); }
 
+bool Engine::IsFastLine(const void* p) const {
+  if (!impl_->pool.contains(p, 1)) return false;
+  const uint64_t line = WordIndex::LineOf(impl_->pool.offset_of(p) / 8);
+  return impl_->index->line(line).load(std::memory_order_relaxed) == WordIndex::kFast;
+}
+
 void Engine::SealLogsForTesting() {
   // REQUIRES: no transaction is writing a record (the workers are parked between steps).
   for (uint32_t s = 0; s < txn_internal::kMaxSlots; ++s) impl_->store.Seal(impl_->store.chain(s));
@@ -211,6 +217,8 @@ Stats Engine::stats() const {
   s.words_kept = i.words_kept.load();
   s.words_dropped = i.words_dropped.load();
   s.words_cold = i.words_cold.load();
+  s.lines_marked = i.lines_marked.load();
+  s.lines_unmarked = i.lines_unmarked.load();
   {
     std::lock_guard<std::mutex> l(i.reclaim_mu);
     s.horizon = i.horizon;
@@ -360,6 +368,7 @@ uint64_t ThreadSerial() {
   if (is_default) {                             // txn::add's inline path (txn.h)
     if (t.hot.index == nullptr) [[unlikely]] {  // fixed for the engine's life
       t.hot.index = &index->at(0);
+      t.hot.fast_lines = index->lines();
       t.hot.base = reinterpret_cast<uintptr_t>(pool.base());
       t.hot.slack = touch_slack;
     }
@@ -733,10 +742,18 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
   for (uint64_t wd : words) {
     index->at(wd).store(WordIndex::Pack(key, t.hot.epoch), std::memory_order_release);
   }
+  // Each such word's line stops being fast (docs/txn.md, "Fast lines"): the slot first, then
+  // the byte, both seq_cst, so that the reclaimer's check of the line (kChecking, the 8 slots,
+  // then kFast by CAS) either sees the cold slot or has its CAS fail on this 0. No other
+  // transaction declares these words meanwhile (they are this one's until the heap frees them
+  // in step 6), so none needs the grace period a cold transition of the reclaimer waits for.
   for (const BlockRec& f : t.frees) {
     for (uint64_t wd = f.offset / 8; wd < (f.offset + f.bytes) / 8; ++wd) {
-      if (index->at(wd).load(std::memory_order_relaxed) != 0)
-        index->at(wd).store(0, std::memory_order_release);
+      if (index->at(wd).load(std::memory_order_relaxed) != 0) {
+        index->at(wd).store(0, std::memory_order_seq_cst);
+        std::atomic<uint8_t>& line = index->line(WordIndex::LineOf(wd));
+        if (line.load(std::memory_order_relaxed) != 0) line.store(0, std::memory_order_seq_cst);
+      }
     }
   }
   // 6. The frees, epoch-scoped in this epoch like the record: if the epoch fails, the heap

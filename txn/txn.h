@@ -102,7 +102,10 @@ struct WriteRec {
 // because both paths append to it.
 struct Hot {
   std::atomic<uint64_t>* index = nullptr;  // the word index (txn/internal/word_index.h)
-  uintptr_t base = 0;                      // the pool's mapping
+  // Its fast-line map (one byte per 8 words; WordIndex::kFast: the slot need not be read; all
+  // 0 when Options::fast_lines is off).
+  const std::atomic<uint8_t>* fast_lines = nullptr;
+  uintptr_t base = 0;  // the pool's mapping
   // The pool's size in words while the inline path may run; 0 sends every add() to the general
   // path, which reports the reason (set by the owner when the transaction is aborted, doomed or
   // has allocated, and by the watchdog when it expires).
@@ -160,6 +163,11 @@ struct Options {
   uint64_t cold_after_epochs = 64;
   bool adaptive_cold = true;
   uint64_t max_cold_after_epochs = 1024;
+  // Fast lines (docs/txn.md, "Fast lines"): the reclaimer marks each 8-word line whose words are
+  // all hot, and txn::add's inline path declares a word of such a line without reading its index
+  // slot; a word of a marked line goes cold only after the reclaimer has unmarked the line and
+  // the epoch of that has completed. Off: every declaration reads the slot.
+  bool fast_lines = true;
   // A transaction open longer than this is reported and fails at its next call.
   std::chrono::milliseconds max_open{1000};
 };
@@ -179,6 +187,8 @@ struct Stats {
   uint64_t words_kept = 0;         // live entries copied to the compacted log, all cycles
   uint64_t words_dropped = 0;      // superseded entries dropped
   uint64_t words_cold = 0;         // newest entries dropped (the word went cold)
+  uint64_t lines_marked = 0;       // lines the reclaimer made fast (docs/txn.md, "Fast lines")
+  uint64_t lines_unmarked = 0;     // fast lines it unmarked to make words of them cold
   uint64_t horizon = 0;            // epoch horizon of the last cycle
   uint64_t cold_age = 0;           // the cold age (epochs) the next cycle uses
   uint64_t stalls = 0;             // begin() calls that waited for the reclaimer
@@ -218,6 +228,9 @@ class Engine {
   // Pool offsets of every heap block the engine owns: its directory and its log blocks (in
   // logs or free). For heap accounting in tools and tests.
   std::vector<uint64_t> OwnedBlocks() const;
+  // Whether the 8-word line holding pool address p is fast now (docs/txn.md, "Fast lines"):
+  // txn::add declares its words without reading their index slots. For tests and tools.
+  bool IsFastLine(const void* p) const;
   // Tests: every log's next record starts a new block (the most recently freed one).
   void SealLogsForTesting();
   // Tests: the reclaimer calls `hook` on its own thread each time it has gathered a batch of
@@ -289,18 +302,27 @@ namespace txn_detail {
   // now, alongside the index slot's (the CAS below orders later loads after it).
   __builtin_prefetch(p, 1);
   std::atomic<uint64_t>& slot = h->index[word];
-  uint64_t v = slot.load(std::memory_order_acquire);
-  if ((v >> 32) == 0) [[unlikely]]  // cold (key 0)
-    return false;
-  // Not touched in the last `slack` epochs (as Engine::Add; docs/txn.md, "The index"): the
-  // touch epoch is before epoch - slack (in 32-bit wrapping order).
-  if (static_cast<int32_t>(static_cast<uint32_t>(v) - h->touch_floor) < 0) [[unlikely]] {
-    // Pairs with the reclaimer's cold CAS (txn/reclaim.cc): once this succeeds, the word's
-    // newest record stays while the transaction can still fail.
-    const auto epoch = static_cast<uint32_t>(h->epoch);
-    if (!slot.compare_exchange_strong(v, (v & ~uint64_t{0xFFFFFFFF}) | epoch,
-                                      std::memory_order_acq_rel, std::memory_order_acquire)) {
+  // A fast line (docs/txn.md, "Fast lines"): every word of it is hot, and the reclaimer makes
+  // none cold until the epoch in which it clears the byte has completed, which this
+  // transaction's guard (entered before this load) holds back. So the slot need not be read
+  // now: its line is only prefetched for the commit, which stores it after its fence. (A
+  // seq_cst load is a plain load on x86-64; the order it gives is the argument's.)
+  if (h->fast_lines[word >> 3].load(std::memory_order_seq_cst) == 1) [[likely]] {
+    __builtin_prefetch(&slot, 1);
+  } else {
+    uint64_t v = slot.load(std::memory_order_acquire);
+    if ((v >> 32) == 0) [[unlikely]]  // cold (key 0)
       return false;
+    // Not touched in the last `slack` epochs (as Engine::Add; docs/txn.md, "The index"): the
+    // touch epoch is before epoch - slack (in 32-bit wrapping order).
+    if (static_cast<int32_t>(static_cast<uint32_t>(v) - h->touch_floor) < 0) [[unlikely]] {
+      // Pairs with the reclaimer's cold CAS (txn/reclaim.cc): once this succeeds, the word's
+      // newest record stays while the transaction can still fail.
+      const auto epoch = static_cast<uint32_t>(h->epoch);
+      if (!slot.compare_exchange_strong(v, (v & ~uint64_t{0xFFFFFFFF}) | epoch,
+                                        std::memory_order_acq_rel, std::memory_order_acquire)) {
+        return false;
+      }
     }
   }
   WriteRec* const r = h->end;

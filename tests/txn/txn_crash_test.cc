@@ -119,11 +119,11 @@ using pmrt::testing::Next;
 // 0: a word goes cold as soon as its touch epoch has completed, and every first touch in an
 // epoch CASes. 2: a declaration skips the CAS of a word touched in the 2 epochs before, and the
 // reclaimer leaves words touched that recently hot.
-Options TestOptions(uint64_t cold_after) {
+Options TestOptions(uint64_t cold_after, size_t budget = 64 << 10) {
   Options o;
   o.background = false;
   o.block_size = 4096;
-  o.log_budget = 64 << 10;
+  o.log_budget = budget;
   o.log_limit = 2 << 20;  // the schedule may go long without an advance
   o.cold_after_epochs = cold_after;
   o.adaptive_cold = false;
@@ -296,11 +296,14 @@ struct Config : pmrt::testing::CrashConfig {
     options.random_images = 4;
     options.exhaustive_max_lines = 5;  // more crash points rather than all subsets at a few
   }
-  uint64_t cold_after = 0;  // TestOptions
+  uint64_t cold_after = 0;   // TestOptions
+  size_t budget = 64 << 10;  // TestOptions (the workers' engine only)
+  uint64_t picks = 16;       // the schedule's: 0 an advance, 1 a reclamation cycle, else a step
 };
 
 struct Outcome : pmrt::testing::CrashOutcome {
-  uint64_t commits = 0, cycles = 0, full_cycles = 0, snapshots = 0;
+  uint64_t commits = 0, cycles = 0, full_cycles = 0, snapshots = 0, lines_marked = 0,
+           lines_unmarked = 0;
 };
 
 Outcome RunCrash(const Config& cfg) {
@@ -310,7 +313,7 @@ Outcome RunCrash(const Config& cfg) {
       [&](Sim& sim, const PoolOptions& po) -> absl::StatusOr<testing::Runtime> {
         auto pool = Pool::CreateInMemory(sim.working(), kPoolSize, "txn-crash", po, "sim-pool");
         if (!pool.ok()) return pool.status();
-        auto rt = testing::Attach(std::move(*pool), TestOptions(cfg.cold_after));
+        auto rt = testing::Attach(std::move(*pool), TestOptions(cfg.cold_after, cfg.budget));
         if (!rt.ok()) return rt;
         (void)RootOf(*rt->pool);
         EXPECT_OK(rt->epochs->Sync());
@@ -331,7 +334,7 @@ Outcome RunCrash(const Config& cfg) {
           pmrt::testing::Lockstep workers(
               cfg.threads, [&](int t) { Step(engine, *rt.pool, model, t, rngs[t]); });
           pmrt::testing::RunSchedule(
-              sim, cfg.target_images, workers, cfg.threads, sim.options().seed + 5, 16,
+              sim, cfg.target_images, workers, cfg.threads, sim.options().seed + 5, cfg.picks,
               [&](uint64_t pick, uint64_t& sched) {
                 if (pick == 0) {
                   if (!model.pending[0].open && !model.pending[1].open) {
@@ -358,15 +361,17 @@ Outcome RunCrash(const Config& cfg) {
         out.cycles = s.cycles;
         out.full_cycles = s.full_cycles;
         out.snapshots = s.snapshots;
+        out.lines_marked = s.lines_marked;
+        out.lines_unmarked = s.lines_unmarked;
       });
 }
 
 void Report(const char* what, const Outcome& r) {
   std::printf(
       "%s: %lu crash points, %lu images (max dirty lines %lu) in %.2f s (%lu commits, %lu "
-      "snapshots, %lu cycles, %lu full)\n",
+      "snapshots, %lu cycles, %lu full; fast lines %lu marked, %lu unmarked)\n",
       what, r.stats.crash_points, r.stats.images, r.stats.max_dirty_lines, r.seconds, r.commits,
-      r.snapshots, r.cycles, r.full_cycles);
+      r.snapshots, r.cycles, r.full_cycles, r.lines_marked, r.lines_unmarked);
 }
 
 TEST(TxnCrashTest, OneThread) {
@@ -411,6 +416,46 @@ TEST(TxnCrashTest, MutationGateKillsTheTouchSlackMutant) {
         return RunCrash(cfg);
       },
       "txn touch slack");
+  EXPECT_TRUE(survivors.empty()) << ::testing::PrintToString(survivors);
+}
+
+// Fast lines (docs/txn.md, "Fast lines"): frequent full cycles (a budget always exceeded) and
+// advances, and a cold age of 1, so that lines are marked fast, declared on txn::add's inline
+// path without their slots, and unmarked by cycles that run while such a transaction is open.
+Config FastLinesConfig() {
+  Config cfg;
+  cfg.threads = 2;
+  cfg.cold_after = 1;
+  cfg.budget = 4096;
+  cfg.picks = 6;
+  return cfg;
+}
+
+TEST(TxnCrashTest, TwoThreadsWithFastLines) {
+  Config cfg = FastLinesConfig();
+  cfg.options.seed = EnvOr("PMRT_TXN_SEED", 9);
+  cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 60000) / 2;
+  const Outcome r = RunCrash(cfg);
+  ASSERT_NO_FATAL_FAILURE(pmrt::testing::ExpectFinishedRun(
+      r, cfg.target_images, [](const Outcome& o) { Report("txn, 2 threads, fast lines", o); }));
+  EXPECT_GT(r.lines_marked, 0u);
+  EXPECT_GT(r.lines_unmarked, 0u);
+}
+
+// Its negative control: a reclaimer that makes the words of a line cold as it unmarks it,
+// without waiting for the epoch of the unmarking, makes a word cold that an open transaction
+// declared on the fast path; its line, flushed with the uncommitted value, is undone by no record.
+TEST(TxnCrashTest, MutationGateKillsTheFastLineGraceMutant) {
+  const std::map<uint32_t, std::string> mutant = {
+      {txn_detail::kGraceMutant.id, txn_detail::kGraceMutant.name}};
+  const auto survivors = pmrt::testing::RunMutationGate(
+      mutant,
+      [] {
+        Config cfg = FastLinesConfig();
+        cfg.target_images = EnvOr("PMRT_GATE_IMAGES", 40000);
+        return RunCrash(cfg);
+      },
+      "txn fast lines");
   EXPECT_TRUE(survivors.empty()) << ::testing::PrintToString(survivors);
 }
 

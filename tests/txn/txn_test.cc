@@ -859,6 +859,87 @@ TEST_F(TxnTest, AWordTouchedWithinTheTouchSlackStaysHotWhileTouched) {
   ExpectTouchedWordStaysHotThroughACycle(o, /*advances=*/2);
 }
 
+// Fast lines (docs/txn.md, "Fast lines"): a line whose 8 words the reclaimer saw hot is marked,
+// and txn::add declares its words without reading (or CASing) their index slots. A word of it
+// that an open transaction declared so, with a touch epoch older than the cold age, must stay
+// hot through a cycle that runs meanwhile: the cycle unmarks the line and keeps the word's
+// record until the epoch of the unmarking has completed. (With the txn.mutant.fast_line_grace
+// mutant the word goes cold at once, its line is flushed with the uncommitted value and the
+// crash keeps it.) Afterwards the words may go cold, and the line is fast again once all are hot.
+TEST_F(TxnTest, AWordOfAFastLineStaysHotWhileDeclaredAndGoesColdAfterTheUnmarkingsEpoch) {
+  Options o = Quiet();
+  o.cold_after_epochs = 2;  // cold age and touch slack 2
+  o.adaptive_cold = false;
+  o.log_budget = 1024;  // always over: every cycle is a full one (the cold rule applies)
+  o.log_limit = 1 << 20;
+  Open(o);
+  // The whole 8-word line around words[8], inside words[1..15].
+  auto* line =
+      reinterpret_cast<uint64_t*>(reinterpret_cast<uintptr_t>(&root_->words[8]) & ~uintptr_t{63});
+  ASSERT_GE(line, &root_->words[1]);
+  ASSERT_OK(txn::Run([&]() -> absl::Status {
+    for (int i = 0; i < 8; ++i) RETURN_IF_ERROR(write(&line[i], uint64_t{1}));
+    return absl::OkStatus();
+  }));
+  EXPECT_FALSE(engine().IsFastLine(line));
+  ASSERT_OK(rt_.epochs->Advance());
+  ASSERT_OK(engine().Reclaim());  // touched within the cold age: kept, and the line marked
+  EXPECT_TRUE(engine().IsFastLine(line));
+  EXPECT_GE(engine().stats().lines_marked, 1u);
+  for (int i = 0; i < 3; ++i) ASSERT_OK(rt_.epochs->Advance());
+  // Declared on the fast path (no CAS: the slot keeps its old touch epoch), then a cycle.
+  ASSERT_OK(begin());
+  ASSERT_OK(write(&line[3], uint64_t{2}));
+  const uint64_t cold0 = engine().stats().words_cold;
+  std::thread reclaimer([&] { ASSERT_OK(engine().Reclaim(/*advance=*/false)); });
+  reclaimer.join();
+  EXPECT_EQ(engine().stats().words_cold, cold0);  // the whole line waits for the epoch
+  EXPECT_FALSE(engine().IsFastLine(line));
+  EXPECT_GE(engine().stats().lines_unmarked, 1u);
+  Buffer image(kPoolSize);
+  image.CopyFrom(buf_.data());
+  ASSERT_OK(commit());
+  // Once the unmarking's epoch has completed (and the commit's touch epoch is older than the
+  // cold age too), the words go cold.
+  for (int i = 0; i < 4; ++i) ASSERT_OK(rt_.epochs->Advance());
+  ASSERT_OK(engine().Reclaim());
+  EXPECT_EQ(engine().stats().words_cold, cold0 + 8);
+  EXPECT_FALSE(engine().IsFastLine(line));
+  // Written again: each snapshotted (cold), then hot; a cycle that sees the line all hot marks
+  // it again.
+  const uint64_t snaps = engine().stats().snapshots;
+  ASSERT_OK(txn::Run([&]() -> absl::Status {
+    for (int i = 0; i < 8; ++i) RETURN_IF_ERROR(write(&line[i], uint64_t{3}));
+    return absl::OkStatus();
+  }));
+  EXPECT_EQ(engine().stats().snapshots, snaps + 8);
+  ASSERT_OK(rt_.epochs->Advance());
+  ASSERT_OK(engine().Reclaim());
+  EXPECT_TRUE(engine().IsFastLine(line));
+  // The crash image taken while the transaction was open: undone from the kept record.
+  rt_.Reset();
+  buf_.CopyFrom(image.data());
+  auto r = OpenMemory(buf_.data(), kPoolSize, Eadr(), o, false);
+  ASSERT_OK(r);
+  rt_ = std::move(*r);
+  ASSERT_EQ(*rt_.pool->root<Root>(), root_);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(line[i], 1u) << i;  // (the same mapping)
+}
+
+// Off: no line is ever marked, and every declaration reads its slot.
+TEST_F(TxnTest, FastLinesOff) {
+  Options o = Quiet();
+  o.fast_lines = false;
+  Open(o);
+  ASSERT_OK(txn::Run([&]() -> absl::Status {
+    for (int i = 0; i < 64; ++i) RETURN_IF_ERROR(write(&root_->words[i], uint64_t{1}));
+    return absl::OkStatus();
+  }));
+  ASSERT_OK(engine().Reclaim());
+  EXPECT_EQ(engine().stats().lines_marked, 0u);
+  EXPECT_FALSE(engine().IsFastLine(&root_->words[8]));
+}
+
 // The adaptive cold age halves while the compacted log is over half the budget, but never
 // below the touch slack (the previous test's invariant).
 TEST_F(TxnTest, TheAdaptiveColdAgeStopsAtTheTouchSlack) {

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "txn/internal/log_store.h"
 #include "txn/internal/word_index.h"
@@ -51,6 +52,9 @@ inline constexpr Site kStampMutant{"txn.mutant.small_commit_stamp"};
 // And one that counts every small commit as solo (SmallCommitSolo: no stamp handed out since its
 // block) without reading the counter.
 inline constexpr Site kSoloMutant{"txn.mutant.small_commit_solo"};
+// And a reclaimer that makes a word of a fast line cold at once when it unmarks the line, without
+// waiting for the epoch of the unmarking to complete (Reclaim; docs/txn.md, "Fast lines").
+inline constexpr Site kGraceMutant{"txn.mutant.fast_line_grace"};
 
 // The touch slack (docs/txn.md, "The index"): a transaction's declaration of a hot word moves
 // the word's touch epoch forward (a CAS) only when it is more than this many epochs older than
@@ -274,10 +278,18 @@ class Engine::Impl {
   // A full cycle reads them alongside K (an entry survives iff its key is still the word's)
   // and builds the new K's in k_keys_next_; an incremental one appends its segment's.
   std::vector<uint32_t> k_keys_, k_keys_next_;
+  // Fast lines the reclaimer unmarked (to make words of them cold) and the epoch that must
+  // complete before it may (CloseUnmarked; kUnmarkedPending during the cycle that unmarked
+  // them); under reclaim_mu.
+  static constexpr uint64_t kUnmarkedPending = ~uint64_t{0};
+  absl::flat_hash_map<uint64_t, uint64_t> unmarked_;
+  bool TryMarkFast(uint64_t line_no);
+  void CloseUnmarked(const std::vector<uint64_t>& lines);
 
   // Statistics (relaxed counters).
   std::atomic<uint64_t> cycles{0}, full_cycles{0}, words_kept{0}, words_dropped{0}, words_cold{0};
   std::atomic<uint64_t> stalls{0};
+  std::atomic<uint64_t> lines_marked{0}, lines_unmarked{0};
   std::function<void()> fold_hook;  // Engine::SetFoldHookForTesting; under reclaim_mu
   bool fail_next_cycle = false;     // Engine::FailNextReclaimForTesting; under reclaim_mu
   uint64_t recovered_records = 0, recovered_words = 0;

@@ -14,6 +14,14 @@
 //          slack (engine_impl.h, kMaxTouchSlack) older than the last such epoch.
 //          Compared with a signed 32-bit difference (TouchedBy()).
 //
+// Beside it, the fast-line map: one byte per 8-word line of the pool (pool size / 64 bytes, also
+// MAP_NORESERVE; fresh pages read 0). kFast (1): every word of the line is hot, and the reclaimer
+// makes none of them cold before it has set the byte back to 0 and waited for the epoch in which
+// it did so to complete (docs/txn.md, "Fast lines"): txn::add's inline path then declares a word
+// of the line without reading its slot (one cache miss fewer per word). Written only by the
+// reclaimer (0 -> kChecking -> kFast after checking the line's 8 slots; kFast -> 0 before a cold
+// transition) and by a commit whose free makes words cold (slot 0, then byte 0).
+//
 // Concurrency (docs/txn.md, "The index"): a word is written by the transaction that holds it
 // (the caller's isolation) and by the reclaimer, which only ever CASes a value it has read: hot
 // -> cold (when the touch epoch has completed; it then flushes the word's line). A transaction that
@@ -24,6 +32,7 @@
 #ifndef PMRT_TXN_INTERNAL_WORD_INDEX_H_
 #define PMRT_TXN_INTERNAL_WORD_INDEX_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -42,6 +51,21 @@ class WordIndex {
 
   std::atomic<uint64_t>& at(uint64_t word) { return values_[word]; }
   uint64_t words() const { return words_; }
+
+  // The fast-line map (above).
+  static constexpr uint8_t kFast = 1, kChecking = 2;
+  static constexpr uint64_t LineOf(uint64_t word) { return word >> 3; }
+  std::atomic<uint8_t>& line(uint64_t line) { return lines_[line]; }
+  std::atomic<uint8_t>* lines() { return lines_; }
+  // The reclaimer: whether every word of `line` within the pool is hot (seq_cst loads: see
+  // TrySetFast in txn/reclaim.cc).
+  bool LineAllHot(uint64_t line) {
+    const uint64_t end = std::min(words_, (line + 1) * 8);
+    for (uint64_t w = line * 8; w < end; ++w) {
+      if (Key(values_[w].load(std::memory_order_seq_cst)) == 0) return false;
+    }
+    return true;
+  }
 
   // A thread record's key: its stamp modulo kKeyModulus, plus one (1 .. 2^31-1, never 0).
   static constexpr uint32_t kKeyModulus = 0x7FFFFFFFu;
@@ -72,15 +96,18 @@ class WordIndex {
     return static_cast<int32_t>(Epoch32(v) - static_cast<uint32_t>(limit)) <= 0;
   }
 
-  // Zeroes the whole index (drops the pages).
+  // Zeroes the whole index and the fast-line map (drops the pages).
   void Clear();
 
  private:
-  WordIndex(std::atomic<uint64_t>* values, uint64_t words, size_t bytes)
-      : values_(values), words_(words), bytes_(bytes) {}
+  WordIndex(std::atomic<uint64_t>* values, uint64_t words, size_t bytes,
+            std::atomic<uint8_t>* lines, size_t line_bytes)
+      : values_(values), words_(words), bytes_(bytes), lines_(lines), line_bytes_(line_bytes) {}
   std::atomic<uint64_t>* values_;
   uint64_t words_;
   size_t bytes_;
+  std::atomic<uint8_t>* lines_;
+  size_t line_bytes_;
 };
 
 }  // namespace pmrt::txn_internal
