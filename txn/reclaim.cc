@@ -248,8 +248,16 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
         // line is unmarked instead, and its words may go cold once the epoch read after that
         // (UnmarkedEpoch) has completed, when every transaction that could have seen the line
         // fast has ended. Until then (unmarked_) the entry stays.
+        // A line a free unmarked (kFreed) is unmarked here as if by this cycle.
         const uint64_t line_no = WordIndex::LineOf(e.word);
         std::atomic<uint8_t>& line = index->line(line_no);
+        // (The mutant takes such a line for one never marked.)
+        if (line.load(std::memory_order_relaxed) == WordIndex::kFreed &&
+            !mutation::Swapped(txn_detail::kFreedMutant)) [[unlikely]] {
+          line.store(0, std::memory_order_seq_cst);
+          unmarked_.insert_or_assign(line_no, kUnmarkedPending);
+          unmarked_now.push_back(line_no);
+        }
         if ((full || mutation::Swapped(txn_detail::kRuleMutant)) &&
             WordIndex::TouchedBy(v, cold_limit)) {
           bool may_cold = !unmarked_.contains(line_no);
@@ -257,7 +265,7 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
             line.store(0, std::memory_order_seq_cst);
             // (The mutant makes the word cold now, without waiting.)
             if (!mutation::Swapped(txn_detail::kGraceMutant)) {
-              unmarked_.emplace(line_no, kUnmarkedPending);
+              unmarked_.insert_or_assign(line_no, kUnmarkedPending);
               unmarked_now.push_back(line_no);
               may_cold = false;
             }

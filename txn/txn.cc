@@ -743,16 +743,17 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
     index->at(wd).store(WordIndex::Pack(key, t.hot.epoch), std::memory_order_release);
   }
   // Each such word's line stops being fast (docs/txn.md, "Fast lines"): the slot first, then
-  // the byte, both seq_cst, so that the reclaimer's check of the line (kChecking, the 8 slots,
-  // then kFast by CAS) either sees the cold slot or has its CAS fail on this 0. No other
-  // transaction declares these words meanwhile (they are this one's until the heap frees them
-  // in step 6), so none needs the grace period a cold transition of the reclaimer waits for.
+  // the byte (kFreed), both seq_cst, so that the reclaimer's check of the line (kChecking, the
+  // 8 slots, then kFast by CAS) either sees the cold slot or has its CAS fail on this byte.
+  // No other transaction declares these words meanwhile (they are this one's until the heap
+  // frees them in step 6), but one may hold another word of the line, declared on the fast path:
+  // the reclaimer makes no word of a kFreed line cold before the grace period of its own
+  // unmarking (Reclaim).
   for (const BlockRec& f : t.frees) {
     for (uint64_t wd = f.offset / 8; wd < (f.offset + f.bytes) / 8; ++wd) {
       if (index->at(wd).load(std::memory_order_relaxed) != 0) {
         index->at(wd).store(0, std::memory_order_seq_cst);
-        std::atomic<uint8_t>& line = index->line(WordIndex::LineOf(wd));
-        if (line.load(std::memory_order_relaxed) != 0) line.store(0, std::memory_order_seq_cst);
+        index->line(WordIndex::LineOf(wd)).store(WordIndex::kFreed, std::memory_order_seq_cst);
       }
     }
   }

@@ -442,6 +442,9 @@ TEST(TxnCrashTest, TwoThreadsWithFastLines) {
   EXPECT_GT(r.lines_unmarked, 0u);
 }
 
+// (txn.mutant.fast_line_freed, the same for a line a free unmarked, needs a free and another
+// thread's fast-path declaration in one line at the right moment, which this schedule does not
+// reach: TxnTest.AFreeUnmarksTheLineWithAGracePeriodForTheOtherWordsOfIt sets it up and kills it.)
 // Its negative control: a reclaimer that makes the words of a line cold as it unmarks it,
 // without waiting for the epoch of the unmarking, makes a word cold that an open transaction
 // declared on the fast path; its line, flushed with the uncommitted value, is undone by no record.

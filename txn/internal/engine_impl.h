@@ -55,6 +55,9 @@ inline constexpr Site kSoloMutant{"txn.mutant.small_commit_solo"};
 // And a reclaimer that makes a word of a fast line cold at once when it unmarks the line, without
 // waiting for the epoch of the unmarking to complete (Reclaim; docs/txn.md, "Fast lines").
 inline constexpr Site kGraceMutant{"txn.mutant.fast_line_grace"};
+// And one that takes a line a free unmarked (WordIndex::kFreed) for one never marked, making its
+// other words cold without a grace period.
+inline constexpr Site kFreedMutant{"txn.mutant.fast_line_freed"};
 
 // The touch slack (docs/txn.md, "The index"): a transaction's declaration of a hot word moves
 // the word's touch epoch forward (a CAS) only when it is more than this many epochs older than

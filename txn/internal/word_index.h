@@ -19,8 +19,8 @@
 // makes none of them cold before it has set the byte back to 0 and waited for the epoch in which
 // it did so to complete (docs/txn.md, "Fast lines"): txn::add's inline path then declares a word
 // of the line without reading its slot (one cache miss fewer per word). Written only by the
-// reclaimer (0 -> kChecking -> kFast after checking the line's 8 slots; kFast -> 0 before a cold
-// transition) and by a commit whose free makes words cold (slot 0, then byte 0).
+// reclaimer (0 -> kChecking -> kFast after checking the line's 8 slots; kFast or kFreed -> 0
+// before a cold transition) and by a commit whose free makes words cold (slot 0, then kFreed).
 //
 // Concurrency (docs/txn.md, "The index"): a word is written by the transaction that holds it
 // (the caller's isolation) and by the reclaimer, which only ever CASes a value it has read: hot
@@ -53,7 +53,10 @@ class WordIndex {
   uint64_t words() const { return words_; }
 
   // The fast-line map (above).
-  static constexpr uint8_t kFast = 1, kChecking = 2;
+  // kFreed: unmarked by a commit whose free made words of the line cold; the reclaimer treats
+  // it as its own unmarking (Reclaim), as a transaction may still hold another word of the line
+  // declared on the fast path.
+  static constexpr uint8_t kFast = 1, kChecking = 2, kFreed = 3;
   static constexpr uint64_t LineOf(uint64_t word) { return word >> 3; }
   std::atomic<uint8_t>& line(uint64_t line) { return lines_[line]; }
   std::atomic<uint8_t>* lines() { return lines_; }
