@@ -5,7 +5,7 @@
 //   pmrt-txbench --system pmrt|pmdk|undo|plain|floor --words K --dist uniform|zipf --array N
 //                --threads T [--seconds S] [--warmup S] [--json] [--dir DIR]
 //                [--budget-mb M] [--block-kb B] [--backend pmem|eadr|msync] [--seed N]
-//                [--prewarm] [--draws D] [--prefetch]
+//                [--prewarm] [--draws D] [--prefetch] [--no-fast-lines]
 //
 // Systems:
 //   pmrt   txn::begin; K x txn::write(&a[i], v); txn::commit — speculative logging, one fence
@@ -55,7 +55,9 @@
 // does not expose its counts), and for pmrt the log: log_budget, log_bytes_avg/max (sampled
 // every 10 ms during the measured interval), snapshots_per_commit, reclaim_cycles (and
 // full_cycles of them: the ones that rewrote the compacted log; both since the engine opened),
-// close_ms (the engine's close, which writes back every word a live record holds).
+// close_ms (the engine's close, which writes back every word a live record holds), lines_marked
+// and lines_unmarked (fast lines, docs/txn.md; --no-fast-lines turns them off: every
+// declaration reads its word's index slot).
 #include <libpmem.h>
 #include <libpmemobj.h>
 #include <sys/resource.h>
@@ -104,6 +106,7 @@ struct Args {
   uint64_t seed = 1;
   bool prewarm = false;
   bool prefetch = false;
+  bool fast_lines = true;
   uint64_t draws = uint64_t{1} << 21;
 };
 
@@ -182,6 +185,7 @@ class PmrtSystem : public System {
       pmrt::txn::Options o;
       o.log_budget = a.budget_mb << 20;
       o.block_size = a.block_kb << 10;
+      o.fast_lines = a.fast_lines;
       auto e = pmrt::txn::Engine::Open(*pool_, *epochs_, *heap_, o);
       if (!e.ok()) Die(e.status().ToString());
       engine_ = std::move(*e);
@@ -246,12 +250,13 @@ class PmrtSystem : public System {
         buf, sizeof(buf),
         ", \"log_budget\": %zu, \"log_bytes_avg\": %.0f, \"log_bytes_max\": %lu, "
         "\"log_bytes_peak_all\": %lu, \"compact_bytes\": %lu, \"snapshots_per_commit\": %.4f, "
-        "\"reclaim_cycles\": %lu, \"full_cycles\": %lu, \"words_cold\": %lu, \"stalls\": %lu",
+        "\"reclaim_cycles\": %lu, \"full_cycles\": %lu, \"words_cold\": %lu, \"stalls\": %lu, "
+        "\"lines_marked\": %lu, \"lines_unmarked\": %lu",
         static_cast<size_t>(s.log_budget),  // in effect (the engine caps it)
         log_samples_ ? static_cast<double>(log_sum_) / log_samples_ : 0.0, log_max_,
         s.log_bytes_peak, s.compact_bytes,
         commits ? static_cast<double>(s.snapshots - snapshots0_) / commits : 0.0, s.cycles,
-        s.full_cycles, s.words_cold, s.stalls - stalls0_);
+        s.full_cycles, s.words_cold, s.stalls - stalls0_, s.lines_marked, s.lines_unmarked);
     json += buf;
     // The close: the engine writes back every word a live record holds (docs/txn.md, "Epochs").
     const auto c0 = std::chrono::steady_clock::now();
@@ -458,6 +463,7 @@ void Usage() {
       "usage: pmrt-txbench --system pmrt|pmdk|undo|plain|floor --words K --dist uniform|zipf "
       "--array N --threads T [--seconds S] [--warmup S] [--json] [--dir DIR] "
       "[--budget-mb M] [--block-kb B] [--backend pmem|eadr|msync] [--seed N] [--prewarm] "
+      "[--no-fast-lines] "
       "[--draws D] [--prefetch]\n");
   std::exit(2);
 }
@@ -500,6 +506,8 @@ Args Parse(int argc, char** argv) {
       a.prewarm = true;
     else if (k == "--prefetch")
       a.prefetch = true;
+    else if (k == "--no-fast-lines")
+      a.fast_lines = false;
     else if (k == "--draws")
       a.draws = std::strtoull(val().c_str(), nullptr, 10);
     else

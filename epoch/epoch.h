@@ -274,7 +274,10 @@ inline void Guard::Enter(Manager& m, ThreadSlot* slot) {
       // Manager::Advance step 2).
       slot->epoch.store(g, std::memory_order_relaxed);
       std::atomic_signal_fence(std::memory_order_seq_cst);
-      if (m.global_.load(std::memory_order_acquire) == g) return;
+      // seq_cst (a plain load on x86-64): the transaction layer's fast lines order a later
+      // load after it against a store + seq_cst fence + load of this epoch (txn/reclaim.cc,
+      // CloseUnmarked).
+      if (m.global_.load(std::memory_order_seq_cst) == g) return;
       slot->epoch.store(0, std::memory_order_seq_cst);  // never block the advancer
     }
   }
@@ -287,8 +290,8 @@ inline bool Guard::TryEnter(Manager& m, ThreadSlot& slot, uint64_t& epoch) {
   if ((g & Manager::kClosing) != 0) return false;
   slot.epoch.store(g, std::memory_order_relaxed);  // as Enter: announce, then re-check
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  if (m.global_.load(std::memory_order_acquire) != g) [[unlikely]] {
-    slot.epoch.store(0, std::memory_order_seq_cst);  // never block the advancer
+  if (m.global_.load(std::memory_order_seq_cst) != g) [[unlikely]] {  // (seq_cst: as Enter)
+    slot.epoch.store(0, std::memory_order_seq_cst);                   // never block the advancer
     return false;
   }
   slot.depth = 1;

@@ -248,25 +248,31 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
         // line is unmarked instead, and its words may go cold once the epoch read after that
         // (UnmarkedEpoch) has completed, when every transaction that could have seen the line
         // fast has ended. Until then (unmarked_) the entry stays.
-        // A line a free unmarked (kFreed) is unmarked here as if by this cycle.
+        // A line a free unmarked (kFreed) is unmarked here as if by this cycle. The byte is
+        // read once: a free's kFreed stored after this read overwrites nothing this cycle
+        // relies on (a 0 read here was stored by a reclaimer, and a fast-path declaration
+        // before it has had its grace period).
         const uint64_t line_no = WordIndex::LineOf(e.word);
         std::atomic<uint8_t>& line = index->line(line_no);
-        // (The mutant takes such a line for one never marked.)
-        if (line.load(std::memory_order_relaxed) == WordIndex::kFreed &&
-            !mutation::Swapped(txn_detail::kFreedMutant)) [[unlikely]] {
+        const uint8_t b = line.load(std::memory_order_relaxed);
+        auto unmark = [&] {
           line.store(0, std::memory_order_seq_cst);
           unmarked_.insert_or_assign(line_no, kUnmarkedPending);
           unmarked_now.push_back(line_no);
-        }
+        };
+        // (The mutant takes a kFreed line for one never marked.)
+        const bool freed = b == WordIndex::kFreed && !mutation::Swapped(txn_detail::kFreedMutant);
+        if (freed) [[unlikely]]
+          unmark();
         if ((full || mutation::Swapped(txn_detail::kRuleMutant)) &&
             WordIndex::TouchedBy(v, cold_limit)) {
-          bool may_cold = !unmarked_.contains(line_no);
-          if (line.load(std::memory_order_relaxed) == WordIndex::kFast) {
-            line.store(0, std::memory_order_seq_cst);
+          bool may_cold = !freed && !unmarked_.contains(line_no);
+          if (b == WordIndex::kFast) {
             // (The mutant makes the word cold now, without waiting.)
-            if (!mutation::Swapped(txn_detail::kGraceMutant)) {
-              unmarked_.insert_or_assign(line_no, kUnmarkedPending);
-              unmarked_now.push_back(line_no);
+            if (mutation::Swapped(txn_detail::kGraceMutant)) {
+              line.store(0, std::memory_order_seq_cst);
+            } else {
+              unmark();
               may_cold = false;
             }
           }
@@ -275,9 +281,8 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
             ++cold;
             continue;
           }
-        } else if (options.fast_lines && line.load(std::memory_order_relaxed) == 0 &&
-                   !unmarked_.contains(line_no)) {
-          marked += TryMarkFast(line_no) ? 1 : 0;
+        } else if (options.fast_lines && b == 0 && !unmarked_.contains(line_no)) {
+          marked += TryMarkFast(line_no, cold_limit) ? 1 : 0;
         }
         // Kept: the entry moves to K' with the key it had, which the index still holds (a
         // word's key is not rewritten when its newest record moves into K, so this cycle
@@ -510,19 +515,22 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
   return absl::OkStatus();
 }
 
-// A line whose words the reclaimer saw hot becomes fast: 0 -> kChecking, the 8 slots, kChecking
-// -> kFast, all seq_cst. A commit that frees words of the line stores each slot 0 and then the
-// byte 0 (WriteCommit): if this check read a slot before its 0, that 0 byte comes after the CAS
-// to kChecking, so the CAS to kFast fails (or, if both CASes came first, the byte ends 0 before
-// the freed words can be declared again: the heap frees them after). No other thread makes a
-// word cold (the reclaimer is this one, under reclaim_mu).
-bool Engine::Impl::TryMarkFast(uint64_t line_no) {
+// A line whose words the reclaimer saw hot, none of them a cold candidate (a line with a stale
+// word would be unmarked again by the next full cycle, every time, and the stale word would
+// never go cold), becomes fast: 0 -> kChecking, the 8 slots, kChecking -> kFast, all seq_cst. A
+// commit that frees words of the line stores each slot 0 and then, unless its seq_cst load of
+// the byte reads 0 or kFreed, the byte kFreed (WriteCommit): if this check read a slot before
+// its 0, that byte store comes after the CAS to kChecking (the free's load read kChecking), so
+// the CAS to kFast fails; or, if both CASes came first, the byte ends kFreed before the freed
+// words can be declared again (the heap frees them after). No other thread makes a word cold
+// (the reclaimer is this one, under reclaim_mu).
+bool Engine::Impl::TryMarkFast(uint64_t line_no, uint64_t cold_limit) {
   std::atomic<uint8_t>& line = index->line(line_no);
   uint8_t expected = 0;
   if (!line.compare_exchange_strong(expected, WordIndex::kChecking, std::memory_order_seq_cst))
     return false;
   expected = WordIndex::kChecking;
-  const uint8_t to = index->LineAllHot(line_no) ? WordIndex::kFast : 0;
+  const uint8_t to = index->LineAllHot(line_no, cold_limit) ? WordIndex::kFast : 0;
   return line.compare_exchange_strong(expected, to, std::memory_order_seq_cst) &&
          to == WordIndex::kFast;
 }

@@ -743,18 +743,24 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
     index->at(wd).store(WordIndex::Pack(key, t.hot.epoch), std::memory_order_release);
   }
   // Each such word's line stops being fast (docs/txn.md, "Fast lines"): the slot first, then
-  // the byte (kFreed), both seq_cst, so that the reclaimer's check of the line (kChecking, the
-  // 8 slots, then kFast by CAS) either sees the cold slot or has its CAS fail on this byte.
-  // No other transaction declares these words meanwhile (they are this one's until the heap
-  // frees them in step 6), but one may hold another word of the line, declared on the fast path:
-  // the reclaimer makes no word of a kFreed line cold before the grace period of its own
-  // unmarking (Reclaim).
+  // the byte (kFreed), seq_cst, so that the reclaimer's check of the line (kChecking, the 8
+  // slots, then kFast by CAS) either reads the cold slot or has its CAS fail on this byte. A
+  // byte that reads 0 (seq_cst, after the slot's store) needs no store: a check that starts
+  // after this load reads the cold slot. No other transaction declares the freed words
+  // meanwhile (they are this one's until the heap frees them in step 6), but one may hold
+  // another word of the line, declared on the fast path: the reclaimer makes no word of a kFreed
+  // line cold before the grace period of its own unmarking (Reclaim).
   for (const BlockRec& f : t.frees) {
+    uint64_t done_line = ~uint64_t{0};
     for (uint64_t wd = f.offset / 8; wd < (f.offset + f.bytes) / 8; ++wd) {
-      if (index->at(wd).load(std::memory_order_relaxed) != 0) {
-        index->at(wd).store(0, std::memory_order_seq_cst);
-        index->line(WordIndex::LineOf(wd)).store(WordIndex::kFreed, std::memory_order_seq_cst);
-      }
+      if (index->at(wd).load(std::memory_order_relaxed) == 0) continue;
+      index->at(wd).store(0, std::memory_order_seq_cst);
+      if (WordIndex::LineOf(wd) == done_line) continue;
+      done_line = WordIndex::LineOf(wd);
+      std::atomic<uint8_t>& line = index->line(done_line);
+      const uint8_t b = line.load(std::memory_order_seq_cst);
+      if (b == WordIndex::kFast || b == WordIndex::kChecking)
+        line.store(WordIndex::kFreed, std::memory_order_seq_cst);
     }
   }
   // 6. The frees, epoch-scoped in this epoch like the record: if the epoch fails, the heap
@@ -901,7 +907,7 @@ inline constexpr uint64_t kStampWindow = uint64_t{1} << 29;
 // cold slot answers false too.
 [[gnu::always_inline]] inline bool StampPrecedes(uint32_t key, uint32_t lo_key, uint64_t used) {
   if (WordIndex::IsCompactKey(key)) return true;  // K's entries from before this open
-  if (key == 0) return false;  // cold: not at commit (the touch slack); a new block is safe
+  if (key == 0) return false;  // cold: not at commit (touch slack, fast lines' grace); safe
   constexpr uint32_t m = WordIndex::kKeyModulus;
   const uint32_t d = key >= lo_key ? key - lo_key : key + m - lo_key;
   return d < used || d >= m / 2;
@@ -925,8 +931,10 @@ static_assert(KeyAfterIsKeyOf());
 // the block that are in use are the thread's own, below its next stamp; so the newest record of
 // every word is older than that stamp and the commit takes it without reading any index slot.
 // The record of a declared word that another thread wrote was stamped before that thread's
-// index store (release), which this transaction's add() read with acquire: this relaxed read
-// of the counter (after those loads) sees that stamp's fetch_add. This transaction's own
+// commit returned, and so before the caller's isolation (its lock) passed the word to this
+// transaction: this relaxed read of the counter, after that, sees the stamp's fetch_add.
+// (add() no longer reads the slot of a word in a fast line, so its acquire load is not what
+// orders this read.) This transaction's own
 // snapshots took stamps from the counter, so a transaction with one is not solo.
 [[gnu::always_inline]] inline bool Engine::Impl::SmallCommitSolo(const ThreadTx& t) const {
   // (The mutant counts a commit as solo whatever the counter says.)

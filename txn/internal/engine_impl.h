@@ -286,7 +286,7 @@ class Engine::Impl {
   // them); under reclaim_mu.
   static constexpr uint64_t kUnmarkedPending = ~uint64_t{0};
   absl::flat_hash_map<uint64_t, uint64_t> unmarked_;
-  bool TryMarkFast(uint64_t line_no);
+  bool TryMarkFast(uint64_t line_no, uint64_t cold_limit);
   void CloseUnmarked(const std::vector<uint64_t>& lines);
 
   // Statistics (relaxed counters).

@@ -60,12 +60,13 @@ class WordIndex {
   static constexpr uint64_t LineOf(uint64_t word) { return word >> 3; }
   std::atomic<uint8_t>& line(uint64_t line) { return lines_[line]; }
   std::atomic<uint8_t>* lines() { return lines_; }
-  // The reclaimer: whether every word of `line` within the pool is hot (seq_cst loads: see
-  // TrySetFast in txn/reclaim.cc).
-  bool LineAllHot(uint64_t line) {
+  // The reclaimer: whether every word of `line` within the pool is hot and touched after
+  // `cold_limit` (seq_cst loads: see TryMarkFast in txn/reclaim.cc).
+  bool LineAllHot(uint64_t line, uint64_t cold_limit) {
     const uint64_t end = std::min(words_, (line + 1) * 8);
     for (uint64_t w = line * 8; w < end; ++w) {
-      if (Key(values_[w].load(std::memory_order_seq_cst)) == 0) return false;
+      const uint64_t v = values_[w].load(std::memory_order_seq_cst);
+      if (Key(v) == 0 || TouchedBy(v, cold_limit)) return false;
     }
     return true;
   }
