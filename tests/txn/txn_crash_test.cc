@@ -403,20 +403,19 @@ TEST(TxnCrashTest, TwoThreadsWithTouchSlack) {
 // Its negative control: a reclaimer whose cold age ignores the slack makes a word an open
 // transaction declared (without a CAS) go cold; its line, flushed with the transaction's
 // uncommitted value, is then not undone by any record.
-TEST(TxnCrashTest, MutationGateKillsTheTouchSlackMutant) {
-  const std::map<uint32_t, std::string> mutant = {
-      {txn_detail::kSlackMutant.id, txn_detail::kSlackMutant.name}};
+// One logic mutant's gate: the crash suite run with `cfg` must fail with it.
+void ExpectGateKills(const Site& mutant, Config cfg, const char* label) {
+  cfg.target_images = EnvOr("PMRT_GATE_IMAGES", 40000);
   const auto survivors = pmrt::testing::RunMutationGate(
-      mutant,
-      [] {
-        Config cfg;
-        cfg.threads = 2;
-        cfg.cold_after = 2;
-        cfg.target_images = EnvOr("PMRT_GATE_IMAGES", 40000);
-        return RunCrash(cfg);
-      },
-      "txn touch slack");
+      {{mutant.id, mutant.name}}, [&] { return RunCrash(cfg); }, label);
   EXPECT_TRUE(survivors.empty()) << ::testing::PrintToString(survivors);
+}
+
+TEST(TxnCrashTest, MutationGateKillsTheTouchSlackMutant) {
+  Config cfg;
+  cfg.threads = 2;
+  cfg.cold_after = 2;
+  ExpectGateKills(txn_detail::kSlackMutant, cfg, "txn touch slack");
 }
 
 // Fast lines (docs/txn.md, "Fast lines"): frequent full cycles (a budget always exceeded) and
@@ -449,17 +448,7 @@ TEST(TxnCrashTest, TwoThreadsWithFastLines) {
 // without waiting for the epoch of the unmarking, makes a word cold that an open transaction
 // declared on the fast path; its line, flushed with the uncommitted value, is undone by no record.
 TEST(TxnCrashTest, MutationGateKillsTheFastLineGraceMutant) {
-  const std::map<uint32_t, std::string> mutant = {
-      {txn_detail::kGraceMutant.id, txn_detail::kGraceMutant.name}};
-  const auto survivors = pmrt::testing::RunMutationGate(
-      mutant,
-      [] {
-        Config cfg = FastLinesConfig();
-        cfg.target_images = EnvOr("PMRT_GATE_IMAGES", 40000);
-        return RunCrash(cfg);
-      },
-      "txn fast lines");
-  EXPECT_TRUE(survivors.empty()) << ::testing::PrintToString(survivors);
+  ExpectGateKills(txn_detail::kGraceMutant, FastLinesConfig(), "txn fast lines");
 }
 
 TEST(TxnCrashTest, MutationGateKillsEverySite) {
