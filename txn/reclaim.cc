@@ -170,7 +170,7 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
     }
   }
   // This cycle's unmarkings: the epoch they wait for is read once the fold is over (or has
-  // failed), after a fence (UnmarkedEpoch).
+  // failed), after a fence (CloseUnmarked).
   std::vector<uint64_t> unmarked_now;
   absl::Cleanup close_unmarked = [&] { CloseUnmarked(unmarked_now); };
   uint64_t marked = 0;
@@ -246,7 +246,7 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
         // A word of a fast line (WordIndex::kFast) may be declared by an open transaction that
         // did not read its slot (txn::add's inline path), so its touch epoch says nothing: the
         // line is unmarked instead, and its words may go cold once the epoch read after that
-        // (UnmarkedEpoch) has completed, when every transaction that could have seen the line
+        // (CloseUnmarked) has completed, when every transaction that could have seen the line
         // fast has ended. Until then (unmarked_) the entry stays.
         // A line a free unmarked (kFreed) is unmarked here as if by this cycle. The byte is
         // read once: a free's kFreed stored after this read overwrites nothing this cycle
