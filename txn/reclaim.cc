@@ -525,6 +525,9 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
 // words can be declared again (the heap frees them after). No other thread makes a word cold
 // (the reclaimer is this one, under reclaim_mu).
 bool Engine::Impl::TryMarkFast(uint64_t line_no, uint64_t cold_limit) {
+  // First without a CAS: a line with a cold or stale word (Zipfian workloads keep many) costs
+  // no locked instruction on the map, whose lines the transactions read.
+  if (!index->LineAllHot(line_no, cold_limit)) return false;
   std::atomic<uint8_t>& line = index->line(line_no);
   uint8_t expected = 0;
   if (!line.compare_exchange_strong(expected, WordIndex::kChecking, std::memory_order_seq_cst))
