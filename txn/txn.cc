@@ -173,6 +173,9 @@ absl::Status Engine::Reclaim(bool advance) {
 
 std::vector<uint64_t> Engine::OwnedBlocks() const { return impl_->store.OwnedOffsets(); }
 
+static_assert(txn_detail::kFastLine == WordIndex::kFast && WordIndex::LineOf(8) == 1,
+              "txn::add's inline path (txn.h) reads the fast-line map as WordIndex defines it");
+
 bool Engine::IsFastLine(const void* p) const {
   if (!impl_->pool.contains(p, 1)) return false;
   const uint64_t line = WordIndex::LineOf(impl_->pool.offset_of(p) / 8);

@@ -121,6 +121,9 @@ struct Hot {
 // What tls_hot points to outside a transaction on the default engine: no words, so every add()
 // goes to the general path, which reports it (so that the inline path needs no null test).
 inline constinit Hot g_no_hot{};
+// Hot::fast_lines' value for a fast line (WordIndex::kFast; checked in txn/txn.cc). A line is
+// 8 words: the byte of word w is fast_lines[w >> 3] (WordIndex::LineOf).
+inline constexpr uint8_t kFastLine = 1;
 // Where txn::prefetch finds the default engine's pool mapping and word index: set by the engine
 // that becomes the default at its open, cleared at its close (size 0: prefetch touches only the
 // data). Relaxed atomics: a prefetch with stale values only prefetches addresses that no longer
@@ -307,7 +310,7 @@ namespace txn_detail {
   // transaction's guard (entered before this load) holds back. So the slot need not be read
   // now: its line is only prefetched for the commit, which stores it after its fence. (A
   // seq_cst load is a plain load on x86-64; the order it gives is the argument's.)
-  if (h->fast_lines[word >> 3].load(std::memory_order_seq_cst) == 1) [[likely]] {
+  if (h->fast_lines[word >> 3].load(std::memory_order_seq_cst) == kFastLine) [[likely]] {
     __builtin_prefetch(&slot, 1);
   } else {
     uint64_t v = slot.load(std::memory_order_acquire);
