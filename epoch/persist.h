@@ -100,6 +100,9 @@ void EnableAll();
 inline bool IsDisabled(const Site& site) {
   return internal::g_disabled_site.load(std::memory_order_relaxed) == site.id;
 }
+// Whether any site is disabled or any mutant active: a hot path that checks this once may then
+// skip its per-site checks (txn's commit of one word).
+inline bool AnyDisabled() { return internal::g_disabled_site.load(std::memory_order_relaxed) != 0; }
 // A store-order mutant: code with an ordering-sensitive in-line store sequence asks
 // `mutation::Swapped(kSite)` and, when true, performs the two stores in the wrong order.
 inline bool Swapped(const Site& site) { return IsDisabled(site); }
@@ -271,10 +274,14 @@ class Persister {
   // calls CountStream once for the range and its fence. Elsewhere the writer stores the words
   // plainly and calls Flush(site, ...) for the range.
   bool Streams(const Site& site, size_t max_len) const {
+    return StreamsRecords(max_len) && !mutation::IsDisabled(site);
+  }
+  // Streams() for a site that is not disabled (fixed for the persister's life).
+  bool StreamsRecords(size_t max_len) const {
 #if defined(__x86_64__)
-    return kind_ == BackendKind::kPmem && StreamsRecord(max_len) && !mutation::IsDisabled(site);
+    return kind_ == BackendKind::kPmem && StreamsRecord(max_len);
 #else
-    (void)site, (void)max_len;
+    (void)max_len;
     return false;
 #endif
   }
@@ -311,6 +318,13 @@ class Persister {
     const bool fence = !mutation::IsDisabled(fence_site);
     (void)CountRow(len, dst, c,
                    fence ? persist_internal::kFlushFences : persist_internal::kFlushes);
+  }
+  // CountStream on kPmem (where Streams() and FlushesInline() can hold) for a caller that has
+  // found no site disabled (mutation::AnyDisabled() false): the fence is made, so no check, and
+  // the backend's row is a constant.
+  static void CountStreamFencedPmem(const void* dst, size_t len,
+                                    persist_internal::ThreadCounters& c) {
+    CountInRow(c.v[static_cast<int>(BackendKind::kPmem)], len, dst, persist_internal::kFlushFences);
   }
   // Whether Flush writes lines back with an inline clwb (kPmem where pmem_flush is clwb:
   // persist_internal::InlineClwb). Then FlushInline(site, ...) is Flush(site, ...) without the
@@ -395,11 +409,16 @@ class Persister {
     // The backend's row once (the relaxed stores below would otherwise make the compiler
     // reload kind_ for each counter).
     std::atomic<uint64_t>* row = c.v[static_cast<int>(kind_)];
+    CountInRow(row, len, addr, flush);
+    return row;
+  }
+  static void CountInRow(std::atomic<uint64_t>* row, size_t len, const void* addr,
+                         persist_internal::Counter flush) {
+    using namespace persist_internal;
     const auto a = reinterpret_cast<uintptr_t>(addr);
     AddTo(row[flush], 1);
     AddTo(row[kBytesFlushed], len);
     AddTo(row[kLinesFlushed], len == 0 ? 0 : ((a + len - 1) / kCacheLine) - (a / kCacheLine) + 1);
-    return row;
   }
   static void AddTo(std::atomic<uint64_t>& x, uint64_t n) {
     x.store(x.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);

@@ -296,6 +296,12 @@ Engine::Impl::Impl(Engine& e)
   touch_slack = static_cast<uint32_t>(std::min(
       {txn_detail::kMaxTouchSlack, options.cold_after_epochs, options.max_cold_after_epochs}));
   cold_age = std::max<uint64_t>(options.cold_after_epochs, touch_slack);
+#if defined(__x86_64__)
+  const Persister& p = pool.persister();
+  one_path_ = p.StreamsRecords(sizeof(RecordHeader) + 16) ? OnePath::kStream
+              : p.FlushesInline()                         ? OnePath::kClwb
+                                                          : OnePath::kNone;
+#endif
 }
 
 Engine::Impl::~Impl() = default;
@@ -610,10 +616,12 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
 
 [[gnu::always_inline]] inline bool Engine::Impl::CommitOne(ThreadTx& t) {
 #if defined(__x86_64__)
-  if (txn_internal::g_crc_in_commit_loop && SmallCommitOneReady(t)) [[likely]] {
-    if (pool.persister().Streams(txn_detail::kCommitFlush, sizeof(RecordHeader) + 16))
-      return CommitOneStream(t);
-    if (pool.persister().FlushesInline()) return CommitOneCrc(t);
+  // One test of the mutation gate for all of the path's sites: with any site disabled (or a
+  // mutant active), the general small commit, which checks each.
+  if (one_path_ != OnePath::kNone && txn_internal::g_crc_in_commit_loop && !mutation::AnyDisabled())
+      [[likely]] {
+    if (uint8_t* at = SmallCommitOneReady(t); at != nullptr) [[likely]]
+      return one_path_ == OnePath::kStream ? CommitOneStream(t, at) : CommitOneCrc(t, at);
   }
 #else
   (void)t;
@@ -621,15 +629,18 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
   return false;
 }
 
-[[gnu::always_inline]] inline bool Engine::Impl::SmallCommitOneReady(ThreadTx& t) {
+[[gnu::always_inline]] inline uint8_t* Engine::Impl::SmallCommitOneReady(ThreadTx& t) {
   // The one-declaration commit makes no call (a call's return address, and the registers the
   // compiler keeps across it, are stores that the previous commit's fence holds back), so it
-  // runs only where it needs none: room in the log's tail block, the thread's persist counters
-  // made, and no reclaimer to wake (KickIfOverTrigger would call; no block is taken since).
-  return persist_internal::tls_counters != nullptr &&
-         store.TryReserve(store.chain(t.slot), sizeof(RecordHeader) + 16) != nullptr &&
-         (store.blocks_in_use() < kick_blocks_.load(std::memory_order_relaxed) ||
-          bg_kick_.load(std::memory_order_relaxed));
+  // runs only where it needs none: room in the log's tail block (the record goes there), the
+  // thread's persist counters made, and no reclaimer to wake (KickIfOverTrigger would call; no
+  // block is taken since).
+  if (persist_internal::tls_counters == nullptr ||
+      (store.blocks_in_use() >= kick_blocks_.load(std::memory_order_relaxed) &&
+       !bg_kick_.load(std::memory_order_relaxed))) {
+    return nullptr;
+  }
+  return store.TryReserve(store.chain(t.slot), sizeof(RecordHeader) + 16);
 }
 
 [[gnu::always_inline]] inline bool Engine::Impl::SmallCommitReady(const ThreadTx& t) const {
@@ -797,11 +808,11 @@ absl::Status Engine::Impl::WriteSmallCommitPortable(ThreadTx& t) {
   return WriteSmallCommitBody<true, true>(t);
 }
 // (The body cannot fail with one declaration: true.)
-[[gnu::target("sse4.2")]] bool Engine::Impl::CommitOneCrc(ThreadTx& t) {
-  return WriteSmallCommitBody<true, false, true>(t).ok();
+[[gnu::target("sse4.2")]] bool Engine::Impl::CommitOneCrc(ThreadTx& t, uint8_t* at) {
+  return WriteSmallCommitBody<true, false, true>(t, at).ok();
 }
-[[gnu::target("sse4.2")]] bool Engine::Impl::CommitOneStream(ThreadTx& t) {
-  return WriteSmallCommitBody<true, true, true>(t).ok();
+[[gnu::target("sse4.2")]] bool Engine::Impl::CommitOneStream(ThreadTx& t, uint8_t* at) {
+  return WriteSmallCommitBody<true, true, true>(t, at).ok();
 }
 #endif
 
@@ -984,7 +995,8 @@ static_assert(KeyAfterIsKeyOf());
 }
 
 template <bool kCrcInLoop, bool kStream, bool kOne>
-[[gnu::always_inline]] inline absl::Status Engine::Impl::WriteSmallCommitBody(ThreadTx& t) {
+[[gnu::always_inline]] inline absl::Status Engine::Impl::WriteSmallCommitBody(ThreadTx& t,
+                                                                              uint8_t* one_at) {
   static_assert(kCrcInLoop || !kStream, "a streamed record's checksum is computed as it goes");
   const WriteRec* const wb = t.hot.begin;
   const size_t k = kOne ? 1 : t.writes_size();  // 1 to kSmallCommitWrites
@@ -1062,7 +1074,7 @@ template <bool kCrcInLoop, bool kStream, bool kOne>
   uint32_t stamp_key;
   const uint64_t stamp = SmallCommitStamp(t, solo, older, stamp_key);
   txn_internal::Chain& log = store.chain(t.slot);
-  uint8_t* at = store.TryReserve(log, bytes);
+  uint8_t* at = kOne ? one_at : store.TryReserve(log, bytes);
   if constexpr (!kOne) {  // (kOne: there is room, SmallCommitOneReady)
     if (at == nullptr) [[unlikely]] {
       absl::StatusOr<uint8_t*> r = store.Reserve(log, t.slot, bytes);
@@ -1070,8 +1082,10 @@ template <bool kCrcInLoop, bool kStream, bool kOne>
       at = *r;
     }
   }
-  // (at == BlockAt(log.tail) + log.pos, as read again below.)
+  // (at == BlockAt(log.tail) + log.pos, as read again below; kOne keeps what it needs of the
+  // chain in registers instead, the position to publish among them.)
   const uint64_t gen = store.BlockGen(log.tail);
+  const uint64_t one_published = kOne ? txn_internal::LogStore::PublishedAfter(log, bytes) : 0;
   // 3. The record, straight into the log: the header's words after the first (stamp, epoch,
   //    gen), the entries (each word's value now, the transaction's last), and the checksum
   //    alongside (the header first with its crc field taken as zero, as RecordCrc computes
@@ -1168,8 +1182,8 @@ template <bool kCrcInLoop, bool kStream, bool kOne>
   // What follows reads the log position, the block's gen and the epoch again rather than keep
   // them in registers across the loop (the stores above may alias them, so the compiler cannot
   // reuse them): spilling them would be stores too.
-  txn_internal::Chain& tail = store.chain(t.slot);
-  auto* const rec = reinterpret_cast<uint64_t*>(store.BlockAt(tail.tail) + tail.pos);
+  txn_internal::Chain& tail = kOne ? log : store.chain(t.slot);
+  auto* const rec = reinterpret_cast<uint64_t*>(kOne ? at : store.BlockAt(tail.tail) + tail.pos);
   if constexpr (kOne && !kStream) {
     // (stored above, with the rest)
   } else if constexpr (kCrcInLoop) {
@@ -1183,10 +1197,9 @@ template <bool kCrcInLoop, bool kStream, bool kOne>
     RecordWriter::FinishHeader(rec, rec_words, RecordKind::kCommit, stamp, t.hot.epoch,
                                store.BlockGen(tail.tail));
   }
-  if constexpr (kOne) {  // (the counters exist: SmallCommitOneReady)
-    if constexpr (!kStream) pool.persister().FlushInline(txn_detail::kCommitFlush, rec, bytes);
-    pool.persister().CountStream(txn_detail::kCommitFence, rec, bytes,
-                                 *persist_internal::tls_counters);
+  if constexpr (kOne) {  // (the counters exist, no site is disabled: CommitOne)
+    if constexpr (!kStream) persist_internal::Clwb(rec, bytes);
+    Persister::CountStreamFencedPmem(rec, bytes, *persist_internal::tls_counters);
   } else if constexpr (kStream) {
     pool.persister().CountStream(txn_detail::kCommitFence, rec, bytes);
   } else {
@@ -1207,7 +1220,8 @@ template <bool kCrcInLoop, bool kStream, bool kOne>
   // in docs/txn.md: the instructions after the fence wait in the reorder buffer until it
   // retires, and the fewer they are, the sooner the caller's next transaction starts its
   // misses).
-  const uint64_t published = txn_internal::LogStore::PublishedAfter(tail, bytes);
+  const uint64_t published =
+      kOne ? one_published : txn_internal::LogStore::PublishedAfter(tail, bytes);
   const uint64_t v = WordIndex::Pack(stamp_key, t.hot.epoch);
   const WriteRec* const w_end = wb + k;
   epoch::ThreadSlot& guard_slot = *t.epoch_slot;
@@ -1215,7 +1229,9 @@ template <bool kCrcInLoop, bool kStream, bool kOne>
   // 4. The one fence, the commit point: a crash before it completes finds the record whole (the
   //    transaction counts as committed: allowed, commit has not returned), torn (bad checksum:
   //    this log ends there, the transaction is undone) or absent; after it, committed.
-  if constexpr (kStream || kOne) {  // (counted by CountStream above)
+  if constexpr (kOne) {  // (counted by CountStreamFenced above; the site is not disabled)
+    persist_internal::PmemDrain();
+  } else if constexpr (kStream) {  // (counted by CountStream above)
     pool.persister().StreamFence(txn_detail::kCommitFence);
   } else {
     pool.persister().Fence(txn_detail::kCommitFence);

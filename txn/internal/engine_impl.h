@@ -318,11 +318,22 @@ class Engine::Impl {
   // live and spills none (each store is one more that the previous commit's fence holds back).
   // REQUIRES: SmallCommitReady(t), t.writes_size() == 1.
   [[gnu::always_inline]] bool CommitOne(txn_detail::ThreadTx& t);
-  bool CommitOneCrc(txn_detail::ThreadTx& t);     // REQUIRES: SmallCommitOneReady, FlushesInline
-  bool CommitOneStream(txn_detail::ThreadTx& t);  // REQUIRES: SmallCommitOneReady, Streams
-  [[gnu::always_inline]] bool SmallCommitOneReady(txn_detail::ThreadTx& t);
+  // The record goes at `at` (SmallCommitOneReady's), in the log's tail block. REQUIRES:
+  // SmallCommitOneReady, no mutation site disabled, one_path_ kClwb (FlushesInline) or
+  // kStream (StreamsRecords).
+  bool CommitOneCrc(txn_detail::ThreadTx& t, uint8_t* at);
+  bool CommitOneStream(txn_detail::ThreadTx& t, uint8_t* at);
+  // Where the record of one declaration goes when its commit needs no call, else null.
+  [[gnu::always_inline]] uint8_t* SmallCommitOneReady(txn_detail::ThreadTx& t);
+  // How CommitOne writes its record on this pool (fixed at open, from the pool's persister and
+  // the processor): not at all (kNone: the general small commit does), streamed, or with an
+  // inline clwb.
+  enum class OnePath : uint8_t { kNone, kStream, kClwb };
+  OnePath one_path_ = OnePath::kNone;
+  // (kOne: one_at is SmallCommitOneReady's.)
   template <bool kCrcInLoop, bool kStream, bool kOne = false>
-  [[gnu::always_inline]] absl::Status WriteSmallCommitBody(txn_detail::ThreadTx& t);
+  [[gnu::always_inline]] absl::Status WriteSmallCommitBody(txn_detail::ThreadTx& t,
+                                                           uint8_t* one_at = nullptr);
   // The commit-order stamp of a small commit: the next of the thread's block when `solo`
   // (SmallCommitSolo) or `older` (every declared word's newest record has a smaller stamp than
   // that one, by StampPrecedes on the word's index slot read with acquire before the call),

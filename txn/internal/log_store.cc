@@ -362,8 +362,9 @@ absl::StatusOr<uint8_t*> LogStore::Reserve(Chain& c, uint32_t slot, size_t bytes
     c.blocks.push_back(b);
   }
   c.tail = b;
+  c.tail_at = BlockAt(b);
   c.pos = kBlockPayload;
-  return BlockAt(b) + c.pos;
+  return c.tail_at + c.pos;
 }
 
 void LogStore::Release(const std::vector<uint32_t>& blocks) {

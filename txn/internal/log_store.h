@@ -51,6 +51,7 @@ struct Chain {
   // every log starts a new block, so a torn tail from the previous run is never appended to).
   uint32_t tail = kNoBlock;
   uint32_t pos = 0;
+  uint8_t* tail_at = nullptr;  // BlockAt(tail) while tail != kNoBlock (TryReserve's address)
   // (block << 32) | end of the last complete record: what the reclaimer may read. Release store
   // by the owner after the record is written; acquire load by the reclaimer.
   std::atomic<uint64_t> published{kNothingPublished};
@@ -145,7 +146,7 @@ class LogStore {
   // Reserve's common case, inline: room for `bytes` in c's tail block, or null (then call
   // Reserve). REQUIRES: bytes <= max_record_bytes().
   uint8_t* TryReserve(Chain& c, size_t bytes) {
-    return c.tail != kNoBlock && c.pos + bytes <= block_size_ ? BlockAt(c.tail) + c.pos : nullptr;
+    return c.tail != kNoBlock && c.pos + bytes <= block_size_ ? c.tail_at + c.pos : nullptr;
   }
   // The record of `bytes` just reserved is complete (its fence has returned): publish it.
   void Publish(Chain& c, size_t bytes) { PublishValue(c, PublishedAfter(c, bytes)); }
