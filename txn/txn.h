@@ -131,6 +131,25 @@ inline constexpr uint8_t kFastLine = 1;
 inline std::atomic<uintptr_t> g_prefetch_base{0};
 inline std::atomic<uintptr_t> g_prefetch_index{0};
 inline std::atomic<uint64_t> g_prefetch_size{0};
+// Whether the processor has PREFETCHW (CPUID 8000_0001h, ECX bit 8; set by txn.cc before main).
+inline constinit bool g_prefetchw = false;
+// A hint that the calling thread will soon store to p's cache line: PREFETCHW where the processor
+// has it, which fetches the line in a state this core may write (so the store later finds it
+// owned: no request for ownership after the load, which for a line another core has read, or
+// one the store waits on behind a fence, is a second round trip); otherwise a prefetch for
+// writing as the compiler makes it (prefetcht0 on x86-64 without -mprfchw). Like any prefetch
+// it never faults: p may be any address. For lines written after the load, not for lines also
+// read first (the data line of add(): its old value; PREFETCHW there measured slower at K = 16,
+// docs/performance.md).
+[[gnu::always_inline]] inline void PrefetchForWrite(const void* p) {
+#if defined(__x86_64__)
+  if (g_prefetchw) [[likely]] {
+    asm volatile("prefetchw %0" : : "m"(*static_cast<const char*>(p)));
+    return;
+  }
+#endif
+  __builtin_prefetch(p, 1);
+}
 // The calling thread's open transaction on the default engine, or &g_no_hot.
 // constinit: no dynamic initialization, so other translation units read it directly (no TLS
 // wrapper call on the inline path).
@@ -308,10 +327,11 @@ namespace txn_detail {
   // A fast line (docs/txn.md, "Fast lines"): every word of it is hot, and the reclaimer makes
   // none cold until the epoch in which it clears the byte has completed, which this
   // transaction's guard (entered before this load) holds back. So the slot need not be read
-  // now: its line is only prefetched for the commit, which stores it after its fence. (A
-  // seq_cst load is a plain load on x86-64; the order it gives is the argument's.)
+  // now: its line is only prefetched for the commit, which stores it after its fence (for
+  // writing: the store is the line's only use). (A seq_cst load is a plain load on x86-64; the
+  // order it gives is the argument's.)
   if (h->fast_lines[word >> 3].load(std::memory_order_seq_cst) == kFastLine) [[likely]] {
-    __builtin_prefetch(&slot, 1);
+    PrefetchForWrite(&slot);
   } else {
     uint64_t v = slot.load(std::memory_order_acquire);
     if ((v >> 32) == 0) [[unlikely]]  // cold (key 0)
