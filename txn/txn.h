@@ -144,7 +144,7 @@ inline constinit bool g_prefetchw = false;
 [[gnu::always_inline]] inline void PrefetchForWrite(const void* p) {
 #if defined(__x86_64__)
   if (g_prefetchw) [[likely]] {
-    asm volatile("prefetchw %0" : : "m"(*static_cast<const char*>(p)));
+    asm volatile("prefetchw (%0)" : : "r"(p));  // (an address in a register: nothing dereferenced)
     return;
   }
 #endif
