@@ -49,6 +49,12 @@ absl::Status Engine::Impl::Recover() {
   bool created = false;
   RETURN_IF_ERROR(store.Open(options.block_size, &created));
   if (created) RETURN_IF_ERROR(epochs.Sync());
+  // Records of one declaration end at a cache line (docs/txn.md, "Line-ending records"), except
+  // in a version-1 directory, which keeps version-1 records (no pad words) for its older
+  // readers, and where records are streamed (non-temporal stores; not measured padded).
+  pad_ones_ = store.version() >= txn_internal::kFirstPaddedVersion &&
+              !pool.persister().StreamsRecords(sizeof(txn_internal::RecordHeader) + 16);
+  if (one_path_ == OnePath::kClwb && pad_ones_) one_path_ = OnePath::kClwbLine;
   txn_internal::DirectoryLayout* dir = store.dir();
 
   // 1. The current reclamation descriptor: the valid one with the higher seq. A torn or stale

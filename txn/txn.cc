@@ -25,6 +25,7 @@ using txn_detail::ThreadTx;
 using txn_detail::WriteRec;
 using txn_internal::EntryType;
 using txn_internal::kMaxEntryWords;
+using txn_internal::kMaxLinePad;
 using txn_internal::MakeEntryHead;
 using txn_internal::RecordHeader;
 using txn_internal::RecordKind;
@@ -634,8 +635,13 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
   // mutant active), the general small commit, which checks each.
   if (one_path_ != OnePath::kNone && txn_internal::g_crc_in_commit_loop && !mutation::AnyDisabled())
       [[likely]] {
-    if (uint8_t* at = SmallCommitOneReady(t); at != nullptr) [[likely]]
-      return one_path_ == OnePath::kStream ? CommitOneStream(t, at) : CommitOneCrc(t, at);
+    const OnePath path = one_path_;
+    if (uint8_t* at = SmallCommitOneReady(t, path == OnePath::kClwbLine); at != nullptr)
+        [[likely]] {
+      return path == OnePath::kClwbLine ? CommitOneLine(t, at)
+             : path == OnePath::kStream ? CommitOneStream(t, at)
+                                        : CommitOneCrc(t, at);
+    }
   }
 #else
   (void)t;
@@ -643,7 +649,7 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
   return false;
 }
 
-[[gnu::always_inline]] inline uint8_t* Engine::Impl::SmallCommitOneReady(ThreadTx& t) {
+[[gnu::always_inline]] inline uint8_t* Engine::Impl::SmallCommitOneReady(ThreadTx& t, bool line) {
   // The one-declaration commit makes no call (a call's return address, and the registers the
   // compiler keeps across it, are stores that the previous commit's fence holds back), so it
   // runs only where it needs none: room in the log's tail block (the record goes there), the
@@ -654,7 +660,12 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
        !bg_kick_.load(std::memory_order_relaxed))) {
     return nullptr;
   }
-  return store.TryReserve(store.chain(t.slot), sizeof(RecordHeader) + 16);
+  constexpr size_t kBytes = sizeof(RecordHeader) + 16;
+  txn_internal::Chain& c = store.chain(t.slot);
+  if (!line) return store.TryReserve(c, kBytes);
+  // (Where c has no tail block, TryReserve fails whatever the size; the address is not used.)
+  const uintptr_t at = reinterpret_cast<uintptr_t>(c.tail_at) + c.pos;
+  return store.TryReserve(c, kBytes + txn_internal::LinePad(at, kBytes));
 }
 
 [[gnu::always_inline]] inline bool Engine::Impl::SmallCommitReady(const ThreadTx& t) const {
@@ -824,6 +835,9 @@ absl::Status Engine::Impl::WriteSmallCommitPortable(ThreadTx& t) {
 // (The body cannot fail with one declaration: true.)
 [[gnu::target("sse4.2")]] bool Engine::Impl::CommitOneCrc(ThreadTx& t, uint8_t* at) {
   return WriteSmallCommitBody<true, false, true>(t, at).ok();
+}
+[[gnu::target("sse4.2")]] bool Engine::Impl::CommitOneLine(ThreadTx& t, uint8_t* at) {
+  return WriteSmallCommitBody<true, false, true, true>(t, at).ok();
 }
 [[gnu::target("sse4.2")]] bool Engine::Impl::CommitOneStream(ThreadTx& t, uint8_t* at) {
   return WriteSmallCommitBody<true, true, true>(t, at).ok();
@@ -1011,10 +1025,11 @@ static_assert(KeyAfterIsKeyOf());
   return b;
 }
 
-template <bool kCrcInLoop, bool kStream, bool kOne>
+template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine>
 [[gnu::always_inline]] inline absl::Status Engine::Impl::WriteSmallCommitBody(ThreadTx& t,
                                                                               uint8_t* one_at) {
   static_assert(kCrcInLoop || !kStream, "a streamed record's checksum is computed as it goes");
+  static_assert(!kLine || (kOne && !kStream && kCrcInLoop), "only the clwb one-word commit pads");
   const WriteRec* const wb = t.hot.begin;
   const size_t k = kOne ? 1 : t.writes_size();  // 1 to kSmallCommitWrites
   static_assert(txn_detail::kSmallCommitWrites <= 64, "one bit per declaration below");
@@ -1079,8 +1094,20 @@ template <bool kCrcInLoop, bool kStream, bool kOne>
   const auto kept = static_cast<size_t>(__builtin_popcountll(keep));
   const auto runs = static_cast<size_t>(__builtin_popcountll(starts));
   static_assert(txn_detail::kSmallCommitWrites < kMaxEntryWords, "a run fits in one entry");
-  const size_t rec_words = sizeof(RecordHeader) / 8 + runs + kept;
-  const size_t bytes = rec_words * 8;
+  // The record of one declaration ends at its cache line's end, padded with kPadWord, where the
+  // engine pads (pad_ones_: a version-2 directory, records not streamed), so that the next record
+  // starts on a line of its own. Unpadded, three one-word records in four write a line that the
+  // previous commit has just written back, and half of them write back two lines; padded, each
+  // writes back one line that no earlier commit wrote (docs/txn.md, "Line-ending records"). The
+  // one-word commit's room for the pad is SmallCommitOneReady's (kLine); the general path
+  // reserves room for the largest pad and takes what the record's address needs.
+  size_t pad_words = 0;
+  if constexpr (kLine) {
+    pad_words = txn_internal::LinePad(reinterpret_cast<uintptr_t>(one_at), 48) / 8;
+  }
+  [[maybe_unused]] const bool pad_one = !kOne && !kStream && k == 1 && pad_ones_;
+  size_t rec_words = sizeof(RecordHeader) / 8 + runs + kept + pad_words;
+  size_t bytes = rec_words * 8;
   static_assert(sizeof(RecordHeader) + 16 * txn_detail::kSmallCommitWrites <=
                     txn_internal::kMinBlockSize - txn_internal::kBlockPayload,
                 "a small commit's record fits in any log block");
@@ -1091,12 +1118,17 @@ template <bool kCrcInLoop, bool kStream, bool kOne>
   uint32_t stamp_key;
   const uint64_t stamp = SmallCommitStamp(t, solo, older, stamp_key);
   txn_internal::Chain& log = store.chain(t.slot);
-  uint8_t* at = kOne ? one_at : store.TryReserve(log, bytes);
+  uint8_t* at = kOne ? one_at : store.TryReserve(log, bytes + (pad_one ? kMaxLinePad : 0));
   if constexpr (!kOne) {  // (kOne: there is room, SmallCommitOneReady)
     if (at == nullptr) [[unlikely]] {
-      absl::StatusOr<uint8_t*> r = store.Reserve(log, t.slot, bytes);
+      absl::StatusOr<uint8_t*> r = store.Reserve(log, t.slot, bytes + (pad_one ? kMaxLinePad : 0));
       if (!r.ok()) return SmallCommitFailed(t, r.status());
       at = *r;
+    }
+    if (pad_one) {
+      pad_words = txn_internal::LinePad(reinterpret_cast<uintptr_t>(at), bytes) / 8;
+      rec_words += pad_words;
+      bytes = rec_words * 8;
     }
   }
   // The log line this thread's commit writes a few commits from now (kLogWriteAhead bytes on),
@@ -1136,9 +1168,15 @@ template <bool kCrcInLoop, bool kStream, bool kOne>
     if constexpr (kOne && !kStream) {
       // One entry: the checksum first, then the record's six words as three 16-byte stores.
       const auto [head, value] = SingleEntry<kCrcInLoop>(wb[0].word, base, crc);
+      if constexpr (kLine) {
+        for (size_t i = 0; i < pad_words; ++i) crc = Crc8(crc, txn_internal::kPadWord);
+      }
       Store16(d, head0 | static_cast<uint64_t>(~static_cast<uint32_t>(crc)) << 32, stamp);
       Store16(d + 2, t.hot.epoch, gen);
       Store16(d + 4, head, value);
+      if constexpr (kLine) {
+        for (size_t i = 0; i < pad_words; ++i) d[6 + i] = txn_internal::kPadWord;
+      }
     } else if (kStream && joins == 0 && (reinterpret_cast<uintptr_t>(d) & 8) == 0) {
       // A 16-byte-aligned record: word 1 | words 2-3 | each entry {head, value}: aligned pairs.
       Persister::Stream8(d + 1, stamp);
@@ -1201,6 +1239,10 @@ template <bool kCrcInLoop, bool kStream, bool kOne>
         sink.Put(value);
         if constexpr (kCrcInLoop) crc = Crc8(crc, value);
       }
+      for (size_t i = 0; i < pad_words; ++i) {  // (pad_one)
+        sink.Put(txn_internal::kPadWord);
+        if constexpr (kCrcInLoop) crc = Crc8(crc, txn_internal::kPadWord);
+      }
       sink.End();
     }
   }
@@ -1236,11 +1278,12 @@ template <bool kCrcInLoop, bool kStream, bool kOne>
   // overlap the drain of the record's stores. The record is complete, so nothing below can
   // fail; the transaction ends here.
   if constexpr (kOne) {
-    static_assert(sizeof(RecordHeader) + 16 == 48, "stats() counts one_commits' bytes so");
+    static_assert(sizeof(RecordHeader) + 16 == 48,
+                  "stats() counts one_commits' bytes so (their line padding left out)");
     t.one_commits.Add(1);
   } else {
     t.commits.Add(1);
-    t.record_bytes.Add(bytes);
+    t.record_bytes.Add(bytes - pad_words * 8);  // (line padding not counted: Stats)
     KickIfOverTrigger();  // (kOne: SmallCommitOneReady checked it; no block taken since)
   }
   // What the stores after the fence store, computed before it (see "Stores after the fence"

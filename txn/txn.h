@@ -199,7 +199,7 @@ struct Stats {
   uint64_t aborts = 0;
   uint64_t snapshots = 0;  // snapshot records (cold words), each one fence
   uint64_t snapshot_words = 0;
-  uint64_t record_bytes = 0;  // bytes of commit records written
+  uint64_t record_bytes = 0;  // bytes of commit records written (their line padding not counted)
   uint64_t log_bytes = 0;     // blocks in logs x block size, now
   uint64_t log_bytes_peak = 0;
   uint64_t log_bytes_owned = 0;    // blocks owned (in logs or free) x block size

@@ -304,6 +304,7 @@ struct Config : pmrt::testing::CrashConfig {
 struct Outcome : pmrt::testing::CrashOutcome {
   uint64_t commits = 0, cycles = 0, full_cycles = 0, snapshots = 0, lines_marked = 0,
            lines_unmarked = 0;
+  uint64_t padded = 0;  // records of one declaration padded to a line, seen in the logs
 };
 
 Outcome RunCrash(const Config& cfg) {
@@ -329,6 +330,15 @@ Outcome RunCrash(const Config& cfg) {
       },
       [&](Sim& sim, testing::Runtime& rt, Outcome& out) {
         Engine& engine = *rt.engine;
+        // The crash images cover line-ending records (docs/txn.md): the stamps of the padded
+        // records of one declaration found in the logs before each reclamation and at the end.
+        std::set<uint64_t> padded;
+        auto see_padded = [&] {
+          for (const txn_internal::RecordHeader* h : testing::ThreadLogRecords(*rt.pool)) {
+            const testing::RecordShape shape = testing::ShapeOf(h);
+            if (shape.one_word() && shape.pad_words != 0) padded.insert(h->stamp);
+          }
+        };
         {
           auto rngs = pmrt::testing::WorkerRngs(cfg.threads, sim.options().seed, 7919);
           pmrt::testing::Lockstep workers(
@@ -341,6 +351,7 @@ Outcome RunCrash(const Config& cfg) {
                     EXPECT_OK(rt.epochs->Advance());
                   }
                 } else if (pick == 1) {
+                  see_padded();
                   EXPECT_OK(engine.Reclaim(/*advance=*/false));
                   // Sometimes the next records go to new blocks at once: the blocks just freed
                   // are reused before any other fence (the window a missing head fence opens).
@@ -363,15 +374,18 @@ Outcome RunCrash(const Config& cfg) {
         out.snapshots = s.snapshots;
         out.lines_marked = s.lines_marked;
         out.lines_unmarked = s.lines_unmarked;
+        see_padded();
+        out.padded = padded.size();
       });
 }
 
 void Report(const char* what, const Outcome& r) {
   std::printf(
       "%s: %lu crash points, %lu images (max dirty lines %lu) in %.2f s (%lu commits, %lu "
-      "snapshots, %lu cycles, %lu full; fast lines %lu marked, %lu unmarked)\n",
+      "snapshots, %lu cycles, %lu full; fast lines %lu marked, %lu unmarked; %lu records padded "
+      "to a line)\n",
       what, r.stats.crash_points, r.stats.images, r.stats.max_dirty_lines, r.seconds, r.commits,
-      r.snapshots, r.cycles, r.full_cycles, r.lines_marked, r.lines_unmarked);
+      r.snapshots, r.cycles, r.full_cycles, r.lines_marked, r.lines_unmarked, r.padded);
 }
 
 TEST(TxnCrashTest, OneThread) {
@@ -381,12 +395,15 @@ TEST(TxnCrashTest, OneThread) {
       r, cfg.target_images, [](const Outcome& o) { Report("txn, 1 thread", o); }));
   EXPECT_GT(r.full_cycles, 0u);
   EXPECT_GT(r.cycles, r.full_cycles) << "incremental cycles too";
+  EXPECT_GT(r.padded, 0u) << "no record of one declaration padded to its line";
 }
 
 TEST(TxnCrashTest, TwoThreads) {
   const auto cfg = pmrt::testing::MainRunConfig<Config>(2, EnvOr("PMRT_TXN_SEED", 3), 100000);
-  pmrt::testing::ExpectFinishedRun(RunCrash(cfg), cfg.target_images,
-                                   [](const Outcome& o) { Report("txn, 2 threads", o); });
+  const Outcome r = RunCrash(cfg);
+  ASSERT_NO_FATAL_FAILURE(pmrt::testing::ExpectFinishedRun(
+      r, cfg.target_images, [](const Outcome& o) { Report("txn, 2 threads", o); }));
+  EXPECT_GT(r.padded, 0u) << "no record of one declaration padded to its line";
 }
 
 // The touch slack: words declared without a CAS because they were touched in the two epochs

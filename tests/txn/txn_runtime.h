@@ -8,11 +8,15 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "alloc/allocator.h"
 #include "epoch/epoch.h"
 #include "epoch/pool.h"
 #include "tests/alloc/heap_runtime.h"
+#include "txn/internal/log_layout.h"
+#include "txn/internal/log_store.h"
 #include "txn/txn.h"
 
 namespace pmrt::txn::testing {
@@ -84,6 +88,61 @@ class Buffer {
   void* p_;
   size_t size_;
 };
+
+// The valid records of every thread log of `pool`, read from the media as recovery reads them:
+// the directory's heads, each block's records from kBlockPayload while they are valid for the
+// block's gen, and the blocks' links while they are of the same incarnation.
+inline std::vector<const txn_internal::RecordHeader*> ThreadLogRecords(Pool& pool) {
+  using namespace txn_internal;  // NOLINT: the layout's names
+  std::vector<const RecordHeader*> out;
+  const uint64_t dir_off = pool.state().txn_directory.value.load(std::memory_order_acquire);
+  if (dir_off == 0) return out;
+  const auto* dir = static_cast<const DirectoryLayout*>(pool.at(dir_off));
+  const size_t bs = dir->header.block_size;
+  for (size_t slot = 0; slot < kMaxSlots; ++slot) {
+    uint64_t off = dir->heads[slot].load(std::memory_order_acquire);
+    uint64_t want_gen = 0;  // the head block's gen is its header's
+    for (size_t hops = 0; off != 0 && hops < pool.size() / bs; ++hops) {
+      const auto* block = static_cast<const uint8_t*>(pool.at(off));
+      const uint64_t gen = reinterpret_cast<const BlockHeader*>(block)->gen;
+      if (want_gen != 0 && gen != want_gen) break;
+      size_t pos = kBlockPayload;
+      while (const RecordHeader* h = ValidRecord(block, bs, gen, pos)) {
+        out.push_back(h);
+        pos += size_t{h->words} * 8;
+      }
+      const auto* link = reinterpret_cast<const BlockLink*>(block + sizeof(BlockHeader));
+      if (link->gen != gen) break;
+      off = link->next;
+      want_gen = link->next_gen;
+    }
+  }
+  return out;
+}
+
+// What a record holds: its data entries, their words, and its pad words.
+struct RecordShape {
+  size_t entries = 0;
+  size_t data_words = 0;
+  size_t pad_words = 0;
+  bool commit = false;
+  // The commit record of one declaration: one data entry of one word.
+  bool one_word() const { return commit && entries == 1 && data_words == 1; }
+};
+inline RecordShape ShapeOf(const txn_internal::RecordHeader* h) {
+  RecordShape r;
+  r.commit = h->kind == static_cast<uint16_t>(txn_internal::RecordKind::kCommit);
+  size_t words = sizeof(txn_internal::RecordHeader) / 8;
+  txn_internal::ForEachEntry(h, [&](uint64_t head, const uint64_t* values) {
+    ++words;
+    if (values == nullptr) return;
+    ++r.entries;
+    r.data_words += txn_internal::EntryWords(head);
+    words += txn_internal::EntryWords(head);
+  });
+  r.pad_words = h->words - words;  // (ForEachEntry skips them)
+  return r;
+}
 
 }  // namespace pmrt::txn::testing
 

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "epoch/crc32c.h"
 #include "epoch/persist.h"
 #include "epoch/status_macros.h"
 #include "gtest/gtest.h"
@@ -38,7 +40,10 @@ namespace {
 using ::pmrt::testing::StatusIs;
 using testing::Buffer;
 using testing::OpenMemory;
+using testing::RecordShape;
 using testing::Runtime;
+using testing::ShapeOf;
+using testing::ThreadLogRecords;
 
 constexpr size_t kPoolSize = 16 << 20;
 constexpr int kWords = 500;
@@ -92,6 +97,17 @@ class TxnTest : public ::testing::Test {
     rt_.Reset();
     buf_.CopyFrom(image.data());
     auto r = OpenMemory(buf_.data(), kPoolSize, Eadr(), o, /*create=*/false);
+    ASSERT_OK(r);
+    rt_ = std::move(*r);
+    root_ = *rt_.pool->root<Root>();
+  }
+  // The same over a pool of other options (po: its backend and record writes).
+  void CrashAndRecoverWith(const PoolOptions& po, const Options& o = Quiet()) {
+    Buffer image(kPoolSize);
+    image.CopyFrom(buf_.data());
+    rt_.Reset();
+    buf_.CopyFrom(image.data());
+    auto r = OpenMemory(buf_.data(), kPoolSize, po, o, /*create=*/false);
     ASSERT_OK(r);
     rt_ = std::move(*r);
     root_ = *rt_.pool->root<Root>();
@@ -487,6 +503,206 @@ TEST_F(TxnTest, OneWordCommitsAcrossBlocksRecoverTheValues) {
     for (int i = 0; i < kSpan; ++i) ASSERT_EQ(root_->words[i], expect[static_cast<size_t>(i)]) << i;
     rt_.Reset();
   }
+}
+
+// Records of one declaration end at a cache line (docs/txn.md, "Line-ending records"): padded
+// with pad words where records are stored and flushed (the pmem backend's one-word commit with
+// its inline clwb, the general small commit elsewhere), not where they are streamed; no other
+// record is padded. The padded records alone recover the values, across log blocks, and count
+// 48 bytes each in record_bytes (padding left out).
+TEST_F(TxnTest, OneWordRecordsEndAtACacheLine) {
+  struct Config {
+    BackendKind backend;
+    RecordWrites writes;
+    bool padded;
+  };
+#if defined(__x86_64__)
+  const bool streams = txn_internal::g_crc_in_commit_loop;  // pmem + kStream streams them
+#else
+  const bool streams = false;
+#endif
+  for (const Config c : {Config{BackendKind::kPmem, RecordWrites::kFlush, true},
+                         Config{BackendKind::kEadr, RecordWrites::kFlush, true},
+                         Config{BackendKind::kPmem, RecordWrites::kStream, !streams}}) {
+    SCOPED_TRACE(absl::StrCat(std::string(BackendName(c.backend)), " ",
+                              std::string(RecordWritesName(c.writes))));
+    PoolOptions po;
+    po.backend = c.backend;
+    po.record_writes = c.writes;
+    auto r = OpenMemory(buf_.data(), kPoolSize, po, Quiet(), /*create=*/true);
+    ASSERT_OK(r);
+    rt_ = std::move(*r);
+    root_ = *rt_.pool->root<Root>();
+    constexpr int kSpan = 64;
+    ASSERT_OK(txn::Run([&]() -> absl::Status {  // every word hot: no snapshot below
+      for (int i = 0; i < kSpan; ++i) RETURN_IF_ERROR(write(&root_->words[i], uint64_t{1}));
+      return absl::OkStatus();
+    }));
+    std::vector<uint64_t> expect(kSpan, 1);
+    const txn::Stats s0 = engine().stats();
+    uint64_t ones = 0, twos = 0;
+    for (int n = 0; n < 2000; ++n) {  // 4 KiB blocks: dozens of them
+      const int w = (n * 7) % kSpan;
+      ASSERT_OK(begin());
+      ASSERT_OK(write(&root_->words[w], uint64_t(100 + n)));
+      expect[static_cast<size_t>(w)] = uint64_t(100 + n);
+      if (n % 5 == 0) {  // a two-word record now and then (not consecutive words: two entries)
+        const int w2 = (w + 3) % kSpan;
+        ASSERT_OK(write(&root_->words[w2], uint64_t(200 + n)));
+        expect[static_cast<size_t>(w2)] = uint64_t(200 + n);
+        ++twos;
+      } else {
+        ++ones;
+      }
+      ASSERT_OK(commit());
+      if (n == 1000) engine().SealLogsForTesting();  // the next record starts a new block
+    }
+    EXPECT_EQ(engine().stats().record_bytes - s0.record_bytes, ones * 48 + twos * 64);
+    uint64_t one_records = 0, padded = 0;
+    for (const txn_internal::RecordHeader* h : ThreadLogRecords(*rt_.pool)) {
+      const RecordShape shape = ShapeOf(h);
+      const auto end = reinterpret_cast<uintptr_t>(h) + size_t{h->words} * 8;
+      if (!shape.one_word()) {
+        EXPECT_EQ(shape.pad_words, 0u) << "only commit records of one declaration are padded";
+        continue;
+      }
+      ++one_records;
+      padded += shape.pad_words != 0 ? 1 : 0;
+      if (c.padded) {
+        EXPECT_EQ(end % 64, 0u) << "a one-word record that does not end its line";
+        EXPECT_LT(shape.pad_words, 8u);
+      } else {
+        EXPECT_EQ(shape.pad_words, 0u);
+      }
+    }
+    EXPECT_EQ(one_records, ones);
+    if (c.padded) {
+      EXPECT_GT(padded, ones / 2);
+    } else {
+      EXPECT_EQ(padded, 0u);
+    }
+    // A crash that lost every in-place store of the array: the records restore the values.
+    Buffer image(kPoolSize);
+    image.CopyFrom(buf_.data());
+    rt_.Reset();
+    buf_.CopyFrom(image.data());
+    std::memset(root_->words, 0xAB, sizeof(uint64_t) * kSpan);
+    r = OpenMemory(buf_.data(), kPoolSize, po, Quiet(), /*create=*/false);
+    ASSERT_OK(r);
+    rt_ = std::move(*r);
+    root_ = *rt_.pool->root<Root>();
+    for (int i = 0; i < kSpan; ++i) ASSERT_EQ(root_->words[i], expect[static_cast<size_t>(i)]) << i;
+    rt_.Reset();
+  }
+}
+
+// A directory of version 1 (made before pad words existed) keeps version-1 records, so that a
+// build that knows only version 1 can still read it; a version this build does not know is
+// refused with the directory's place in the error, and loses nothing: the directory is left as
+// it was, and the next open with a version it knows recovers every value.
+TEST_F(TxnTest, DirectoryVersionDecidesThePadding) {
+  PoolOptions po;
+  po.backend = BackendKind::kPmem;
+  po.record_writes = RecordWrites::kFlush;
+  auto r = OpenMemory(buf_.data(), kPoolSize, po, Quiet(), /*create=*/true);
+  ASSERT_OK(r);
+  rt_ = std::move(*r);
+  root_ = *rt_.pool->root<Root>();
+  constexpr int kSpan = 16;
+  ASSERT_OK(txn::Run([&]() -> absl::Status {
+    for (int i = 0; i < kSpan; ++i) RETURN_IF_ERROR(write(&root_->words[i], uint64_t{1}));
+    return absl::OkStatus();
+  }));
+  const uint64_t dir_off = rt_.pool->state().txn_directory.value.load();
+  auto* dir = static_cast<txn_internal::DirectoryHeader*>(rt_.pool->at(dir_off));
+  EXPECT_EQ(dir->version, txn_internal::kDirectoryVersion);
+  rt_.Reset();  // a clean close; buf_ keeps the pool
+  auto set_version = [&](uint32_t v) {
+    dir->version = v;
+    dir->crc = Crc32c(dir, offsetof(txn_internal::DirectoryHeader, crc));
+  };
+  for (const uint32_t bad : {txn_internal::kDirectoryVersion + 1, 0u}) {
+    set_version(bad);
+    const txn_internal::DirectoryHeader before = *dir;
+    r = OpenMemory(buf_.data(), kPoolSize, po, Quiet(), /*create=*/false);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+    EXPECT_NE(r.status().message().find(
+                  absl::StrCat("transaction directory at offset ", dir_off, ": version ", bad)),
+              std::string::npos)
+        << r.status();
+    EXPECT_EQ(std::memcmp(&before, dir, sizeof(before)), 0) << "the refusal changed the header";
+    for (int i = 0; i < kSpan; ++i) EXPECT_EQ(root_->words[i], 1u) << i;
+  }
+  set_version(1);
+  r = OpenMemory(buf_.data(), kPoolSize, po, Quiet(), /*create=*/false);
+  ASSERT_OK(r);
+  rt_ = std::move(*r);
+  root_ = *rt_.pool->root<Root>();
+  std::vector<uint64_t> expect(kSpan, 1);
+  for (int n = 0; n < 500; ++n) {
+    const int w = (n * 5) % kSpan;
+    ASSERT_OK(begin());
+    ASSERT_OK(write(&root_->words[w], uint64_t(300 + n)));
+    ASSERT_OK(commit());
+    expect[static_cast<size_t>(w)] = uint64_t(300 + n);
+  }
+  uint64_t one_records = 0;
+  for (const txn_internal::RecordHeader* h : ThreadLogRecords(*rt_.pool)) {
+    const RecordShape shape = ShapeOf(h);
+    EXPECT_EQ(shape.pad_words, 0u) << "a pad word in a version-1 directory";
+    one_records += shape.one_word() ? 1 : 0;
+  }
+  EXPECT_EQ(one_records, 500u);
+  EXPECT_EQ(dir->version, 1u);
+  CrashAndRecoverWith(po);
+  for (int i = 0; i < kSpan; ++i) EXPECT_EQ(root_->words[i], expect[static_cast<size_t>(i)]) << i;
+}
+
+// The format: a zero entry head is a pad word (no entry; anywhere among the entries), and the
+// checksum covers it; a data entry of zero words with any other head is invalid.
+TEST(TxnFormatTest, PadWordsAreNoEntries) {
+  using txn_internal::RecordHeader;
+  alignas(64) static uint8_t block[4096];
+  constexpr uint64_t kGen = 77;
+  auto* h = reinterpret_cast<RecordHeader*>(block + txn_internal::kBlockPayload);
+  auto* w = reinterpret_cast<uint64_t*>(h + 1);
+  auto seal = [&](uint16_t words) {
+    h->words = words;
+    h->kind = static_cast<uint16_t>(txn_internal::RecordKind::kCommit);
+    h->stamp = 1;
+    h->epoch = 1;
+    h->gen = kGen;
+    h->crc = txn_internal::RecordCrc(h);
+  };
+  auto entries = [&] {
+    std::vector<std::pair<uint64_t, uint64_t>> got;  // (head, first value)
+    txn_internal::ForEachEntry(h, [&](uint64_t head, const uint64_t* v) {
+      got.emplace_back(head, v != nullptr ? v[0] : 0);
+    });
+    return got;
+  };
+  const uint64_t e5 = txn_internal::MakeEntryHead(txn_internal::EntryType::kData, 1, 5);
+  const uint64_t e9 = txn_internal::MakeEntryHead(txn_internal::EntryType::kData, 1, 9);
+  // {e5, 42}, pad, {e9, 43}, pad, pad: 4 + 7 words.
+  const uint64_t words[] = {e5, 42, txn_internal::kPadWord, e9, 43, 0, 0};
+  std::memcpy(w, words, sizeof(words));
+  seal(4 + 7);
+  ASSERT_NE(txn_internal::ValidRecord(block, sizeof(block), kGen, txn_internal::kBlockPayload),
+            nullptr);
+  EXPECT_EQ(entries(), (std::vector<std::pair<uint64_t, uint64_t>>{{e5, 42}, {e9, 43}}));
+  w[6] = 1;  // a pad word changed after the checksum
+  EXPECT_EQ(txn_internal::ValidRecord(block, sizeof(block), kGen, txn_internal::kBlockPayload),
+            nullptr);
+  w[6] = 0;
+  w[2] = txn_internal::MakeEntryHead(txn_internal::EntryType::kData, 0, 7);  // zero words, not 0
+  seal(4 + 7);
+  EXPECT_EQ(txn_internal::ValidRecord(block, sizeof(block), kGen, txn_internal::kBlockPayload),
+            nullptr);
+  EXPECT_EQ(txn_internal::LinePad(64, 48), 16u);
+  EXPECT_EQ(txn_internal::LinePad(64 + 16, 48), 0u);
+  EXPECT_EQ(txn_internal::LinePad(64 + 40, 48), 40u);
+  EXPECT_EQ(txn_internal::LinePad(64 + 48, 48), 32u);
 }
 
 TEST_F(TxnTest, UncommittedInPlaceWritesAreUndoneByRecovery) {

@@ -322,16 +322,22 @@ class Engine::Impl {
   // SmallCommitOneReady, no mutation site disabled, one_path_ kClwb (FlushesInline) or
   // kStream (StreamsRecords).
   bool CommitOneCrc(txn_detail::ThreadTx& t, uint8_t* at);
+  bool CommitOneLine(txn_detail::ThreadTx& t, uint8_t* at);  // kClwbLine: padded to the line
   bool CommitOneStream(txn_detail::ThreadTx& t, uint8_t* at);
-  // Where the record of one declaration goes when its commit needs no call, else null.
-  [[gnu::always_inline]] uint8_t* SmallCommitOneReady(txn_detail::ThreadTx& t);
-  // How CommitOne writes its record on this pool (fixed at open, from the pool's persister and
-  // the processor): not at all (kNone: the general small commit does), streamed, or with an
-  // inline clwb.
-  enum class OnePath : uint8_t { kNone, kStream, kClwb };
+  // Where the record of one declaration goes when its commit needs no call, else null. `line`:
+  // with the pad that ends it at a cache line (LinePad), which must fit in the block too.
+  [[gnu::always_inline]] uint8_t* SmallCommitOneReady(txn_detail::ThreadTx& t, bool line);
+  // How CommitOne writes its record on this pool (fixed at open, from the pool's persister, the
+  // processor and the directory's version): not at all (kNone: the general small commit does),
+  // streamed, with an inline clwb, or with an inline clwb and padded to end at a cache line
+  // (kClwbLine: a version-2 directory; docs/txn.md, "Line-ending records").
+  enum class OnePath : uint8_t { kNone, kStream, kClwb, kClwbLine };
   OnePath one_path_ = OnePath::kNone;
-  // (kOne: one_at is SmallCommitOneReady's.)
-  template <bool kCrcInLoop, bool kStream, bool kOne = false>
+  // Whether records of one declaration end at a cache line, padded (set at open: a version-2
+  // directory whose records are not streamed; one_path_ kClwbLine follows from it).
+  bool pad_ones_ = false;
+  // (kOne: one_at is SmallCommitOneReady's; kLine: the record is padded to its line's end.)
+  template <bool kCrcInLoop, bool kStream, bool kOne = false, bool kLine = false>
   [[gnu::always_inline]] absl::Status WriteSmallCommitBody(txn_detail::ThreadTx& t,
                                                            uint8_t* one_at = nullptr);
   // The commit-order stamp of a small commit: the next of the thread's block when `solo`

@@ -18,7 +18,9 @@
 //
 //   record:  RecordHeader {words, kind, crc, stamp, epoch, gen}  (32 bytes)
 //            then entries: u64 EntryHead {type:2 | nwords:16 | word index:46}, then for a data
-//            entry nwords x 8 bytes of values (kAlloc / kFree entries carry no values)
+//            entry nwords x 8 bytes of values (kAlloc / kFree entries carry no values); a head
+//            of 0 (kPadWord) is padding, one word that is no entry (version 2: the one-word
+//            commit pads its record to end at a cache line, docs/txn.md "Line-ending records")
 //
 // A record is valid iff its size fits the block, its gen equals the block header's gen, and its
 // CRC32C (over the whole record, crc field zero) is right. The checksum is the commit mark.
@@ -34,7 +36,12 @@ namespace pmrt::txn_internal {
 
 inline constexpr uint64_t kDirectoryMagic = 0x524944584E54524Dull;  // "MRTNXDIR"
 inline constexpr uint64_t kBlockMagic = 0x4B4C42584E54524Dull;      // "MRTNXBLK"
-inline constexpr uint32_t kDirectoryVersion = 1;
+// Version 2 added pad words (kPadWord) to records. A version-1 directory is read and written as
+// version 1 (its records are never padded), so a binary that knows only version 1 can still
+// open it; it refuses a version-2 directory (newer than supported) instead of taking a padded
+// record for the torn end of its log.
+inline constexpr uint32_t kDirectoryVersion = 2;
+inline constexpr uint32_t kFirstPaddedVersion = 2;
 inline constexpr size_t kDirectorySize = 32 * 1024;
 inline constexpr size_t kMaxSlots = 128;           // thread logs
 inline constexpr uint32_t kCompactSlot = 0xFFFFu;  // the compacted log's blocks
@@ -112,6 +119,14 @@ static_assert(sizeof(RecordHeader) == 32 && std::is_trivially_copyable_v<RecordH
 enum class EntryType : uint64_t { kData = 0, kAlloc = 1, kFree = 2 };
 inline constexpr uint64_t kMaxEntryWords = (uint64_t{1} << 16) - 1;
 inline constexpr uint64_t kWordIndexMask = (uint64_t{1} << 46) - 1;
+
+// Padding inside a record: a zero entry head stands for itself alone (no values follow). A data
+// entry of zero words is otherwise invalid, so no real entry has this head.
+inline constexpr uint64_t kPadWord = 0;
+// The pad that makes a record of `bytes` at `at` end at a cache line boundary (0 to 56 bytes; a
+// multiple of 8 where at and bytes are).
+inline constexpr size_t LinePad(uintptr_t at, size_t bytes) { return (0 - (at + bytes)) & 63; }
+inline constexpr size_t kMaxLinePad = 56;
 
 inline constexpr uint64_t MakeEntryHead(EntryType t, uint64_t nwords, uint64_t word) {
   return static_cast<uint64_t>(t) << 62 | nwords << 46 | word;

@@ -74,6 +74,7 @@ const RecordHeader* ValidRecord(const uint8_t* block, size_t block_size, uint64_
   const auto* end = reinterpret_cast<const uint64_t*>(h) + h->words;
   while (p < end) {
     const uint64_t head = *p++;
+    if (head == kPadWord) continue;  // padding (version 2; never written into a version-1 log)
     const EntryType t = EntryTypeOf(head);
     if (t == EntryType::kData) {
       const uint64_t n = EntryWords(head);
@@ -140,10 +141,12 @@ absl::Status LogStore::Open(size_t block_size, bool* created) {
   if (h.magic != kDirectoryMagic || h.crc != HeaderCrc(h)) {
     return absl::DataLossError(absl::StrCat(where, " has a bad magic or checksum"));
   }
-  if (h.version > kDirectoryVersion) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(where, ": version ", h.version, " is newer than supported"));
+  if (h.version > kDirectoryVersion || h.version == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, ": version ", h.version, h.version == 0 ? " is invalid" : " is newer than supported",
+        " (this build reads versions 1 to ", kDirectoryVersion, ")"));
   }
+  version_ = h.version;
   if (!ValidBlockSize(h.block_size)) {
     return absl::DataLossError(absl::StrCat(where, ": bad block size ", h.block_size));
   }

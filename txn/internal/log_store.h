@@ -77,13 +77,15 @@ inline const RecordHeader* KnownRecord(const uint8_t* block, size_t pos, size_t 
   return bytes >= sizeof(RecordHeader) && pos + bytes <= end ? h : nullptr;
 }
 
-// Calls fn(head, values) for each entry of a valid record (values is null for kAlloc/kFree).
+// Calls fn(head, values) for each entry of a valid record (values is null for kAlloc/kFree);
+// pad words are skipped.
 template <class F>
 void ForEachEntry(const RecordHeader* h, F&& fn) {
   const auto* p = reinterpret_cast<const uint64_t*>(h + 1);
   const auto* end = reinterpret_cast<const uint64_t*>(h) + h->words;
   while (p < end) {
     const uint64_t head = *p++;
+    if (head == kPadWord) continue;  // padding: no entry
     if (EntryTypeOf(head) == EntryType::kData) {
       fn(head, p);
       p += EntryWords(head);
@@ -111,6 +113,8 @@ class LogStore {
 
   DirectoryLayout* dir() const { return dir_; }
   size_t block_size() const { return block_size_; }
+  // The directory's format version (kDirectoryVersion, or an older one it was created with).
+  uint32_t version() const { return version_; }
   uint8_t* BlockAt(uint32_t b) const { return pool_.base() + blocks_[b].offset; }
   uint64_t BlockOffset(uint32_t b) const { return blocks_[b].offset; }
   uint64_t BlockGen(uint32_t b) const { return blocks_[b].gen; }
@@ -219,6 +223,7 @@ class LogStore {
   alloc::Heap& heap_;
   DirectoryLayout* dir_ = nullptr;
   size_t block_size_ = 0;
+  uint32_t version_ = kDirectoryVersion;
   uint64_t* table_ = nullptr;
 
   mutable std::mutex mu_;  // table growth, by_offset_, free_
