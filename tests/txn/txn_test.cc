@@ -101,13 +101,16 @@ class TxnTest : public ::testing::Test {
     rt_ = std::move(*r);
     root_ = *rt_.pool->root<Root>();
   }
-  // The same over a pool of other options (po: its backend and record writes).
-  void CrashAndRecoverWith(const PoolOptions& po, const Options& o = Quiet()) {
+  // The same over a pool of other options (po: its backend and record writes), the crash also
+  // losing the in-place stores of the array's first `lost_words` words (scribbled over in the
+  // image): only the records can bring their values back.
+  void CrashAndRecoverWith(const PoolOptions& po, size_t lost_words = 0) {
     Buffer image(kPoolSize);
     image.CopyFrom(buf_.data());
     rt_.Reset();
     buf_.CopyFrom(image.data());
-    auto r = OpenMemory(buf_.data(), kPoolSize, po, o, /*create=*/false);
+    std::memset(root_->words, 0xAB, sizeof(uint64_t) * lost_words);  // (root_ is in buf_)
+    auto r = OpenMemory(buf_.data(), kPoolSize, po, Quiet(), /*create=*/false);
     ASSERT_OK(r);
     rt_ = std::move(*r);
     root_ = *rt_.pool->root<Root>();
@@ -435,16 +438,7 @@ TEST_F(TxnTest, SmallCommitRecordsAloneRecoverTheValues) {
       ASSERT_OK(commit());
     }
     EXPECT_EQ(CountersSnapshot(backend).fences - fences0, uint64_t{kTxns});
-    Buffer image(kPoolSize);
-    image.CopyFrom(buf_.data());
-    rt_.Reset();
-    buf_.CopyFrom(image.data());
-    // The crash lost the array's in-place stores (root_ points into buf_, the image now).
-    std::memset(root_->words, 0xAB, sizeof(uint64_t) * kSpan);
-    r = OpenMemory(buf_.data(), kPoolSize, po, Quiet(), /*create=*/false);
-    ASSERT_OK(r);
-    rt_ = std::move(*r);
-    root_ = *rt_.pool->root<Root>();
+    ASSERT_NO_FATAL_FAILURE(CrashAndRecoverWith(po, kSpan));  // the in-place stores lost
     for (int i = 0; i < kSpan; ++i) ASSERT_EQ(root_->words[i], expect[static_cast<size_t>(i)]) << i;
     EXPECT_GE(engine().stats().recovered_records, uint64_t{kTxns} + 1);  // (and snapshots)
     rt_.Reset();
@@ -491,15 +485,7 @@ TEST_F(TxnTest, OneWordCommitsAcrossBlocksRecoverTheValues) {
     EXPECT_GE(d.flushes, uint64_t{kTxns});
     EXPECT_GE(d.bytes_flushed, uint64_t{kTxns} * 48);
     EXPECT_LT(d.fences, uint64_t{kTxns} + 100);
-    Buffer image(kPoolSize);
-    image.CopyFrom(buf_.data());
-    rt_.Reset();
-    buf_.CopyFrom(image.data());
-    std::memset(root_->words, 0xAB, sizeof(uint64_t) * kSpan);  // the in-place stores lost
-    r = OpenMemory(buf_.data(), kPoolSize, po, Quiet(), /*create=*/false);
-    ASSERT_OK(r);
-    rt_ = std::move(*r);
-    root_ = *rt_.pool->root<Root>();
+    ASSERT_NO_FATAL_FAILURE(CrashAndRecoverWith(po, kSpan));  // the in-place stores lost
     for (int i = 0; i < kSpan; ++i) ASSERT_EQ(root_->words[i], expect[static_cast<size_t>(i)]) << i;
     rt_.Reset();
   }
@@ -581,16 +567,7 @@ TEST_F(TxnTest, OneWordRecordsEndAtACacheLine) {
     } else {
       EXPECT_EQ(padded, 0u);
     }
-    // A crash that lost every in-place store of the array: the records restore the values.
-    Buffer image(kPoolSize);
-    image.CopyFrom(buf_.data());
-    rt_.Reset();
-    buf_.CopyFrom(image.data());
-    std::memset(root_->words, 0xAB, sizeof(uint64_t) * kSpan);
-    r = OpenMemory(buf_.data(), kPoolSize, po, Quiet(), /*create=*/false);
-    ASSERT_OK(r);
-    rt_ = std::move(*r);
-    root_ = *rt_.pool->root<Root>();
+    ASSERT_NO_FATAL_FAILURE(CrashAndRecoverWith(po, kSpan));  // the in-place stores lost
     for (int i = 0; i < kSpan; ++i) ASSERT_EQ(root_->words[i], expect[static_cast<size_t>(i)]) << i;
     rt_.Reset();
   }
