@@ -1103,7 +1103,8 @@ template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine>
   // reserves room for the largest pad and takes what the record's address needs.
   size_t pad_words = 0;
   if constexpr (kLine) {
-    pad_words = txn_internal::LinePad(reinterpret_cast<uintptr_t>(one_at), 48) / 8;
+    pad_words =
+        txn_internal::LinePad(reinterpret_cast<uintptr_t>(one_at), sizeof(RecordHeader) + 16) / 8;
   }
   [[maybe_unused]] const bool pad_one = !kOne && !kStream && k == 1 && pad_ones_;
   size_t rec_words = sizeof(RecordHeader) / 8 + runs + kept + pad_words;
