@@ -14,12 +14,19 @@ namespace pmrt::epoch {
 namespace {
 
 constexpr Site kHeaderFlush{"epoch.header.flush"};
+constexpr Site kHeaderFence{"epoch.header.fence"};
 constexpr Site kFailedRangeFlush{"epoch.failed.range.flush"};
 constexpr Site kFailedCountFlush{"epoch.failed.count.flush"};
 constexpr Site kFailedFence{"epoch.failed.fence"};
 constexpr Site kCompletedFlush{"epoch.completed.flush"};
 constexpr Site kCompletedFence{"epoch.completed.fence"};
+// The boundary's write-back of the closing epoch's dirty lines, one site per call: by the
+// advancer alone; split between threads (flush_threads), the advancer's share and each helper's;
+// and a thread's own list, written back by that thread while it waits for the epoch to open.
 constexpr Site kBoundaryBatch{"epoch.boundary.batch"};
+constexpr Site kBoundaryShare{"epoch.boundary.share"};
+constexpr Site kBoundaryHelper{"epoch.boundary.helper"};
+constexpr Site kBoundaryHelp{"epoch.boundary.help"};
 
 uint32_t HeaderCrc(const EpochAreaHeader& h) { return Crc32c(&h, offsetof(EpochAreaHeader, crc)); }
 
@@ -91,7 +98,8 @@ void Manager::PersistCompleted(uint64_t e) {
   // the fence a crash recovers as if e had failed; after it, e is durable.
   area_->completed.store(e, std::memory_order_release);
   persister().Persist(kCompletedFlush, kCompletedFence, &area_->completed, 8);
-  completed_.store(e, std::memory_order_release);
+  // A fence that failed (the failed mode) leaves e's completion unknown: not reported.
+  if (!pool_.failed()) completed_.store(e, std::memory_order_release);
 }
 
 absl::Status Manager::InitArea() {
@@ -115,10 +123,11 @@ absl::Status Manager::InitArea() {
   area_->header.crc = h.crc;
   std::atomic_ref<uint64_t>(area_->header.magic).store(h.magic, std::memory_order_release);
   persister().StoreHint(&area_->header, sizeof(h));
-  // Flushed here; the next fence makes it durable, and one always comes before the first state
-  // write of a fresh area (Advance fences its batch before it persists `completed`). A crash
-  // before that leaves a fresh-looking area, initialized again at the next open.
-  persister().Flush(kHeaderFlush, &area_->header, sizeof(h));
+  // Durable before Open returns: a fence orders only the calling thread's flushes, and the
+  // first state write (a failed range at this open, or `completed` in an advance on another
+  // thread) must not reach media before the header. A crash before this fence leaves a
+  // fresh-looking area, initialized again at the next open.
+  persister().Persist(kHeaderFlush, kHeaderFence, &area_->header, sizeof(h));
   return absl::OkStatus();
 }
 
@@ -301,7 +310,7 @@ void Manager::Retire(void* obj, std::function<void(void*)> deleter) {
 
 void Manager::FlushRanges(std::vector<Range>& ranges) {
   const int n = std::clamp(options_.flush_threads, 1, 64);
-  if (n == 1 || ranges.size() < 1024 || persister().kind() == BackendKind::kSim) {
+  if (n == 1 || ranges.size() < std::max<size_t>(options_.flush_parallel_from, 1)) {
     persister().FlushBatch(kBoundaryBatch, ranges);
     return;
   }
@@ -311,16 +320,17 @@ void Manager::FlushRanges(std::vector<Range>& ranges) {
   for (int t = 1; t < n; ++t) {
     size_t b = std::min(ranges.size(), per * t), e = std::min(ranges.size(), per * (t + 1));
     helpers.emplace_back([this, &ranges, b, e] {
-      persister().FlushBatch(kBoundaryBatch, std::span<const Range>(ranges.data() + b, e - b));
+      persister().FlushBatch(kBoundaryHelper, std::span<const Range>(ranges.data() + b, e - b));
     });
   }
-  persister().FlushBatch(kBoundaryBatch,
+  persister().FlushBatch(kBoundaryShare,
                          std::span<const Range>(ranges.data(), std::min(per, ranges.size())));
   for (auto& h : helpers) h.join();
 }
 
 absl::Status Manager::Advance() {
   std::vector<std::pair<void*, std::function<void(void*)>>> reclaim;
+  absl::Status failed;
   {
     std::lock_guard<std::mutex> l(advance_mu_);
     const auto start = std::chrono::steady_clock::now();
@@ -338,6 +348,7 @@ absl::Status Manager::Advance() {
         if (spins > 64) std::this_thread::yield();
       }
     }
+    if (closing_hook_) closing_hook_(e);
     // 3. Write back everything dirtied in e. No guard is open, so no list is being appended.
     //    A thread that tried to enter a guard meanwhile may have claimed its own list and be
     //    writing it back (HelpFlush); every other list is claimed and written back here.
@@ -364,11 +375,16 @@ absl::Status Manager::Advance() {
     }
     const auto flush_end = std::chrono::steady_clock::now();
     // 4. e is complete, durably. Before this fence a crash rolls back e; after it, e is kept.
-    PersistCompleted(e);
+    //    In the pool's failed mode (a flush of this boundary or an earlier one failed) e is
+    //    not recorded complete: the next open rolls it back, and needs e's log blocks and the
+    //    objects retired in e for that, so step 5 releases and reclaims nothing.
+    if (!pool_.failed()) PersistCompleted(e);
+    failed = pool_.health();
     // 5. Open e+1. Reclaim: e's log blocks will never be replayed, and objects retired in e
     //    can be held by no guard (every guard of e has ended; guards of e+1 start after the
     //    retiring thread's unlink, which happened inside its guard of e).
     for (ThreadSlot* s : slots) {
+      if (!failed.ok()) break;
       log_->Release(s->log_cursor, e);
       auto& r = s->retired[e % 3];
       std::move(r.begin(), r.end(), std::back_inserter(reclaim));
@@ -392,7 +408,7 @@ absl::Status Manager::Advance() {
     stats_.boundary_time += std::chrono::steady_clock::now() - start;
     stats_.reclaimed += reclaim.size();
   }
-  return absl::OkStatus();
+  return failed;
 }
 
 bool Manager::ClaimFlush(ThreadSlot& s, uint64_t e) {
@@ -404,8 +420,12 @@ void Manager::HelpFlush(ThreadSlot& s, uint64_t e) {
   // REQUIRES: the caller owns `s` and holds no guard; e is closing, so s.dirty[e & 1] is final.
   if (!ClaimFlush(s, e)) return;
   auto& d = s.dirty[e & 1];
-  if (!d.empty()) persister().FlushBatch(kBoundaryBatch, d);  // flushes, then this thread's fence
+  if (!d.empty()) persister().FlushBatch(kBoundaryHelp, d);  // flushes, then this thread's fence
   d.clear();
+  {
+    std::lock_guard<std::mutex> l(stats_mu_);
+    ++stats_.helped_flushes;
+  }
   s.flush_done.store(e, std::memory_order_release);  // pairs with Advance step 3's acquire
 }
 

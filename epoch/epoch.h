@@ -57,8 +57,10 @@ class Manager;
 struct ManagerOptions {
   // Period of the background advancer; zero disables it (advance with Advance()/Sync()).
   std::chrono::milliseconds interval{64};
-  // Threads that share the boundary's flush work (the advancer is one of them).
+  // Threads that share the boundary's flush work (the advancer is one of them), when the
+  // closing epoch has at least flush_parallel_from dirty ranges.
   int flush_threads = 1;
+  size_t flush_parallel_from = 1024;
   // Threads for replaying the external log at open.
   int replay_threads = 2;
 };
@@ -73,6 +75,7 @@ struct ManagerStats {
   uint64_t log_entries_replayed = 0;          // at the last open
   uint64_t log_blocks_scanned = 0;            // block headers read at the last open
   uint64_t retired = 0, reclaimed = 0;
+  uint64_t helped_flushes = 0;  // dirty lists written back by their own thread (HelpFlush)
 };
 
 // Per-thread state, one per (thread, manager); lives in the manager's registry.
@@ -108,7 +111,10 @@ class Manager : public EpochView {
   // The last epoch whose checkpoint is complete (durably recorded).
   uint64_t completed() const { return completed_.load(std::memory_order_acquire); }
 
-  // Advances the epoch once (steps 1-5 above). Returns the first error of the boundary flush.
+  // Advances the epoch once (steps 1-5 above). In the pool's failed mode (Pool::health: a flush
+  // of this boundary or an earlier one failed) the epoch is not recorded complete, nothing is
+  // released or reclaimed, the next epoch opens (guards never wait on a failed pool) and the
+  // failed mode's error is returned.
   absl::Status Advance();
   // Returns once everything this thread did before the call is durable (two advances at most).
   absl::Status Sync();
@@ -140,6 +146,12 @@ class Manager : public EpochView {
   Pool& pool() { return pool_; }
   const Persister& persister() const { return pool_.persister(); }
   ManagerStats stats() const;
+  // Tests: runs `hook(e)` inside every Advance once every guard of the closing epoch e has ended
+  // and before the advancer claims the threads' dirty lists (a thread that enters a guard then
+  // writes its own list back: HelpFlush). Set while no advance runs.
+  void SetClosingHookForTesting(std::function<void(uint64_t e)> hook) {
+    closing_hook_ = std::move(hook);
+  }
   // The failed epochs recorded so far, as inclusive ranges.
   std::vector<std::pair<uint64_t, uint64_t>> failed_ranges() const;
 
@@ -183,6 +195,7 @@ class Manager : public EpochView {
   mutable std::mutex stats_mu_;
   ManagerStats stats_;
 
+  std::function<void(uint64_t)> closing_hook_;
   std::mutex clock_mu_;
   std::condition_variable clock_cv_;
   bool stopping_ = false;

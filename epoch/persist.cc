@@ -9,6 +9,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -163,11 +166,10 @@ uintptr_t PageSize() {
 PersistCounts ThreadCounters::Read(BackendKind kind) const {
   const auto& a = v[static_cast<int>(kind)];
   PersistCounts c;
-  const uint64_t pairs = a[kFlushFences].load(std::memory_order_relaxed);
-  c.flushes = a[kFlushes].load(std::memory_order_relaxed) + pairs;
+  c.flushes = a[kFlushes].load(std::memory_order_relaxed);
   c.lines_flushed = a[kLinesFlushed].load(std::memory_order_relaxed);
   c.bytes_flushed = a[kBytesFlushed].load(std::memory_order_relaxed);
-  c.fences = a[kFences].load(std::memory_order_relaxed) + pairs;
+  c.fences = a[kFences].load(std::memory_order_relaxed);
   c.batch_flushes = a[kBatchFlushes].load(std::memory_order_relaxed);
   return c;
 }
@@ -252,7 +254,22 @@ void MsyncRecord(const void* addr, size_t len) {
   v.emplace_back(begin, end);
 }
 
-void MsyncFence() {
+// InjectMsyncFailures' window and the msync calls made so far.
+static std::atomic<uint64_t> g_msync_calls{0};
+static std::atomic<uint64_t> g_fail_from{0}, g_fail_count{0};
+static std::atomic<int> g_fail_errno{0};
+
+// The error an msync of [b, e) gets: an injected one, or msync's own.
+static int Msync(uintptr_t b, uintptr_t e) {
+  const uint64_t n = g_msync_calls.fetch_add(1, std::memory_order_relaxed) + 1;
+  const uint64_t from = g_fail_from.load(std::memory_order_relaxed);
+  if (from != 0 && n >= from && n - from < g_fail_count.load(std::memory_order_relaxed)) {
+    return g_fail_errno.load(std::memory_order_relaxed);
+  }
+  return msync(reinterpret_cast<void*>(b), e - b, MS_SYNC) == 0 ? 0 : errno;
+}
+
+void MsyncFence(PoolHealth* health) {
   auto& v = tls_msync.ranges;
   if (v.empty()) return;
   std::sort(v.begin(), v.end());
@@ -270,14 +287,28 @@ void MsyncFence() {
   }
   v.resize(out + 1);
   for (const auto& [b, e] : v) {
-    // MS_SYNC: returns once the pages are on the file's storage. A failure here means the
-    // durability of the range is unknown; the pool layer turns it into a sticky failed mode.
-    if (msync(reinterpret_cast<void*>(b), e - b, MS_SYNC) != 0) {
-      std::perror("pmrt: msync");
-      std::abort();
+    // MS_SYNC: returns once the pages are on the file's storage. A failure means the
+    // durability of the range is unknown: the pool enters its failed mode (sticky).
+    if (const int err = Msync(b, e); err != 0) {
+      if (health == nullptr) {
+        std::fprintf(stderr, "pmrt: msync of %zu bytes failed: %s\n", static_cast<size_t>(e - b),
+                     std::strerror(err));
+        std::abort();
+      }
+      health->Fail(absl::StrCat("msync of ", e - b, " bytes at pool offset ",
+                                health->OffsetOf(reinterpret_cast<const void*>(b)), " failed: ",
+                                std::strerror(err), " (errno ", err, ")"));
     }
   }
   v.clear();
+}
+
+void InjectMsyncFailures(uint64_t from, uint64_t count, int err) {
+  g_fail_count.store(0, std::memory_order_relaxed);
+  g_fail_errno.store(err, std::memory_order_relaxed);
+  g_fail_from.store(count == 0 ? 0 : g_msync_calls.load(std::memory_order_relaxed) + from,
+                    std::memory_order_relaxed);
+  g_fail_count.store(count, std::memory_order_relaxed);
 }
 
 void SimFlush(Sim* sim, const Site& site, const void* addr, size_t len) {
@@ -285,6 +316,9 @@ void SimFlush(Sim* sim, const Site& site, const void* addr, size_t len) {
 }
 void SimFence(Sim* sim, const Site& site) { sim->OnFence(site); }
 void SimStoreHint(Sim* sim, const void* addr, size_t len) { sim->OnStoreHint(addr, len); }
+bool SimModelsPmem(BackendKind kind, const Sim* sim) {
+  return kind == BackendKind::kSim && sim != nullptr && sim->options().pmem;
+}
 
 }  // namespace persist_internal
 
@@ -308,6 +342,22 @@ void Persister::FlushBatch(const Site& site, std::span<const Range> ranges) cons
     }
   }
   Fence(site);
+}
+
+absl::Status PoolHealth::status() const {
+  if (!failed()) return absl::OkStatus();
+  std::lock_guard<std::mutex> l(mu_);
+  return absl::DataLossError(absl::StrCat(
+      path_, ": the pool is in its failed mode (", cause_,
+      "): nothing more becomes durable and writes are refused; reopen it to recover its last "
+      "durable state"));
+}
+
+void PoolHealth::Fail(std::string cause) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (failed_.load(std::memory_order_relaxed)) return;
+  cause_ = std::move(cause);
+  failed_.store(true, std::memory_order_release);
 }
 
 PersistCounts CountersSnapshot(BackendKind kind) {

@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -37,6 +38,7 @@
 namespace pmrt {
 
 class Sim;
+class PoolHealth;
 
 enum class BackendKind : uint8_t { kPmem = 0, kEadr = 1, kMsync = 2, kSim = 3 };
 inline constexpr int kNumBackends = 4;
@@ -123,17 +125,7 @@ PersistCounts CountersSnapshot(BackendKind kind);
 PersistCounts CountersSnapshotAll();
 
 namespace persist_internal {
-// kFlushFences: a flush and the fence after it, counted in one store by CountStream (read as
-// one of each).
-enum Counter {
-  kFlushes,
-  kLinesFlushed,
-  kBytesFlushed,
-  kFences,
-  kBatchFlushes,
-  kFlushFences,
-  kNumCounters
-};
+enum Counter { kFlushes, kLinesFlushed, kBytesFlushed, kFences, kBatchFlushes, kNumCounters };
 // Written only by the owning thread (load + store, no read-modify-write: as cheap as a plain
 // increment); read by CountersSnapshot from any thread, hence atomics with relaxed order.
 struct ThreadCounters {
@@ -143,7 +135,18 @@ struct ThreadCounters {
     a.store(a.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
   }
   PersistCounts Read(BackendKind kind) const;
+  std::atomic<uint64_t>* row(BackendKind kind) { return v[static_cast<int>(kind)]; }
 };
+inline void AddTo(std::atomic<uint64_t>& x, uint64_t n) {
+  x.store(x.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+// Counts one flush of [addr, addr+len) in a backend's `row` of a thread's counters.
+inline void CountFlushIn(std::atomic<uint64_t>* row, size_t len, const void* addr) {
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  AddTo(row[kFlushes], 1);
+  AddTo(row[kBytesFlushed], len);
+  AddTo(row[kLinesFlushed], len == 0 ? 0 : ((a + len - 1) / kCacheLine) - (a / kCacheLine) + 1);
+}
 // The calling thread's block: a pointer read on the hot path (constinit: no TLS wrapper call);
 // LocalCountersSlow creates and registers the block at the thread's first use.
 extern constinit thread_local ThreadCounters* tls_counters;
@@ -182,10 +185,52 @@ void PmemDrain();
 #endif
 void PmemCopyNoDrain(void* dst, const void* src, size_t len);
 void MsyncRecord(const void* addr, size_t len);
-void MsyncFence();
+// msyncs what this thread recorded. An error puts `health`'s pool in its failed mode (without a
+// pool to name, it is reported and the process aborts).
+void MsyncFence(PoolHealth* health);
 void SimFlush(Sim* sim, const Site& site, const void* addr, size_t len);
 void SimFence(Sim* sim, const Site& site);
 void SimStoreHint(Sim* sim, const void* addr, size_t len);
+// Whether a persister of `kind` over `sim` models kPmem (kSim, Sim::Options::pmem).
+bool SimModelsPmem(BackendKind kind, const Sim* sim);
+}  // namespace persist_internal
+
+// A pool's failed mode (docs/durability.md, "The failed mode"): healthy until the seam cannot
+// make something durable (an msync error), then failed for as long as the pool stays mapped.
+// Sticky: no later success clears it, since what the failed call should have made durable is
+// unknown. The layers above refuse to report durability from then on (Manager::Advance and Sync
+// return status(), a commit on such a pool fails), reads keep working, and the next open
+// recovers the last durable state.
+class PoolHealth {
+ public:
+  // The pool the health is of, named in status() and in a cause's offsets.
+  void Bind(std::string path, const void* base) {
+    path_ = std::move(path);
+    base_ = static_cast<const uint8_t*>(base);
+  }
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  // OK, or kDataLoss naming the pool and the first cause.
+  absl::Status status() const;
+  // Enters the failed mode (the first cause is kept).
+  void Fail(std::string cause);
+  // The offset of `addr` in the pool, for a cause's text.
+  uint64_t OffsetOf(const void* addr) const {
+    return static_cast<uint64_t>(static_cast<const uint8_t*>(addr) - base_);
+  }
+
+ private:
+  std::atomic<bool> failed_{false};
+  mutable std::mutex mu_;
+  std::string cause_;
+  std::string path_;
+  const uint8_t* base_ = nullptr;
+};
+
+namespace persist_internal {
+// Fault injection for tests: msync calls numbered [from, from + count) from now on (1-based,
+// process-wide, counting every msync MsyncFence makes) fail with `err` instead of syncing.
+// count 0 clears it.
+void InjectMsyncFailures(uint64_t from, uint64_t count, int err);
 }  // namespace persist_internal
 
 // A byte range of the mapped pool to flush in a batch.
@@ -199,13 +244,23 @@ struct Range {
 class Persister {
  public:
   Persister() = default;
+  //
+  // A kSim persister whose simulator models persistent memory (Sim::Options::pmem) behaves as
+  // the kPmem one towards its callers: StreamsRecords and FlushesInline answer as on a processor
+  // with clwb and `writes`, so the record writers that use the pmem primitives (SimOps below)
+  // run under the simulator.
   Persister(BackendKind kind, Sim* sim, RecordWrites writes = DefaultRecordWrites())
       : kind_(kind),
         writes_(writes),
-        clwb_(kind == BackendKind::kPmem && persist_internal::InlineClwb()),
+        streams_(kind == BackendKind::kPmem || persist_internal::SimModelsPmem(kind, sim)),
+        clwb_((kind == BackendKind::kPmem && persist_internal::InlineClwb()) ||
+              persist_internal::SimModelsPmem(kind, sim)),
         sim_(sim) {}
 
   BackendKind kind() const { return kind_; }
+  // The pool's failed mode (Pool binds it): a fence that fails enters it.
+  void set_health(PoolHealth* health) { health_ = health; }
+  bool failed() const { return health_ != nullptr && health_->failed(); }
   RecordWrites record_writes() const { return writes_; }
   Sim* sim() const { return sim_; }
 
@@ -279,7 +334,7 @@ class Persister {
   // Streams() for a site that is not disabled (fixed for the persister's life).
   bool StreamsRecords(size_t max_len) const {
 #if defined(__x86_64__)
-    return kind_ == BackendKind::kPmem && StreamsRecord(max_len);
+    return streams_ && StreamsRecord(max_len);
 #else
     (void)max_len;
     return false;
@@ -303,47 +358,28 @@ class Persister {
     std::memcpy(dst, v, 16);
 #endif
   }
-  // Counts [dst, dst+len), written with Stream8/Stream16, as one flush (as CopyFlush counts its
-  // copy), and the StreamFence(fence_site) that is to follow it, in one access to the thread's
-  // counters: the streamed record's path makes as few loads and stores as it can (every one
-  // between a commit's fence and the next transaction's first cache miss delays that miss;
-  // docs/performance.md).
-  void CountStream(const Site& fence_site, const void* dst, size_t len) const {
-    CountStream(fence_site, dst, len, persist_internal::LocalCounters());
-  }
-  // The same into the calling thread's counters `c` (persist_internal::tls_counters, checked
-  // by a caller whose path makes no call).
-  void CountStream(const Site& fence_site, const void* dst, size_t len,
-                   persist_internal::ThreadCounters& c) const {
-    const bool fence = !mutation::IsDisabled(fence_site);
-    (void)CountRow(len, dst, c,
-                   fence ? persist_internal::kFlushFences : persist_internal::kFlushes);
-  }
-  // CountStream on kPmem (where Streams() and FlushesInline() can hold) for a caller that has
-  // found no site disabled (mutation::AnyDisabled() false): the fence is made, so no check, and
-  // the backend's row is a constant.
-  static void CountStreamFencedPmem(const void* dst, size_t len,
-                                    persist_internal::ThreadCounters& c) {
-    CountInRow(c.v[static_cast<int>(BackendKind::kPmem)], len, dst, persist_internal::kFlushFences);
+  // Counts [dst, dst+len), written with Stream8/Stream16 or written back with FlushInline, as
+  // one flush (as CopyFlush counts its copy). The fence that follows counts itself (StreamFence).
+  void CountStream(const void* dst, size_t len) const {
+    Count(len, dst);
   }
   // Whether Flush writes lines back with an inline clwb (kPmem where pmem_flush is clwb:
-  // persist_internal::InlineClwb). Then FlushInline(site, ...) is Flush(site, ...) without the
-  // count (counted by CountStream with its fence, which StreamFence makes), and the three make
-  // no call: the path of txn's commit of one word.
+  // persist_internal::InlineClwb, or kSim modelling kPmem). Then FlushInline(site, ...) is
+  // Flush(site, ...) without the count (CountStream counts it).
   bool FlushesInline() const { return clwb_; }
   void FlushInline(const Site& site, const void* addr, size_t len) const {
+    if (mutation::IsDisabled(site) || len == 0) return;
+    if (kind_ == BackendKind::kSim) {
+      persist_internal::SimFlush(sim_, site, addr, len);
+      return;
+    }
 #if defined(__x86_64__)
-    if (!mutation::IsDisabled(site) && len != 0) persist_internal::Clwb(addr, len);
-#else
-    (void)site, (void)addr, (void)len;  // not reached: FlushesInline() is false
+    persist_internal::Clwb(addr, len);
 #endif
   }
-  // Fence() where Streams() or FlushesInline() holds (kPmem), counted by CountStream: the same,
-  // without the switch over the backends, so a caller compiled for that path makes no call.
-  void StreamFence(const Site& site) const {
-    if (mutation::IsDisabled(site)) return;
-    persist_internal::PmemDrain();
-  }
+  // Fence() after records written where Streams() or FlushesInline() holds: the same fence,
+  // counted as Fence counts it.
+  void StreamFence(const Site& site) const { Fence(site); }
 
   // Waits until every Flush this thread issued before it is durable.
   void Fence(const Site& site) const {
@@ -357,7 +393,7 @@ class Persister {
         std::atomic_thread_fence(std::memory_order_seq_cst);
         break;
       case BackendKind::kMsync:
-        persist_internal::MsyncFence();
+        persist_internal::MsyncFence(health_);
         break;
       case BackendKind::kSim:
         persist_internal::SimFence(sim_, site);
@@ -396,38 +432,84 @@ class Persister {
 #endif
     persist_internal::PmemFlush(addr, len);
   }
-  void Count(size_t len, const void* addr) const { (void)CountRow(len, addr); }
-  // Counts one flush of [addr, addr+len); returns the thread's counters of this backend.
-  std::atomic<uint64_t>* CountRow(size_t len, const void* addr) const {
-    return CountRow(len, addr, persist_internal::LocalCounters());
-  }
-  // (`flush`: the counter of the flush, kFlushes, or kFlushFences for it and a fence.)
-  std::atomic<uint64_t>* CountRow(
-      size_t len, const void* addr, persist_internal::ThreadCounters& c,
-      persist_internal::Counter flush = persist_internal::kFlushes) const {
-    using namespace persist_internal;
-    // The backend's row once (the relaxed stores below would otherwise make the compiler
-    // reload kind_ for each counter).
-    std::atomic<uint64_t>* row = c.v[static_cast<int>(kind_)];
-    CountInRow(row, len, addr, flush);
-    return row;
-  }
-  static void CountInRow(std::atomic<uint64_t>* row, size_t len, const void* addr,
-                         persist_internal::Counter flush) {
-    using namespace persist_internal;
-    const auto a = reinterpret_cast<uintptr_t>(addr);
-    AddTo(row[flush], 1);
-    AddTo(row[kBytesFlushed], len);
-    AddTo(row[kLinesFlushed], len == 0 ? 0 : ((a + len - 1) / kCacheLine) - (a / kCacheLine) + 1);
-  }
-  static void AddTo(std::atomic<uint64_t>& x, uint64_t n) {
-    x.store(x.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  void Count(size_t len, const void* addr) const {
+    persist_internal::CountFlushIn(persist_internal::LocalCounters().row(kind_), len, addr);
   }
 
   BackendKind kind_ = BackendKind::kEadr;
   RecordWrites writes_ = RecordWrites::kFlush;  // (next to kind_: Streams reads both at once)
-  bool clwb_ = false;                           // kPmem and persist_internal::InlineClwb()
+  bool streams_ = false;  // kPmem, or kSim modelling it: StreamsRecord decides per record
+  bool clwb_ = false;     // kPmem and persist_internal::InlineClwb(), or kSim modelling kPmem
   Sim* sim_ = nullptr;
+  PoolHealth* health_ = nullptr;
+};
+
+// The primitives of the record writers that run where Streams() or FlushesInline() holds (txn's
+// small commit), as a type the writer takes as a template argument, so that the crash simulator
+// runs the writer's own code:
+//
+//   PmemOps  the instructions: movnti/movntdq (Stream8/16), clwb (Clwb), sfence (Fence). The
+//            caller has checked the mutation gate for the whole path (Streams(site), or
+//            mutation::AnyDisabled() false), so `site` is not read, except by Fence.
+//   SimOps   each primitive handed to the simulator of a kSim persister that models kPmem
+//            (Sim::Options::pmem), with the hardware's semantics: a streamed word is a store and
+//            a flush of its line (it may reach media at any time, and is durable after the next
+//            fence of the thread); a clwb'd line may be written back at any time after its
+//            stores, and is durable after the next fence; Fence is a crash point. Every call
+//            checks its own site, so the mutation gate reaches each call site.
+//
+// Both count as the seam does: CountFlush one flush of the range, Fence its fence, in the
+// persister's backend row of the calling thread's counters `c` (persist_internal::LocalCounters()).
+struct PmemOps {
+  [[gnu::always_inline]] static void Stream8(const Persister&, const Site&, void* dst, uint64_t v) {
+    Persister::Stream8(dst, v);
+  }
+  [[gnu::always_inline]] static void Stream16(const Persister&, const Site&, void* dst,
+                                              uint64_t lo, uint64_t hi) {
+    Persister::Stream16(dst, lo, hi);
+  }
+  [[gnu::always_inline]] static void Clwb(const Persister&, const Site&, const void* addr,
+                                          size_t len) {
+#if defined(__x86_64__)
+    persist_internal::Clwb(addr, len);
+#else
+    (void)addr, (void)len;  // not reached: FlushesInline() is false
+#endif
+  }
+  [[gnu::always_inline]] static void CountFlush(const Persister&, persist_internal::ThreadCounters& c,
+                                                const void* addr, size_t len) {
+    persist_internal::CountFlushIn(c.row(BackendKind::kPmem), len, addr);
+  }
+  // The fence, counted here, where it is issued (a caller that has found no site disabled).
+  [[gnu::always_inline]] static void Fence(const Persister&, const Site&,
+                                           persist_internal::ThreadCounters& c) {
+    persist_internal::AddTo(c.row(BackendKind::kPmem)[persist_internal::kFences], 1);
+    persist_internal::PmemDrain();
+  }
+};
+
+struct SimOps {
+  static void Stream8(const Persister& p, const Site& site, void* dst, uint64_t v) {
+    std::memcpy(dst, &v, 8);
+    if (!mutation::IsDisabled(site)) persist_internal::SimFlush(p.sim(), site, dst, 8);
+  }
+  static void Stream16(const Persister& p, const Site& site, void* dst, uint64_t lo,
+                       uint64_t hi) {
+    const uint64_t v[2] = {lo, hi};
+    std::memcpy(dst, v, 16);
+    if (!mutation::IsDisabled(site)) persist_internal::SimFlush(p.sim(), site, dst, 16);
+  }
+  static void Clwb(const Persister& p, const Site& site, const void* addr, size_t len) {
+    if (!mutation::IsDisabled(site) && len != 0)
+      persist_internal::SimFlush(p.sim(), site, addr, len);
+  }
+  static void CountFlush(const Persister&, persist_internal::ThreadCounters& c, const void* addr,
+                         size_t len) {
+    persist_internal::CountFlushIn(c.row(BackendKind::kSim), len, addr);
+  }
+  static void Fence(const Persister& p, const Site& site, persist_internal::ThreadCounters&) {
+    p.Fence(site);  // (checks the site, counts, and is a crash point)
+  }
 };
 
 }  // namespace pmrt

@@ -764,6 +764,8 @@ absl::Status Pool::ChooseBackend(const PoolOptions& options) {
   }
   ASSIGN_OR_RETURN(const RecordWrites writes, RequestedRecordWrites(options, path_));
   persister_ = Persister(*kind, *kind == BackendKind::kSim ? options.sim : nullptr, writes);
+  health_->Bind(path_, base_);
+  persister_.set_health(health_.get());
   return absl::OkStatus();
 }
 
@@ -794,6 +796,10 @@ absl::Status Pool::Close() {
     //    sync fails, the flag stays 0 and the next Open runs recovery.
     if (fd_ >= 0 && (msync(base_, size_, MS_SYNC) != 0 || fsync(fd_) != 0)) {
       result = ErrnoError(errno, path_, "cannot sync the pool before closing it");
+    } else if (health_->failed()) {
+      // The failed mode: epochs after the last durable one did not complete, so the pool stays
+      // marked as crashed and the next Open rolls them back.
+      result = health_->status();
     } else if (!recovery_acknowledged()) {
       // A crashed pool whose recovery this run did not complete: it stays marked as crashed
       // (clean_shutdown 0 since Open), and the next Open recovers.

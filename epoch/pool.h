@@ -146,6 +146,11 @@ class Pool {
   const std::string& path() const { return path_; }
   std::string_view layout() const;
   const Persister& persister() const { return persister_; }
+  // OK, or the failed mode's error (PoolHealth): entered when the seam cannot make something
+  // durable; sticky while the pool is open; the next Open recovers its last durable state.
+  absl::Status health() const { return health_->status(); }
+  bool failed() const { return health_->failed(); }
+  PoolHealth& health_state() { return *health_; }
   const PoolHeader& header() const { return *reinterpret_cast<const PoolHeader*>(base_); }
   PoolState& state() const { return *reinterpret_cast<PoolState*>(base_ + kPoolHeaderSize); }
   RegionDesc region(PoolRegion r) const;
@@ -177,6 +182,7 @@ class Pool {
   bool was_clean_shutdown_ = true;
   std::atomic<uint32_t> recovered_{0};  // RecoveryPart bits acknowledged in this run
   std::atomic<bool> txn_engine_open_{false};
+  std::unique_ptr<PoolHealth> health_ = std::make_unique<PoolHealth>();  // persister_ points here
   Persister persister_;
 };
 

@@ -219,6 +219,7 @@ void Sim::OnFlush(const Site& site, const void* addr, size_t len) {
   (*sites_seen_)[site.id] = site.name;
   auto* p = static_cast<const uint8_t*>(addr);
   if (len == 0 || p < working_ || p + len > working_ + size_) return;  // not this pool
+  const std::thread::id self = std::this_thread::get_id();
   uint64_t first = static_cast<uint64_t>(p - working_) / kCacheLine;
   uint64_t last = static_cast<uint64_t>(p + len - 1 - working_) / kCacheLine;
   for (uint64_t line = first; line <= last; ++line) {
@@ -236,8 +237,15 @@ void Sim::OnFlush(const Site& site, const void* addr, size_t len) {
     Line snap;
     std::memcpy(snap.data(), w, kCacheLine);
     if (lv.versions.empty() || lv.versions.back() != snap) lv.versions.push_back(snap);
-    if (lv.pending < 0) pending_lines_.push_back(line);
-    lv.pending = static_cast<int>(lv.versions.size()) - 1;
+    const int newest = static_cast<int>(lv.versions.size()) - 1;
+    auto mine = std::find_if(lv.pending.begin(), lv.pending.end(),
+                             [&](const auto& e) { return e.first == self; });
+    if (mine == lv.pending.end()) {
+      lv.pending.emplace_back(self, newest);
+      pending_lines_[self].push_back(line);
+    } else {
+      mine->second = newest;
+    }
   }
 }
 
@@ -266,26 +274,34 @@ void Sim::OnFence(const Site& site) {
     CrashAt(site, DirtyLines());
     in_crash_ = false;
   }
-  ApplyPending();
+  ApplyPending(std::this_thread::get_id());
 }
 
-void Sim::ApplyPending() {
-  for (uint64_t line : pending_lines_) {
+void Sim::ApplyPending(std::thread::id thread) {
+  auto mine = pending_lines_.find(thread);
+  if (mine == pending_lines_.end()) return;
+  for (uint64_t line : mine->second) {
     auto it = lines_.find(line);
-    if (it == lines_.end() || it->second.pending < 0) continue;
+    if (it == lines_.end()) continue;
     LineVersions& lv = it->second;
-    const Line& v = lv.versions[lv.pending];
+    auto p = std::find_if(lv.pending.begin(), lv.pending.end(),
+                          [&](const auto& e) { return e.first == thread; });
+    if (p == lv.pending.end()) continue;  // superseded by another thread's newer snapshot
+    const int durable = p->second;
+    const Line& v = lv.versions[durable];
     if (media_writable_) {
       std::memcpy(media_ + line * kCacheLine, v.data(), kCacheLine);
     } else {
       overlay_[line] = v;
     }
-    // The line can never go back to a version older than the one now durable.
-    lv.versions.erase(lv.versions.begin(), lv.versions.begin() + lv.pending + 1);
-    lv.pending = -1;
-    if (lv.versions.empty()) lines_.erase(it);
+    // The line can never go back to a version older than the one now durable: other threads'
+    // pending snapshots at or before it are superseded, the later ones keep their place.
+    lv.versions.erase(lv.versions.begin(), lv.versions.begin() + durable + 1);
+    std::erase_if(lv.pending, [&](const auto& e) { return e.second <= durable; });
+    for (auto& e : lv.pending) e.second -= durable + 1;
+    if (lv.versions.empty() && lv.pending.empty()) lines_.erase(it);
   }
-  pending_lines_.clear();
+  pending_lines_.erase(mine);
 }
 
 bool Sim::IsCrashPoint() {
@@ -360,12 +376,14 @@ std::vector<uint64_t> Sim::DirtyLines() {
 
 void Sim::CrashAt(const Site& site, const std::vector<uint64_t>& dirty) {
   ++stats_.crash_points;
+  if (root_ != this) ++root_->stats_.nested_crash_points;
   stats_.max_dirty_lines = std::max<uint64_t>(stats_.max_dirty_lines, dirty.size());
   uint64_t index = 0;
   // Runs one image unless the budget is spent; false stops the crash point.
   auto run = [&](std::vector<Choice> evicted) {
     if (root_->stats_.images >= options_.max_images ||
-        static_cast<int>(failures_.size()) >= options_.max_failures) {
+        static_cast<int>(failures_.size()) >= options_.max_failures ||
+        (options_.max_images_per_point != 0 && index >= options_.max_images_per_point)) {
       return false;
     }
     uint64_t i = index++;
@@ -403,13 +421,28 @@ void Sim::CrashAt(const Site& site, const std::vector<uint64_t>& dirty) {
     }
   }
   // 4. Every recorded version of every line (flush and store-hint snapshots), alone over M and
-  //    over W: this is what exposes a wrong store order inside one line.
+  //    over W: this is what exposes a wrong store order inside one line. Under a cap per crash
+  //    point (max_images_per_point), a seeded sample of them that leaves room for step 5.
+  std::vector<std::pair<size_t, int>> versions;
   for (size_t i = 0; i < n; ++i) {
-    for (int v = 0; v < versions_of(dirty[i]); ++v) {
-      std::vector<Choice> over_w = all;
-      over_w[i].version = v;
-      if (!run({{dirty[i], v}}) || !run(std::move(over_w))) return;
+    for (int v = 0; v < versions_of(dirty[i]); ++v) versions.emplace_back(i, v);
+  }
+  if (const uint64_t cap = options_.max_images_per_point; cap != 0) {
+    const uint64_t left = cap > index + static_cast<uint64_t>(options_.random_images)
+                              ? cap - index - static_cast<uint64_t>(options_.random_images)
+                              : 0;
+    if (2 * versions.size() > left) {
+      Rng pick(Hash3(options_.seed, fence_count_, 0x7E55));
+      for (size_t k = 0; k < left / 2; ++k) {  // a partial Fisher-Yates shuffle
+        std::swap(versions[k], versions[k + pick.Below(versions.size() - k)]);
+      }
+      versions.resize(left / 2);
     }
+  }
+  for (const auto& [i, v] : versions) {
+    std::vector<Choice> over_w = all;
+    over_w[i].version = v;
+    if (!run({{dirty[i], v}}) || !run(std::move(over_w))) return;
   }
   // 5. Random subsets, each chosen line taking a random one of its values.
   static constexpr double kP[] = {0.1, 0.5, 0.9};

@@ -7,8 +7,8 @@
 //   * A Flush snapshots each covered line of W (a legal value for the line to reach media).
 //     A StoreHint snapshots a line after an ordering-sensitive in-line store (PCSO: each such
 //     snapshot is a legal persisted prefix of the line's stores).
-//   * A Fence is a crash point (subject to the crash-point policy), then every pending
-//     snapshot becomes part of M.
+//   * A Fence is a crash point (subject to the crash-point policy), then every snapshot the
+//     fencing thread flushed becomes part of M (a fence orders only its own thread's flushes).
 //   * D, the dirty lines at a crash point: lines of W that differ from M or have recorded
 //     versions. Pages of W are write-protected; the first store to a page marks it dirty.
 //
@@ -43,6 +43,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -82,6 +83,13 @@ class Sim {
     bool minimize_failures = true;      // shrink a failing evicted set before reporting it
     int max_failures = 1;               // stop making images after this many failures
     std::optional<SimReplayId> replay;  // build only this image (also PMRT_SIM_REPLAY)
+    // The seam models the pmem backend (persist.h, SimOps): a pool over this simulator streams
+    // records or writes them back with clwb as its RecordWrites says, so the record writers of
+    // persistent memory (txn's one-word commit and streamed commits) run here with their code.
+    bool pmem = false;
+    // Cap on the images made at one crash point (0: none): the per-line version images and
+    // random subsets beyond it are skipped, so that a run reaches more crash points.
+    uint64_t max_images_per_point = 0;
   };
   // Called for every crash image. Return an error if the recovered state is wrong; the message
   // is reported with the image's replay id. The image's memory is discarded afterwards.
@@ -97,6 +105,9 @@ class Sim {
   struct Stats {
     uint64_t flushes = 0, fences = 0, store_hints = 0;
     uint64_t crash_points = 0, images = 0, max_dirty_lines = 0;
+    // On the top-level simulator: the crash points of its nested ones (crashes during recovery
+    // and the executions after it), which crash_points does not count.
+    uint64_t nested_crash_points = 0;
   };
 
   // A top-level simulator over a fresh zeroed pool of `size` bytes (a multiple of 4096).
@@ -131,7 +142,9 @@ class Sim {
   using Line = std::array<uint8_t, kCacheLine>;
   struct LineVersions {
     std::vector<Line> versions;  // flush and hint snapshots since the line was last durable
-    int pending = -1;            // index in versions of the last flushed snapshot, if any
+    // Flushed, not yet fenced: per flushing thread, the index in versions of its last snapshot
+    // (a fence makes durable only the calling thread's flushes, as sfence orders only its own).
+    std::vector<std::pair<std::thread::id, int>> pending;
   };
   struct Choice {
     uint64_t line;
@@ -152,7 +165,7 @@ class Sim {
                         bool record_failure);
   void Minimize(const Site& site, uint64_t image_index, std::vector<Choice> evicted,
                 Failure& failure);
-  void ApplyPending();
+  void ApplyPending(std::thread::id thread);
   void MarkPageDirty(size_t page);
   void ProtectCleanPages(const std::vector<uint64_t>& dirty);
 
@@ -174,7 +187,8 @@ class Sim {
   int depth_ = 0;
 
   std::vector<std::atomic<uint64_t>> page_dirty_;  // bit per page of W: stored to since armed
-  std::vector<uint64_t> pending_lines_;            // lines with a flushed, unfenced snapshot
+  // Per thread, the lines it flushed since its last fence.
+  std::unordered_map<std::thread::id, std::vector<uint64_t>> pending_lines_;
   std::unordered_map<uint64_t, LineVersions> lines_;
   uint64_t fence_count_ = 0;
   uint64_t phase_ = 0;

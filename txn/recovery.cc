@@ -55,6 +55,7 @@ absl::Status Engine::Impl::Recover() {
   pad_ones_ = store.version() >= txn_internal::kFirstPaddedVersion &&
               !pool.persister().StreamsRecords(sizeof(txn_internal::RecordHeader) + 16);
   if (one_path_ == OnePath::kClwb && pad_ones_) one_path_ = OnePath::kClwbLine;
+  if (one_path_ == OnePath::kSimClwb && pad_ones_) one_path_ = OnePath::kSimClwbLine;
   txn_internal::DirectoryLayout* dir = store.dir();
 
   // 1. The current reclamation descriptor: the valid one with the higher seq. A torn or stale

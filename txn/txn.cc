@@ -316,6 +316,8 @@ Engine::Impl::Impl(Engine& e)
   one_path_ = p.StreamsRecords(sizeof(RecordHeader) + 16) ? OnePath::kStream
               : p.FlushesInline()                         ? OnePath::kClwb
                                                           : OnePath::kNone;
+  sim_seam_ = persist_internal::SimModelsPmem(p.kind(), p.sim());
+  if (sim_seam_) one_path_ = one_path_ == OnePath::kStream ? OnePath::kSimStream : OnePath::kSimClwb;
 #endif
 }
 
@@ -620,9 +622,12 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
   if (txn_internal::g_crc_in_commit_loop) [[likely]] {
     if (t.writes_size() == 1 && CommitOne(t)) return absl::OkStatus();
     // (The record's largest size for its declarations: the header and a head and value each.)
-    if (pool.persister().Streams(txn_detail::kCommitFlush,
-                                 sizeof(RecordHeader) + 16 * t.writes_size()))
-      return WriteSmallCommitStream(t);
+    // On kPmem the streamed writer checks no site (PmemOps): with one disabled, the plain one,
+    // which checks each. Under the simulator every call checks its own (SimOps).
+    if (pool.persister().StreamsRecords(sizeof(RecordHeader) + 16 * t.writes_size())) {
+      if (sim_seam_) [[unlikely]] return WriteSmallCommitStreamSim(t);
+      if (!mutation::AnyDisabled()) return WriteSmallCommitStream(t);
+    }
     return WriteSmallCommitCrc(t);
   }
 #endif
@@ -632,15 +637,20 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
 [[gnu::always_inline]] inline bool Engine::Impl::CommitOne(ThreadTx& t) {
 #if defined(__x86_64__)
   // One test of the mutation gate for all of the path's sites: with any site disabled (or a
-  // mutant active), the general small commit, which checks each.
-  if (one_path_ != OnePath::kNone && txn_internal::g_crc_in_commit_loop && !mutation::AnyDisabled())
-      [[likely]] {
-    const OnePath path = one_path_;
-    if (uint8_t* at = SmallCommitOneReady(t, path == OnePath::kClwbLine); at != nullptr)
-        [[likely]] {
-      return path == OnePath::kClwbLine ? CommitOneLine(t, at)
-             : path == OnePath::kStream ? CommitOneStream(t, at)
-                                        : CommitOneCrc(t, at);
+  // mutant active), the general small commit, which checks each. Under the crash simulator
+  // (kSim*) the path runs with every site checked by its own call (SimOps).
+  const OnePath path = one_path_;
+  if (path != OnePath::kNone && txn_internal::g_crc_in_commit_loop) [[likely]] {
+    if (path < OnePath::kSimStream && !mutation::AnyDisabled()) [[likely]] {
+      if (uint8_t* at = SmallCommitOneReady(t, path == OnePath::kClwbLine); at != nullptr)
+          [[likely]] {
+        return path == OnePath::kClwbLine ? CommitOneLine(t, at)
+               : path == OnePath::kStream ? CommitOneStream(t, at)
+                                          : CommitOneCrc(t, at);
+      }
+    } else if (path >= OnePath::kSimStream) {
+      if (uint8_t* at = SmallCommitOneReady(t, path == OnePath::kSimClwbLine); at != nullptr)
+        return CommitOneSim(t, at, path);
     }
   }
 #else
@@ -700,6 +710,8 @@ absl::Status Engine::Impl::CommitSlow(ThreadTx& t) {
   absl::Status st = absl::OkStatus();
   if (t.aborted) {
     st = absl::AbortedError("txn::commit: the transaction was aborted at an inner level");
+  } else if (pool.failed()) {
+    st = pool.health();  // the failed mode: nothing more can be made durable; rolled back
   } else if (t.Expired()) {
     st = absl::DeadlineExceededError(
         absl::StrCat("txn::commit: the transaction was open longer than ", options.max_open.count(),
@@ -842,6 +854,20 @@ absl::Status Engine::Impl::WriteSmallCommitPortable(ThreadTx& t) {
 [[gnu::target("sse4.2")]] bool Engine::Impl::CommitOneStream(ThreadTx& t, uint8_t* at) {
   return WriteSmallCommitBody<true, true, true>(t, at).ok();
 }
+[[gnu::target("sse4.2")]] absl::Status Engine::Impl::WriteSmallCommitStreamSim(ThreadTx& t) {
+  return WriteSmallCommitBody<true, true, false, false, SimOps>(t);
+}
+[[gnu::target("sse4.2")]] bool Engine::Impl::CommitOneSim(ThreadTx& t, uint8_t* at,
+                                                          OnePath path) {
+  switch (path) {
+    case OnePath::kSimStream:
+      return WriteSmallCommitBody<true, true, true, false, SimOps>(t, at).ok();
+    case OnePath::kSimClwbLine:
+      return WriteSmallCommitBody<true, false, true, true, SimOps>(t, at).ok();
+    default:
+      return WriteSmallCommitBody<true, false, true, false, SimOps>(t, at).ok();
+  }
+}
 #endif
 
 absl::Status Engine::Impl::SmallCommitFailed(ThreadTx& t, absl::Status st) {
@@ -889,16 +915,16 @@ template <bool kCrcInLoop>
 }
 
 // Puts the words of a record into the log, in order, starting with `first` at `d`: with
-// kStream by non-temporal stores (Persister::Stream8; two words that fill an aligned 16 bytes
-// go as one Stream16, so the fence holds back half as many stores), otherwise by plain stores
+// kStream by non-temporal stores (Ops::Stream8; two words that fill an aligned 16 bytes go as
+// one Stream16, so the fence holds back half as many stores), otherwise by plain stores
 // (flushed by the caller).
-template <bool kStream>
+template <bool kStream, class Ops>
 class WordSink {
  public:
-  [[gnu::always_inline]] WordSink(uint64_t* d, uint64_t first) : d_(d) {
+  [[gnu::always_inline]] WordSink(const Persister& p, uint64_t* d, uint64_t first) : p_(p), d_(d) {
     if constexpr (kStream) {
       if ((reinterpret_cast<uintptr_t>(d_) & 8) != 0) {
-        Persister::Stream8(d_, first);  // the second half of a pair: alone
+        Ops::Stream8(p_, txn_detail::kStreamRuns, d_, first);  // the second half of a pair: alone
       } else {
         pending_ = first;
       }
@@ -913,7 +939,7 @@ class WordSink {
       if ((reinterpret_cast<uintptr_t>(d_) & 8) == 0) {
         pending_ = v;  // the first half of an aligned pair
       } else {         // the second half: the first is pending (this is not the first word)
-        Persister::Stream16(d_ - 1, pending_, v);
+        Ops::Stream16(p_, txn_detail::kStreamRuns, d_ - 1, pending_, v);
       }
       ++d_;
       return;
@@ -924,11 +950,14 @@ class WordSink {
   // Puts a first half left pending.
   [[gnu::always_inline]] void End() {
     if constexpr (kStream) {
-      if ((reinterpret_cast<uintptr_t>(d_) & 8) != 0) Persister::Stream8(d_ - 1, pending_);
+      if ((reinterpret_cast<uintptr_t>(d_) & 8) != 0) {
+        Ops::Stream8(p_, txn_detail::kStreamRuns, d_ - 1, pending_);
+      }
     }
   }
 
  private:
+  const Persister& p_;
   uint64_t* d_;
   uint64_t pending_ = 0;
 };
@@ -1025,11 +1054,18 @@ static_assert(KeyAfterIsKeyOf());
   return b;
 }
 
-template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine>
+template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine, class Ops>
 [[gnu::always_inline]] inline absl::Status Engine::Impl::WriteSmallCommitBody(ThreadTx& t,
                                                                               uint8_t* one_at) {
+  const Persister& persister = pool.persister();
   static_assert(kCrcInLoop || !kStream, "a streamed record's checksum is computed as it goes");
   static_assert(!kLine || (kOne && !kStream && kCrcInLoop), "only the clwb one-word commit pads");
+  // The failed mode (an msync error: only the paths that fence with Persister::Fence can meet
+  // it): nothing more can be made durable, so the transaction is rolled back.
+  if constexpr (!kOne && !kStream) {
+    if (persister.failed()) [[unlikely]]
+      return SmallCommitFailed(t, pool.health());
+  }
   const WriteRec* const wb = t.hot.begin;
   const size_t k = kOne ? 1 : t.writes_size();  // 1 to kSmallCommitWrites
   static_assert(txn_detail::kSmallCommitWrites <= 64, "one bit per declaration below");
@@ -1180,45 +1216,45 @@ template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine>
       }
     } else if (kStream && joins == 0 && (reinterpret_cast<uintptr_t>(d) & 8) == 0) {
       // A 16-byte-aligned record: word 1 | words 2-3 | each entry {head, value}: aligned pairs.
-      Persister::Stream8(d + 1, stamp);
-      Persister::Stream16(d + 2, t.hot.epoch, gen);
+      Ops::Stream8(persister, txn_detail::kStreamPairs, d + 1, stamp);
+      Ops::Stream16(persister, txn_detail::kStreamPairs, d + 2, t.hot.epoch, gen);
       uint64_t* e = d + sizeof(RecordHeader) / 8;
       if (dups == 0) {
         for (const WriteRec* w = wb; w != wb + k; ++w, e += 2) {
           const auto [head, value] = SingleEntry<kCrcInLoop>(w->word, base, crc);
-          Persister::Stream16(e, head, value);
+          Ops::Stream16(persister, txn_detail::kStreamPairs, e, head, value);
         }
       } else {
         for (uint64_t m = keep; m != 0; m &= m - 1, e += 2) {
           const auto [head, value] =
               SingleEntry<kCrcInLoop>(wb[__builtin_ctzll(m)].word, base, crc);
-          Persister::Stream16(e, head, value);
+          Ops::Stream16(persister, txn_detail::kStreamPairs, e, head, value);
         }
       }
     } else if (kStream && joins == 0) {
       // The other alignment: words 1-2 | word 3 and the first head | each value with the next
       // head | the last value alone.
-      Persister::Stream16(d + 1, stamp, t.hot.epoch);
+      Ops::Stream16(persister, txn_detail::kStreamOdd, d + 1, stamp, t.hot.epoch);
       uint64_t carry = gen;
       uint64_t* e = d + 3;
       if (dups == 0) {
         for (const WriteRec* w = wb; w != wb + k; ++w, e += 2) {
           const auto [head, value] = SingleEntry<kCrcInLoop>(w->word, base, crc);
-          Persister::Stream16(e, carry, head);
+          Ops::Stream16(persister, txn_detail::kStreamOdd, e, carry, head);
           carry = value;
         }
       } else {
         for (uint64_t m = keep; m != 0; m &= m - 1, e += 2) {
           const auto [head, value] =
               SingleEntry<kCrcInLoop>(wb[__builtin_ctzll(m)].word, base, crc);
-          Persister::Stream16(e, carry, head);
+          Ops::Stream16(persister, txn_detail::kStreamOdd, e, carry, head);
           carry = value;
         }
       }
-      Persister::Stream8(e, carry);
+      Ops::Stream8(persister, txn_detail::kStreamOdd, e, carry);
     } else {
       const bool single = joins == 0;  // no run of two words or more
-      WordSink<kStream> sink(d + 1, stamp);
+      WordSink<kStream, Ops> sink(persister, d + 1, stamp);
       sink.Put(t.hot.epoch);
       sink.Put(gen);
       for (uint64_t m = keep; m != 0; m &= m - 1) {
@@ -1259,7 +1295,7 @@ template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine>
   } else if constexpr (kCrcInLoop) {
     const uint64_t h0 = head0 | static_cast<uint64_t>(~static_cast<uint32_t>(crc)) << 32;
     if constexpr (kStream) {
-      Persister::Stream8(rec, h0);
+      Ops::Stream8(persister, txn_detail::kStreamHead, rec, h0);
     } else {
       *rec = h0;
     }
@@ -1268,12 +1304,12 @@ template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine>
                                store.BlockGen(tail.tail));
   }
   if constexpr (kOne) {  // (the counters exist, no site is disabled: CommitOne)
-    if constexpr (!kStream) persist_internal::Clwb(rec, bytes);
-    Persister::CountStreamFencedPmem(rec, bytes, *persist_internal::tls_counters);
+    if constexpr (!kStream) Ops::Clwb(persister, txn_detail::kOneClwb, rec, bytes);
+    Ops::CountFlush(persister, *persist_internal::tls_counters, rec, bytes);
   } else if constexpr (kStream) {
-    pool.persister().CountStream(txn_detail::kCommitFence, rec, bytes);
+    persister.CountStream(rec, bytes);
   } else {
-    pool.persister().Flush(txn_detail::kCommitFlush, rec, bytes);
+    persister.Flush(txn_detail::kSmallFlush, rec, bytes);
   }
   // The transaction's volatile bookkeeping and the statistics go before the fence, where they
   // overlap the drain of the record's stores. The record is complete, so nothing below can
@@ -1300,12 +1336,13 @@ template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine>
   // 4. The one fence, the commit point: a crash before it completes finds the record whole (the
   //    transaction counts as committed: allowed, commit has not returned), torn (bad checksum:
   //    this log ends there, the transaction is undone) or absent; after it, committed.
-  if constexpr (kOne) {  // (counted by CountStreamFenced above; the site is not disabled)
-    persist_internal::PmemDrain();
-  } else if constexpr (kStream) {  // (counted by CountStream above)
-    pool.persister().StreamFence(txn_detail::kCommitFence);
+  //    Each fence is counted where it is issued (Ops::Fence, Persister::Fence).
+  if constexpr (kOne) {
+    Ops::Fence(persister, txn_detail::kOneFence, *persist_internal::tls_counters);
+  } else if constexpr (kStream) {
+    Ops::Fence(persister, txn_detail::kStreamFence, persist_internal::LocalCounters());
   } else {
-    pool.persister().Fence(txn_detail::kCommitFence);
+    persister.Fence(txn_detail::kSmallFence);
   }
   store.PublishValue(tail, published);
   // 5. The index: the record is now the newest of each of its words (after the fence: the
@@ -1315,6 +1352,12 @@ template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine>
   for (const WriteRec* w = wb; w != w_end; ++w) slots[w->word].store(v, std::memory_order_release);
   // Last, the guard: the epoch cannot complete before the record is durable and published.
   epoch::Guard::Exit(guard_slot);
+  // A fence that failed (the failed mode): the transaction took effect, but whether its record
+  // is durable is unknown, and the caller is told so.
+  if constexpr (!kOne && !kStream) {
+    if (persister.failed()) [[unlikely]]
+      return pool.health();
+  }
   return absl::OkStatus();
 }
 
@@ -1436,7 +1479,10 @@ void Engine::Impl::WaitForRoom() {
   if (store.blocks_in_use() < stall) return;
   stalls.fetch_add(1, std::memory_order_relaxed);
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (store.blocks_in_use() >= stall && std::chrono::steady_clock::now() < give_up) {
+  // (In the pool's failed mode no epoch completes, so no block comes back: no wait; the
+  // commit refuses the transaction.)
+  while (store.blocks_in_use() >= stall && !pool.failed() &&
+         std::chrono::steady_clock::now() < give_up) {
     if (!bg_kick_.exchange(true)) {
       std::lock_guard<std::mutex> l(bg_mu_);
       bg_cv_.notify_one();

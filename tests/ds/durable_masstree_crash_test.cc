@@ -270,8 +270,9 @@ struct Config : testing::CrashConfig {
   int advance_every = 12;  // one scheduling pick in this many is an advance
   Config() {
     nested_every = 60;
-    // A fifth of the fences are crash points: each has ~100 images (every recorded version of
-    // every dirty line, twice), so this buys many more operations per image.
+    // A fifth of the fences are crash points: uncapped, each has ~100 images (every recorded
+    // version of every dirty line, twice), so this buys many more operations per image. The
+    // main tests cap the images per point (MainRunConfig) and crash at every fence instead.
     options.crash_points = Sim::CrashPoints::kRandom;
     options.probability = 0.2;
     options.max_single_line_images = 8;
@@ -348,11 +349,12 @@ Outcome RunCrash(const Config& cfg) {
 
 void Report(const char* what, const Outcome& r) {
   std::printf(
-      "%s: %lu ops, %lu advances, %lu crash points (max %lu dirty lines), %lu images (%lu "
-      "top-level) in %.2f s; "
+      "%s: %lu ops, %lu advances, %lu crash points (and %lu in nested recoveries; max %lu dirty "
+      "lines), %lu images (%lu top-level) in %.2f s; "
       "leaf copies %lu, interior copies %lu, parent-link copies %lu, relocations %lu; %lu hints "
       "%lu flushes\n",
-      what, r.ops, r.advances, r.stats.crash_points, r.stats.max_dirty_lines, r.stats.images,
+      what, r.ops, r.advances, r.stats.crash_points, r.stats.nested_crash_points,
+      r.stats.max_dirty_lines, r.stats.images,
       r.top_images, r.seconds, r.durable.leaf_log_copies, r.durable.interior_log_copies,
       r.durable.parent_log_copies, r.durable.relocations, r.stats.store_hints, r.stats.flushes);
   std::printf(
@@ -362,9 +364,17 @@ void Report(const char* what, const Outcome& r) {
   g_nested = {};
 }
 
+// The main tests: every fence a crash point with kMainImagesPerPoint images, and a nested check
+// (a crash during recovery, hundreds of images) in one image of 500.
+Config MainConfig(int threads, uint64_t seed) {
+  auto cfg = testing::MainRunConfig<Config>(threads, seed, 60000);
+  cfg.options.crash_points = Sim::CrashPoints::kEveryFence;
+  cfg.nested_every = static_cast<int>(EnvOr("PMRT_NESTED_EVERY", 500));
+  return cfg;
+}
+
 TEST(DurableMasstreeCrashTest, OneThread) {
-  auto cfg = testing::MainRunConfig<Config>(1, EnvOr("PMRT_SIM_SEED", 1), 60000);
-  cfg.nested_every = static_cast<int>(EnvOr("PMRT_NESTED_EVERY", 60));
+  auto cfg = MainConfig(1, EnvOr("PMRT_SIM_SEED", 1));
   cfg.advance_every = static_cast<int>(EnvOr("PMRT_ADVANCE_EVERY", 12));
   const Outcome r = RunCrash(cfg);
   EXPECT_EQ(r.live_error, "");
@@ -373,7 +383,7 @@ TEST(DurableMasstreeCrashTest, OneThread) {
 }
 
 TEST(DurableMasstreeCrashTest, TwoThreads) {
-  const auto cfg = testing::MainRunConfig<Config>(2, EnvOr("PMRT_SIM_SEED", 3), 60000);
+  const auto cfg = MainConfig(2, EnvOr("PMRT_SIM_SEED", 3));
   const Outcome r = RunCrash(cfg);
   EXPECT_EQ(r.live_error, "");
   testing::ExpectFinishedRun(r, cfg.target_images,

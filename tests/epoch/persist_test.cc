@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "epoch/sim.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
 
@@ -143,13 +144,42 @@ TEST(PersistTest, FlushInlineWritesBackWhatItIsGivenAndCountsNothing) {
     }
   }
   const PersistCounts d = CountersSnapshot(BackendKind::kPmem) - before;
-  EXPECT_EQ(d.flushes, 0u);  // counted by the caller, with its fence (CountStream)
-  p.CountStream(kFenceSite, buf + 40, 48);
+  EXPECT_EQ(d.flushes, 0u);  // counted by the caller (CountStream)
+  p.CountStream(buf + 40, 48);
   const PersistCounts e = CountersSnapshot(BackendKind::kPmem) - before;
   EXPECT_EQ(e.flushes, 1u);
   EXPECT_EQ(e.bytes_flushed, 48u);
   EXPECT_EQ(e.lines_flushed, 2u);  // [40, 88) crosses a line
-  EXPECT_EQ(e.fences, 1u);
+  EXPECT_EQ(e.fences, 0u);         // a fence is counted where it is issued
+  p.StreamFence(kFenceSite);
+  EXPECT_EQ((CountersSnapshot(BackendKind::kPmem) - before).fences, 1u);
+  // PmemOps counts the same way: the fence only when it is issued.
+  persist_internal::ThreadCounters& c = persist_internal::LocalCounters();
+  PmemOps::CountFlush(p, c, buf, 64);
+  EXPECT_EQ((CountersSnapshot(BackendKind::kPmem) - before).fences, 1u);
+  PmemOps::Fence(p, kFenceSite, c);
+  const PersistCounts f = CountersSnapshot(BackendKind::kPmem) - before;
+  EXPECT_EQ(f.flushes, 2u);
+  EXPECT_EQ(f.fences, 2u);
+}
+
+TEST(PersistTest, ASimThatModelsPmemAnswersAsPmem) {
+  Sim::Options o;
+  o.pmem = true;
+  auto sim = Sim::Create(1 << 16, o);
+  ASSERT_OK(sim);
+  for (const RecordWrites w : {RecordWrites::kStream, RecordWrites::kFlush}) {
+    Persister p(BackendKind::kSim, sim->get(), w);
+    EXPECT_TRUE(p.FlushesInline());
+#if defined(__x86_64__)
+    EXPECT_EQ(p.StreamsRecords(48), w == RecordWrites::kStream);
+    EXPECT_TRUE(p.StreamsRecords(kStreamAlwaysFrom));
+#endif
+  }
+  auto plain = Sim::Create(1 << 16, Sim::Options{});
+  ASSERT_OK(plain);
+  EXPECT_FALSE(Persister(BackendKind::kSim, plain->get()).FlushesInline());
+  EXPECT_FALSE(Persister(BackendKind::kSim, plain->get()).StreamsRecords(kStreamAlwaysFrom));
 }
 
 TEST(PersistTest, SiteIdsAreStableNonzeroAndDistinct) {

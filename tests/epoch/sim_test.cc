@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <set>
+#include <thread>
 
 #include "epoch/pool.h"
 #include "gtest/gtest.h"
@@ -73,6 +74,80 @@ TEST(SimTest, CopyFlushIsDurableAfterTheFence) {
   p.Fence(kTestFence);  // crash point: durable
   EXPECT_FALSE((*sim)->failed()) << (*sim)->Report();
   EXPECT_EQ(seen, (std::set<uint64_t>{0, 12}));
+}
+
+// The pmem primitives under the simulator (SimOps): a streamed word and a clwb'd line may reach
+// media at any time after the store, and are durable only after a fence of the thread that
+// issued them; another thread's fence does not make them durable.
+TEST(SimTest, StreamedAndClwbdWordsAreDurableAfterTheirThreadsFence) {
+  Sim::Options o;
+  o.pmem = true;
+  auto sim = Sim::Create(kSmallPool, o);
+  ASSERT_OK(sim);
+  auto* w = static_cast<uint64_t*>((*sim)->working());
+  const Persister p((*sim)->persister());
+  ASSERT_TRUE(p.FlushesInline());
+  std::set<uint64_t> seen_stream, seen_clwb;
+  bool own_fence_done = false;
+  (*sim)->SetHandler([&](CrashImage& img) {
+    auto* m = static_cast<uint64_t*>(img.base());
+    seen_stream.insert(m[0]);
+    seen_clwb.insert(m[16]);
+    if (own_fence_done && (m[0] != 7 || m[16] != 9)) {
+      return absl::DataLossError("a word fenced by its own thread was lost");
+    }
+    return absl::OkStatus();
+  });
+  persist_internal::ThreadCounters& c = persist_internal::LocalCounters();
+  const PersistCounts before = CountersSnapshot(BackendKind::kSim);
+  SimOps::Stream8(p, kTestFlush, &w[0], 7);
+  w[16] = 9;
+  SimOps::Clwb(p, kTestFlush, &w[16], 8);
+  std::thread([&] { p.Fence(kTestFence); }).join();  // crash point; makes nothing of ours durable
+  EXPECT_EQ(seen_stream, (std::set<uint64_t>{0, 7}));
+  EXPECT_EQ(seen_clwb, (std::set<uint64_t>{0, 9}));
+  SimOps::Fence(p, kTestFence, c);  // crash point: still either way; then durable
+  own_fence_done = true;
+  p.Fence(kTestFence);  // crash point: durable
+  EXPECT_FALSE((*sim)->failed()) << (*sim)->Report();
+  EXPECT_EQ((CountersSnapshot(BackendKind::kSim) - before).fences, 3u);
+  // A disabled site leaves the store alone: it reaches media only if evicted.
+  seen_stream.clear();
+  own_fence_done = false;
+  mutation::Disable(kTestFlush);
+  SimOps::Stream8(p, kTestFlush, &w[0], 8);
+  p.Fence(kTestFence);
+  p.Fence(kTestFence);
+  mutation::EnableAll();
+  EXPECT_EQ(seen_stream, (std::set<uint64_t>{7, 8}));
+}
+
+// max_images_per_point caps the images of each crash point (a seeded sample of the per-line
+// versions) so that the budget reaches more crash points.
+TEST(SimTest, ImagesPerCrashPointAreCapped) {
+  for (const uint64_t cap : {uint64_t{0}, uint64_t{12}}) {
+    Sim::Options o;
+    o.max_images_per_point = cap;
+    o.exhaustive_max_lines = 2;
+    auto sim = Sim::Create(kSmallPool, o);
+    ASSERT_OK(sim);
+    auto* w = static_cast<uint64_t*>((*sim)->working());
+    Persister p = (*sim)->persister();
+    (*sim)->SetHandler([](CrashImage&) { return absl::OkStatus(); });
+    for (int i = 0; i < 16; ++i) {  // 16 dirty lines, each with two flushed versions
+      w[i * 8] = 1;
+      p.Flush(kTestFlush, &w[i * 8], 8);
+      w[i * 8] = 2;
+      p.Flush(kTestFlush, &w[i * 8], 8);
+    }
+    p.Fence(kTestFence);
+    EXPECT_EQ((*sim)->stats().crash_points, 1u);
+    if (cap == 0) {
+      EXPECT_GT((*sim)->stats().images, 64u);
+    } else {
+      EXPECT_EQ((*sim)->stats().images, cap);
+    }
+  }
 }
 
 TEST(SimTest, FirstCrashPointSeesPendingFlushEitherWay) {

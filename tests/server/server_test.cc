@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "epoch/persist.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/server/resp_client.h"
@@ -193,6 +195,30 @@ TEST_F(ServerTest, SyncMakesEarlierWritesDurable) {
   EXPECT_EQ(b.Read()->ToString(), "+OK");
   EXPECT_EQ(b.Read()->ToString(), "\"2\"");
   EXPECT_EQ(server_->stats().syncs, 2u);
+}
+
+// The failed mode (an msync error, injected in the seam): PMRT.SYNC replies with the error,
+// naming the pool and the cause, every later PMRT.SYNC too, and reads keep working.
+TEST_F(ServerTest, SyncReportsTheFailedMode) {
+  if (kv_->pool().persister().kind() != BackendKind::kMsync) {
+    GTEST_SKIP() << "the pool is not on the msync backend";
+  }
+  Client c = Connect();
+  EXPECT_EQ(Call(c, {"SET", "x", "1"}), "+OK");
+  EXPECT_EQ(Call(c, {"PMRT.SYNC"}), "+OK");
+  persist_internal::InjectMsyncFailures(1, 1, EIO);
+  EXPECT_EQ(Call(c, {"SET", "y", "2"}), "+OK");
+  for (int i = 0; i < 2; ++i) {
+    const std::string r = Call(c, {"PMRT.SYNC"});
+    EXPECT_THAT(r, StartsWith("-ERR PMRT.SYNC failed, writes may not be durable: DATA_LOSS: "));
+    EXPECT_THAT(r, HasSubstr("kv.pool: the pool is in its failed mode (msync of "));
+  }
+  EXPECT_EQ(Call(c, {"GET", "x"}), "\"1\"");
+  EXPECT_EQ(Call(c, {"GET", "y"}), "\"2\"");
+  server_->Stop();
+  server_.reset();
+  EXPECT_FALSE(kv_->Close().ok());  // the failed mode, reported again; the pool stays crashed
+  kv_.reset();
 }
 
 TEST_F(ServerTest, ProtocolErrorsCloseOnlyThatConnection) {

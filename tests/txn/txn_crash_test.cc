@@ -299,7 +299,19 @@ struct Config : pmrt::testing::CrashConfig {
   uint64_t cold_after = 0;   // TestOptions
   size_t budget = 64 << 10;  // TestOptions (the workers' engine only)
   uint64_t picks = 16;       // the schedule's: 0 an advance, 1 a reclamation cycle, else a step
+  // With options.pmem, how the seam writes records (persist.h, RecordWrites): the one-word
+  // commit and the small commit streamed (kStream) or written back with clwb (kFlush).
+  RecordWrites writes = RecordWrites::kFlush;
 };
+
+// A configuration whose seam models persistent memory (Sim::Options::pmem): the commit paths
+// that run on the pmem backend (the one-word commit, streamed records) run under the simulator.
+Config PmemConfig(RecordWrites writes) {
+  Config cfg;
+  cfg.options.pmem = true;
+  cfg.writes = writes;
+  return cfg;
+}
 
 struct Outcome : pmrt::testing::CrashOutcome {
   uint64_t commits = 0, cycles = 0, full_cycles = 0, snapshots = 0, lines_marked = 0,
@@ -311,7 +323,8 @@ Outcome RunCrash(const Config& cfg) {
   Model model;
   return pmrt::testing::RunUnderSim<Outcome>(
       kPoolSize, cfg.options, cfg.target_images,
-      [&](Sim& sim, const PoolOptions& po) -> absl::StatusOr<testing::Runtime> {
+      [&](Sim& sim, PoolOptions po) -> absl::StatusOr<testing::Runtime> {
+        po.record_writes = cfg.writes;
         auto pool = Pool::CreateInMemory(sim.working(), kPoolSize, "txn-crash", po, "sim-pool");
         if (!pool.ok()) return pool.status();
         auto rt = testing::Attach(std::move(*pool), TestOptions(cfg.cold_after, cfg.budget));
@@ -381,10 +394,12 @@ Outcome RunCrash(const Config& cfg) {
 
 void Report(const char* what, const Outcome& r) {
   std::printf(
-      "%s: %lu crash points, %lu images (max dirty lines %lu) in %.2f s (%lu commits, %lu "
+      "%s: %lu crash points (and %lu in nested recoveries), %lu images (max dirty lines %lu) in "
+      "%.2f s (%lu commits, %lu "
       "snapshots, %lu cycles, %lu full; fast lines %lu marked, %lu unmarked; %lu records padded "
       "to a line)\n",
-      what, r.stats.crash_points, r.stats.images, r.stats.max_dirty_lines, r.seconds, r.commits,
+      what, r.stats.crash_points, r.stats.nested_crash_points, r.stats.images,
+      r.stats.max_dirty_lines, r.seconds, r.commits,
       r.snapshots, r.cycles, r.full_cycles, r.lines_marked, r.lines_unmarked, r.padded);
 }
 
@@ -404,6 +419,41 @@ TEST(TxnCrashTest, TwoThreads) {
   ASSERT_NO_FATAL_FAILURE(pmrt::testing::ExpectFinishedRun(
       r, cfg.target_images, [](const Outcome& o) { Report("txn, 2 threads", o); }));
   EXPECT_GT(r.padded, 0u) << "no record of one declaration padded to its line";
+}
+
+// The commit paths of persistent memory (the pmem backend), run by the simulator with their own
+// code: the one-word commit written back with clwb and padded to its line, the general small
+// commit flushed; and streamed (non-temporal stores), the one-word commit and the small commit.
+TEST(TxnCrashTest, TwoThreadsOnPmemWithClwb) {
+  Config cfg = PmemConfig(RecordWrites::kFlush);
+  cfg.threads = 2;
+  cfg.options.seed = EnvOr("PMRT_TXN_SEED", 11);
+  cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 60000) / 2;
+  cfg.options.max_images_per_point = pmrt::testing::kMainImagesPerPoint;
+  const Outcome r = RunCrash(cfg);
+  ASSERT_NO_FATAL_FAILURE(pmrt::testing::ExpectFinishedRun(
+      r, cfg.target_images, [](const Outcome& o) { Report("txn, 2 threads, pmem clwb", o); }));
+  for (const Site& s : {txn_detail::kOneClwb, txn_detail::kOneFence, txn_detail::kSmallFlush,
+                        txn_detail::kSmallFence}) {
+    EXPECT_EQ(r.sites.count(s.id), 1u) << s.name << " not reached";
+  }
+  EXPECT_GT(r.padded, 0u) << "no record of one declaration padded to its line";
+}
+
+TEST(TxnCrashTest, TwoThreadsOnPmemStreamed) {
+  Config cfg = PmemConfig(RecordWrites::kStream);
+  cfg.threads = 2;
+  cfg.options.seed = EnvOr("PMRT_TXN_SEED", 13);
+  cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 60000) / 2;
+  cfg.options.max_images_per_point = pmrt::testing::kMainImagesPerPoint;
+  const Outcome r = RunCrash(cfg);
+  ASSERT_NO_FATAL_FAILURE(pmrt::testing::ExpectFinishedRun(
+      r, cfg.target_images, [](const Outcome& o) { Report("txn, 2 threads, pmem stream", o); }));
+  for (const Site& s : {txn_detail::kOneFence, txn_detail::kStreamHead, txn_detail::kStreamPairs,
+                        txn_detail::kStreamOdd, txn_detail::kStreamRuns, txn_detail::kStreamFence}) {
+    EXPECT_EQ(r.sites.count(s.id), 1u) << s.name << " not reached";
+  }
+  EXPECT_EQ(r.padded, 0u) << "streamed records are not padded";
 }
 
 // The touch slack: words declared without a CAS because they were touched in the two epochs
@@ -468,19 +518,37 @@ TEST(TxnCrashTest, MutationGateKillsTheFastLineGraceMutant) {
   ExpectGateKills(txn_detail::kGraceMutant, FastLinesConfig(), "txn fast lines");
 }
 
+// The gate's explicit lists: the persistence sites each configuration reaches (the sim backend's
+// generic seam; the pmem seam with clwb; the pmem seam streamed). A site added to txn/ that a
+// configuration reaches without an entry here fails the gate, as does one no longer reached.
+const std::vector<Site> kGenericSites = {
+    txn_detail::kSnapshotFlush, txn_detail::kSnapshotFence, txn_detail::kCommitFlush,
+    txn_detail::kCommitFence,   txn_detail::kSmallFlush,    txn_detail::kSmallFence,
+    txn_detail::kCompactFlush,  txn_detail::kColdFlush,     txn_detail::kCompactFence,
+    txn_detail::kDescFlush,     txn_detail::kDescFence,     txn_detail::kHeadMoveFlush,
+    txn_detail::kHeadMoveFence, txn_internal::kTableFlush,  txn_internal::kBlockFlush,
+    txn_internal::kLinkFlush,   txn_internal::kHeadFlush,   txn_detail::kCloseWriteBack};
+const std::vector<Site> kClwbOnlySites = {txn_detail::kOneClwb, txn_detail::kOneFence};
+const std::vector<Site> kStreamOnlySites = {txn_detail::kOneFence,   txn_detail::kStreamHead,
+                                            txn_detail::kStreamPairs, txn_detail::kStreamOdd,
+                                            txn_detail::kStreamRuns,  txn_detail::kStreamFence};
+
+std::vector<Site> Plus(std::vector<Site> a, const std::vector<Site>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 TEST(TxnCrashTest, MutationGateKillsEverySite) {
   Config base;
   base.threads = 2;
   base.target_images = 3000;
   Outcome baseline = RunCrash(base);
   ASSERT_TRUE(baseline.failures.empty()) << baseline.failures[0].ToString();
-  auto sites = pmrt::testing::SitesWithPrefix(baseline.sites, "txn.");
-  EXPECT_GE(sites.size(), 14u);
   // The logic mutants (negative controls): no persistence site, so add them by name.
-  sites[txn_detail::kOrderMutant.id] = txn_detail::kOrderMutant.name;
-  sites[txn_detail::kRuleMutant.id] = txn_detail::kRuleMutant.name;
-  sites[txn_detail::kStampMutant.id] = txn_detail::kStampMutant.name;
-  sites[txn_detail::kSoloMutant.id] = txn_detail::kSoloMutant.name;
+  const auto sites = pmrt::testing::ExpectSites(
+      baseline.sites, "txn.", kGenericSites,
+      {txn_detail::kOrderMutant, txn_detail::kRuleMutant, txn_detail::kStampMutant,
+       txn_detail::kSoloMutant});
   const auto survivors = pmrt::testing::RunMutationGate(
       sites,
       [] {
@@ -491,6 +559,46 @@ TEST(TxnCrashTest, MutationGateKillsEverySite) {
       },
       "txn");
   EXPECT_TRUE(survivors.empty()) << ::testing::PrintToString(survivors);
+}
+
+}  // namespace
+}  // namespace pmrt::txn
+
+namespace pmrt::txn {
+namespace {
+
+// The commit paths of persistent memory under the gate: each site only they reach (the one-word
+// commit's clwb and fence, the streamed records' stores and fence) disabled in turn, in the
+// configuration that reaches it, must make the suite fail.
+void ExpectPmemGateKills(RecordWrites writes, const std::vector<Site>& only, const char* label) {
+  Config base = PmemConfig(writes);
+  base.threads = 2;
+  base.options.seed = 11;
+  base.target_images = 3000;
+  const Outcome baseline = RunCrash(base);
+  ASSERT_TRUE(baseline.failures.empty()) << baseline.failures[0].ToString();
+  (void)pmrt::testing::ExpectSites(baseline.sites, "txn.", Plus(kGenericSites, only));
+  std::map<uint32_t, std::string> mutants;
+  for (const Site& s : only) mutants[s.id] = s.name;
+  const auto survivors = pmrt::testing::RunMutationGate(
+      mutants,
+      [&] {
+        Config cfg = PmemConfig(writes);
+        cfg.threads = 2;
+        cfg.options.seed = 11;
+        cfg.target_images = EnvOr("PMRT_GATE_IMAGES", 40000) / 2;
+        return RunCrash(cfg);
+      },
+      label);
+  EXPECT_TRUE(survivors.empty()) << ::testing::PrintToString(survivors);
+}
+
+TEST(TxnCrashTest, MutationGateKillsEveryPmemClwbSite) {
+  ExpectPmemGateKills(RecordWrites::kFlush, kClwbOnlySites, "txn pmem clwb");
+}
+
+TEST(TxnCrashTest, MutationGateKillsEveryPmemStreamSite) {
+  ExpectPmemGateKills(RecordWrites::kStream, kStreamOnlySites, "txn pmem stream");
 }
 
 }  // namespace

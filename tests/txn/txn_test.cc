@@ -1165,63 +1165,82 @@ TEST_F(TxnTest, AWordOfAFastLineStaysHotWhileDeclaredAndGoesColdAfterTheUnmarkin
 // A free unmarks the fast lines of the words it makes cold (WordIndex::kFreed), while another
 // thread's open transaction may hold a word of the same line declared on the fast path: the
 // reclaimer takes the free's unmarking for its own and makes no word of the line cold before its
-// grace period. (With the txn.mutant.fast_line_freed mutant the other word goes cold at once,
-// and the crash keeps the open transaction's uncommitted value.)
-TEST_F(TxnTest, AFreeUnmarksTheLineWithAGracePeriodForTheOtherWordsOfIt) {
-  Options o = Quiet();
-  o.cold_after_epochs = 2;
-  o.adaptive_cold = false;
-  o.log_budget = 1024;  // every cycle is a full one
-  o.log_limit = 1 << 20;
-  Open(o);
-  struct Pair {
-    uint64_t a, b;
-  };
-  // Sixteen 16-byte blocks, written whole by their commit (hot); find a line of four of them.
-  std::vector<Pair*> ps;
-  ASSERT_OK(txn::Run([&]() -> absl::Status {
-    for (uint64_t i = 0; i < 16; ++i) ps.push_back(alloc::pnew<Pair>(Pair{i, i}));
-    return absl::OkStatus();
-  }));
-  std::map<uintptr_t, std::vector<Pair*>> by_line;
-  for (Pair* q : ps) {
-    ASSERT_NE(q, nullptr);
-    by_line[reinterpret_cast<uintptr_t>(q) / 64].push_back(q);
-  }
-  Pair* freed = nullptr;
-  Pair* held = nullptr;
-  for (auto& [line, qs] : by_line) {
-    if (qs.size() == 4) {
-      freed = qs[0];
-      held = qs[1];
-      break;
+// grace period. With the txn.mutant.fast_line_freed mutant the other word goes cold at once,
+// and the crash keeps the open transaction's uncommitted value (its negative control, below).
+class FreedLineTest : public TxnTest {
+ protected:
+  // The scenario: `committed` is the held word's committed value, `recovered` what a crash
+  // leaves of it while the other transaction is open.
+  void Run(bool mutant, uint64_t& committed, uint64_t& recovered) {
+    Options o = Quiet();
+    o.cold_after_epochs = 2;
+    o.adaptive_cold = false;
+    o.log_budget = 1024;  // every cycle is a full one
+    o.log_limit = 1 << 20;
+    Open(o);
+    struct Pair {
+      uint64_t a, b;
+    };
+    // Sixteen 16-byte blocks, written whole by their commit (hot); find a line of four of them.
+    std::vector<Pair*> ps;
+    ASSERT_OK(txn::Run([&]() -> absl::Status {
+      for (uint64_t i = 0; i < 16; ++i) ps.push_back(alloc::pnew<Pair>(Pair{i, i}));
+      return absl::OkStatus();
+    }));
+    std::map<uintptr_t, std::vector<Pair*>> by_line;
+    for (Pair* q : ps) {
+      ASSERT_NE(q, nullptr);
+      by_line[reinterpret_cast<uintptr_t>(q) / 64].push_back(q);
     }
-  }
-  ASSERT_NE(held, nullptr) << "no line of four blocks";
-  ASSERT_OK(rt_.epochs->Advance());
-  ASSERT_OK(engine().Reclaim());
-  ASSERT_TRUE(engine().IsFastLine(held));
-  for (int i = 0; i < 3; ++i) ASSERT_OK(rt_.epochs->Advance());
-  const uint64_t committed = held->a;
-  ASSERT_OK(begin());
-  ASSERT_OK(write(&held->a, uint64_t{99}));  // the fast path: no CAS
-  std::thread other([&] {
+    Pair* freed = nullptr;
+    Pair* held = nullptr;
+    for (auto& [line, qs] : by_line) {
+      if (qs.size() == 4) {
+        freed = qs[0];
+        held = qs[1];
+        break;
+      }
+    }
+    ASSERT_NE(held, nullptr) << "no line of four blocks";
+    ASSERT_OK(rt_.epochs->Advance());
+    ASSERT_OK(engine().Reclaim());
+    ASSERT_TRUE(engine().IsFastLine(held));
+    for (int i = 0; i < 3; ++i) ASSERT_OK(rt_.epochs->Advance());
+    committed = held->a;
     ASSERT_OK(begin());
-    ASSERT_OK(alloc::pdelete(freed));
+    ASSERT_OK(write(&held->a, uint64_t{99}));  // the fast path: no CAS
+    if (mutant) mutation::Disable(txn_detail::kFreedMutant);
+    std::thread other([&] {
+      ASSERT_OK(begin());
+      ASSERT_OK(alloc::pdelete(freed));
+      ASSERT_OK(commit());
+      EXPECT_FALSE(engine().IsFastLine(held));
+      ASSERT_OK(engine().Reclaim(/*advance=*/false));
+    });
+    other.join();
+    mutation::EnableAll();
+    Buffer image(kPoolSize);
+    image.CopyFrom(buf_.data());
     ASSERT_OK(commit());
-    EXPECT_FALSE(engine().IsFastLine(held));
-    ASSERT_OK(engine().Reclaim(/*advance=*/false));
-  });
-  other.join();
-  Buffer image(kPoolSize);
-  image.CopyFrom(buf_.data());
-  ASSERT_OK(commit());
-  rt_.Reset();
-  buf_.CopyFrom(image.data());
-  auto r = OpenMemory(buf_.data(), kPoolSize, Eadr(), o, false);
-  ASSERT_OK(r);
-  rt_ = std::move(*r);
-  EXPECT_EQ(held->a, committed);  // undone from the kept record (the same mapping)
+    rt_.Reset();
+    buf_.CopyFrom(image.data());
+    auto r = OpenMemory(buf_.data(), kPoolSize, Eadr(), o, false);
+    ASSERT_OK(r);
+    rt_ = std::move(*r);
+    recovered = held->a;  // (the same mapping)
+  }
+};
+
+TEST_F(FreedLineTest, AFreeUnmarksTheLineWithAGracePeriodForTheOtherWordsOfIt) {
+  uint64_t committed = 0, recovered = 0;
+  ASSERT_NO_FATAL_FAILURE(Run(/*mutant=*/false, committed, recovered));
+  EXPECT_EQ(recovered, committed);  // undone from the kept record
+}
+
+TEST_F(FreedLineTest, MutationGateKillsTheFreedLineMutant) {
+  uint64_t committed = 0, recovered = 0;
+  ASSERT_NO_FATAL_FAILURE(Run(/*mutant=*/true, committed, recovered));
+  EXPECT_EQ(recovered, 99u) << "txn.mutant.fast_line_freed survived: the word was not made cold";
 }
 
 // Off: no line is ever marked, and every declaration reads its slot.

@@ -5,6 +5,7 @@
 #ifndef PMRT_TESTS_UTIL_CRASH_SUITE_H_
 #define PMRT_TESTS_UTIL_CRASH_SUITE_H_
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -45,13 +46,21 @@ struct CrashConfig {
   int nested_every = 20;  // one image in this many also gets a nested check (0: none)
 };
 
-// The configuration of a suite's main tests: `threads` workers, the simulator's `seed`, and half
-// of PMRT_SIM_IMAGES (default `images`) as the image target.
+// Images per crash point in the suites' main tests (Sim::Options::max_images_per_point; also
+// PMRT_SIM_IMAGES_PER_POINT, 0 for no cap): the image budget spread over many crash points, each
+// with the images that matter most (none and all lines evicted, each line alone kept and lost,
+// then a seeded sample of the per-line versions and random subsets).
+inline constexpr uint64_t kMainImagesPerPoint = 32;
+
+// The configuration of a suite's main tests: `threads` workers, the simulator's `seed`, half of
+// PMRT_SIM_IMAGES (default `images`) as the image target, and kMainImagesPerPoint. A finished
+// run therefore has at least target / kMainImagesPerPoint crash points (ExpectFinishedRun).
 template <typename Config>
 Config MainRunConfig(int threads, uint64_t seed, uint64_t images) {
   Config cfg;
   cfg.threads = threads;
   cfg.options.seed = seed;
+  cfg.options.max_images_per_point = EnvOr("PMRT_SIM_IMAGES_PER_POINT", kMainImagesPerPoint);
   cfg.target_images = EnvOr("PMRT_SIM_IMAGES", images) / 2;
   return cfg;
 }
@@ -64,6 +73,30 @@ inline std::map<uint32_t, std::string> SitesWithPrefix(const std::map<uint32_t, 
   std::map<uint32_t, std::string> out;
   for (const auto& [id, name] : seen)
     if (name.rfind(prefix, 0) == 0) out[id] = name;
+  for (const Site& s : extra) out[s.id] = s.name;
+  return out;
+}
+
+// A gate's explicit expectation: the sites of `seen` whose names start with `prefix` are exactly
+// `expected` (a site added to the layer and reached by its suite without a gate entry fails
+// here, and so does one the suite no longer reaches). Returns `expected` plus `extra` (logic
+// mutants, which the simulator never sees as flushes or fences) as the gate's mutants.
+inline std::map<uint32_t, std::string> ExpectSites(const std::map<uint32_t, std::string>& seen,
+                                                   const std::string& prefix,
+                                                   const std::vector<Site>& expected,
+                                                   const std::vector<Site>& extra = {}) {
+  std::vector<std::string> got, want;
+  for (const auto& [id, name] : seen)
+    if (name.rfind(prefix, 0) == 0) got.push_back(name);
+  std::map<uint32_t, std::string> out;
+  for (const Site& s : expected) {
+    want.push_back(s.name);
+    out[s.id] = s.name;
+  }
+  std::sort(got.begin(), got.end());
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(got, want) << "the sites with prefix " << prefix
+                       << " that the suite reaches differ from the gate's list";
   for (const Site& s : extra) out[s.id] = s.name;
   return out;
 }
@@ -187,11 +220,13 @@ void ExpectFinishedRun(const Outcome& r, uint64_t target_images, Report&& report
   report(r);
 }
 
-// The same, with the plain summary "<label>: N crash points, M images in S s".
+// The same, with the plain summary "<label>: N crash points (and K in nested recoveries), M
+// images in S s".
 inline void ExpectFinishedRun(const CrashOutcome& r, uint64_t target_images, const char* label) {
   ExpectFinishedRun(r, target_images, [label](const CrashOutcome& o) {
-    std::printf("%s: %lu crash points, %lu images in %.2f s\n", label, o.stats.crash_points,
-                o.stats.images, o.seconds);
+    std::printf("%s: %lu crash points (and %lu in nested recoveries), %lu images in %.2f s\n",
+                label, o.stats.crash_points, o.stats.nested_crash_points, o.stats.images,
+                o.seconds);
   });
 }
 

@@ -30,9 +30,18 @@ class Lockstep {
   }
   // Runs one step on `worker` and returns when it is done.
   void Step(int worker) {
-    std::unique_lock<std::mutex> l(mu_);
+    Start(worker);
+    Wait();
+  }
+  // The same in two halves, for a step that blocks until the caller does something (a guard
+  // entered while an advance is closing the epoch): Start returns at once, Wait once it is done.
+  void Start(int worker) {
+    std::lock_guard<std::mutex> l(mu_);
     turn_ = worker;
     cv_.notify_all();
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> l(mu_);
     cv_.wait(l, [&] { return turn_ == kIdle; });
   }
 

@@ -28,6 +28,19 @@ inline constexpr Site kSnapshotFlush{"txn.snapshot.flush"};
 inline constexpr Site kSnapshotFence{"txn.snapshot.fence"};
 inline constexpr Site kCommitFlush{"txn.commit.flush"};
 inline constexpr Site kCommitFence{"txn.commit.fence"};
+// The small commit's (WriteSmallCommitBody), one site per call site: the record written with
+// plain stores and flushed, and its fence; the record streamed (its header's first word, the
+// entries of an aligned and of an unaligned record, the words of a record with runs) and its
+// fence; the record of one declaration written back with clwb, and its fence.
+inline constexpr Site kSmallFlush{"txn.commit.small.flush"};
+inline constexpr Site kSmallFence{"txn.commit.small.fence"};
+inline constexpr Site kStreamHead{"txn.commit.stream.head"};
+inline constexpr Site kStreamPairs{"txn.commit.stream.pairs"};
+inline constexpr Site kStreamOdd{"txn.commit.stream.odd"};
+inline constexpr Site kStreamRuns{"txn.commit.stream.runs"};
+inline constexpr Site kStreamFence{"txn.commit.stream.fence"};
+inline constexpr Site kOneClwb{"txn.commit.one.clwb"};
+inline constexpr Site kOneFence{"txn.commit.one.fence"};
 inline constexpr Site kCompactFlush{"txn.reclaim.compact.flush"};
 // The data line of a word the reclaimer turns cold (fenced by kCompactFence).
 inline constexpr Site kColdFlush{"txn.reclaim.cold.flush"};
@@ -311,6 +324,7 @@ class Engine::Impl {
   absl::Status WriteSmallCommitPortable(txn_detail::ThreadTx& t);
   absl::Status WriteSmallCommitCrc(txn_detail::ThreadTx& t);     // x86-64 with SSE 4.2
   absl::Status WriteSmallCommitStream(txn_detail::ThreadTx& t);  // and kPmem: streamed
+  absl::Status WriteSmallCommitStreamSim(txn_detail::ThreadTx& t);  // the same under the sim
   // A transaction of one declaration (the most common of all) where its commit needs no call
   // (SmallCommitOneReady), on x86-64 with SSE 4.2, streamed or (FlushesInline) flushed with an
   // inline clwb: commits it and returns true (it cannot fail); else returns false having
@@ -324,20 +338,29 @@ class Engine::Impl {
   bool CommitOneCrc(txn_detail::ThreadTx& t, uint8_t* at);
   bool CommitOneLine(txn_detail::ThreadTx& t, uint8_t* at);  // kClwbLine: padded to the line
   bool CommitOneStream(txn_detail::ThreadTx& t, uint8_t* at);
+  // The three under the crash simulator (SimOps), whatever mutation site is disabled: each of
+  // its calls checks its own.
+  enum class OnePath : uint8_t;
+  bool CommitOneSim(txn_detail::ThreadTx& t, uint8_t* at, OnePath path);
   // Where the record of one declaration goes when its commit needs no call, else null. `line`:
   // with the pad that ends it at a cache line (LinePad), which must fit in the block too.
   [[gnu::always_inline]] uint8_t* SmallCommitOneReady(txn_detail::ThreadTx& t, bool line);
   // How CommitOne writes its record on this pool (fixed at open, from the pool's persister, the
   // processor and the directory's version): not at all (kNone: the general small commit does),
   // streamed, with an inline clwb, or with an inline clwb and padded to end at a cache line
-  // (kClwbLine: a version-2 directory; docs/txn.md, "Line-ending records").
-  enum class OnePath : uint8_t { kNone, kStream, kClwb, kClwbLine };
+  // (kClwbLine: a version-2 directory; docs/txn.md, "Line-ending records"); kSim*: the same
+  // three on a kSim persister that models kPmem (the crash simulator runs them with SimOps).
+  enum class OnePath : uint8_t { kNone, kStream, kClwb, kClwbLine, kSimStream, kSimClwb, kSimClwbLine };
   OnePath one_path_ = OnePath::kNone;
+  // The persister is the crash simulator's modelling kPmem: the streamed writers run with SimOps.
+  bool sim_seam_ = false;
   // Whether records of one declaration end at a cache line, padded (set at open: a version-2
   // directory whose records are not streamed; one_path_ kClwbLine follows from it).
   bool pad_ones_ = false;
   // (kOne: one_at is SmallCommitOneReady's; kLine: the record is padded to its line's end.)
-  template <bool kCrcInLoop, bool kStream, bool kOne = false, bool kLine = false>
+  // (Ops: the primitives of streamed and clwb'd records, PmemOps or SimOps; epoch/persist.h.)
+  template <bool kCrcInLoop, bool kStream, bool kOne = false, bool kLine = false,
+            class Ops = PmemOps>
   [[gnu::always_inline]] absl::Status WriteSmallCommitBody(txn_detail::ThreadTx& t,
                                                            uint8_t* one_at = nullptr);
   // The commit-order stamp of a small commit: the next of the thread's block when `solo`

@@ -1,0 +1,153 @@
+// The failed mode (docs/durability.md): an msync that fails, injected in the seam at a chosen
+// call, puts the pool in a sticky failed state. Advance, Sync and commit return an error naming
+// the pool and the cause, later commits are refused (rolled back), reads keep working, the
+// pool is not marked clean at close, and the next open recovers the last durable state.
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "epoch/persist.h"
+#include "gtest/gtest.h"
+#include "tests/txn/txn_runtime.h"
+#include "tests/util/test_util.h"
+#include "txn/txn.h"
+
+namespace pmrt::txn {
+namespace {
+
+constexpr size_t kPoolSize = 8 << 20;
+
+// Epoch-scoped fields, undo-logged in the external log before their first change in an epoch.
+struct Logged {
+  uint64_t synced;    // written and synced before the failure
+  uint64_t unsynced;  // written in the epoch that fails
+  std::atomic<uint64_t> mark;
+};
+struct Root {
+  Logged e;
+  uint64_t txn_word;  // written by transactions
+};
+
+PoolOptions Msync() {
+  PoolOptions po;
+  po.backend = BackendKind::kMsync;
+  return po;
+}
+
+absl::StatusOr<testing::Runtime> OpenFile(const std::string& path, bool create) {
+  auto pool = create ? Pool::Create(path, kPoolSize, "failed-mode", Msync())
+                     : Pool::Open(path, "failed-mode", Msync());
+  if (!pool.ok()) return pool.status();
+  return testing::Attach(std::move(*pool), Options{});
+}
+
+// A transaction that sets root->txn_word to v.
+absl::Status SetWord(Root* root, uint64_t v) {
+  if (auto st = begin(); !st.ok()) return st;
+  if (auto st = add(&root->txn_word, 8); !st.ok()) {
+    (void)abort();
+    return st;
+  }
+  root->txn_word = v;
+  return commit();
+}
+
+// The error names the pool's file, says it is the failed mode, and gives the cause.
+void ExpectNamesPoolAndCause(const absl::Status& st, const std::string& path) {
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  EXPECT_NE(st.message().find(path), std::string::npos) << st;
+  EXPECT_NE(st.message().find("failed mode"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("msync of"), std::string::npos) << st;
+  EXPECT_NE(st.message().find(std::strerror(EIO)), std::string::npos) << st;
+}
+
+TEST(FailedModeTest, AnMsyncErrorIsStickyRefusesWritesKeepsReadsAndReopenRecovers) {
+  pmrt::testing::TempDir dir;
+  const std::string path = dir.File("failed.pool");
+  {
+    auto rt = OpenFile(path, /*create=*/true);
+    ASSERT_OK(rt);
+    Root* root = *rt->pool->root<Root>();
+    ASSERT_OK(SetWord(root, 1));
+    {
+      epoch::Guard g(*rt->epochs);
+      ASSERT_OK(rt->epochs->log().Snapshot(&root->e, sizeof(Logged), &root->e.mark));
+      root->e.synced = 11;
+    }
+    ASSERT_OK(rt->epochs->Sync());
+    ASSERT_TRUE(rt->pool->health().ok());
+
+    // The next msync fails (one call only: the mode stays failed all the same).
+    persist_internal::InjectMsyncFailures(1, 1, EIO);
+    {
+      epoch::Guard g(*rt->epochs);
+      ASSERT_OK(rt->epochs->log().Snapshot(&root->e, sizeof(Logged), &root->e.mark));
+      root->e.unsynced = 22;
+    }
+    const uint64_t completed = rt->epochs->completed();
+    const absl::Status first = rt->epochs->Sync();
+    ExpectNamesPoolAndCause(first, path);
+    EXPECT_TRUE(rt->pool->failed());
+    EXPECT_EQ(rt->epochs->completed(), completed) << "the failed epoch was reported complete";
+    // Sticky: later advances fail too, though msync works again.
+    ExpectNamesPoolAndCause(rt->epochs->Advance(), path);
+    ExpectNamesPoolAndCause(rt->epochs->Sync(), path);
+    EXPECT_EQ(rt->epochs->completed(), completed);
+    // A commit is refused and rolled back; reads keep working.
+    ExpectNamesPoolAndCause(SetWord(root, 2), path);
+    EXPECT_EQ(root->txn_word, 1u);
+    EXPECT_EQ(root->e.synced, 11u);
+    EXPECT_EQ(root->e.unsynced, 22u);
+    // Guards still enter and leave (no hang): the clock keeps turning, volatile only.
+    { epoch::Guard g(*rt->epochs); }
+    // Closing reports the mode and leaves the pool marked as crashed.
+    rt->engine.reset();
+    rt->heap.reset();
+    rt->epochs.reset();
+    ExpectNamesPoolAndCause(rt->pool->Close(), path);
+  }
+  // The next open recovers the last durable state: the failed epoch's write is rolled back.
+  auto rt = OpenFile(path, /*create=*/false);
+  ASSERT_OK(rt);
+  EXPECT_FALSE(rt->pool->was_clean_shutdown());
+  EXPECT_TRUE(rt->pool->health().ok());
+  Root* root = *rt->pool->root<Root>();
+  EXPECT_EQ(root->e.synced, 11u);
+  EXPECT_EQ(root->e.unsynced, 0u) << "the failed epoch's write survived";
+  EXPECT_EQ(root->txn_word, 1u);
+  ASSERT_OK(SetWord(root, 3));
+  EXPECT_OK(rt->epochs->Sync());
+}
+
+// A commit whose own fence fails: the transaction took effect, but commit reports that its
+// durability is unknown (the failed mode), and so does every commit after it.
+TEST(FailedModeTest, ACommitWhoseFenceFailsSaysSo) {
+  pmrt::testing::TempDir dir;
+  const std::string path = dir.File("commit.pool");
+  auto rt = OpenFile(path, /*create=*/true);
+  ASSERT_OK(rt);
+  Root* root = *rt->pool->root<Root>();
+  ASSERT_OK(SetWord(root, 1));
+  persist_internal::InjectMsyncFailures(1, 1, EIO);
+  ExpectNamesPoolAndCause(SetWord(root, 5), path);
+  EXPECT_EQ(root->txn_word, 5u);  // in effect, durability unknown
+  ExpectNamesPoolAndCause(SetWord(root, 6), path);
+  EXPECT_EQ(root->txn_word, 5u);  // refused and rolled back
+  ExpectNamesPoolAndCause(rt->epochs->Sync(), path);
+}
+
+// Without a pool to put in the failed mode (a bare persister), an msync error cannot be
+// reported to anyone: the process stops with the error rather than go on as if durable.
+TEST(FailedModeDeathTest, ABarePersistersMsyncErrorAborts) {
+  alignas(4096) static uint8_t page[4096];
+  EXPECT_DEATH(
+      {
+        Persister p(BackendKind::kMsync, nullptr);
+        persist_internal::InjectMsyncFailures(1, 1, EIO);
+        p.Persist(Site("test.flush"), Site("test.fence"), page, 64);
+      },
+      "msync of 4096 bytes failed");
+}
+
+}  // namespace
+}  // namespace pmrt::txn
