@@ -40,9 +40,12 @@ struct OpLog {
   OpRecord records[kMaxOps];
 };
 
-absl::StatusOr<test_runtime::HeapRuntime> OpenRuntime(const std::string& path) {
+// The child's backend alternates between msync and pmem (clwb + sfence on the file's mapping),
+// so that the pmem paths run under the kills too; the checks open with msync.
+absl::StatusOr<test_runtime::HeapRuntime> OpenRuntime(const std::string& path,
+                                                      BackendKind backend = BackendKind::kMsync) {
   PoolOptions po;
-  po.backend = BackendKind::kMsync;
+  po.backend = backend;
   auto pool = Pool::Open(path, "alloc-kill", po);
   if (!pool.ok()) return pool.status();
   return test_runtime::OpenHeapRuntime(std::move(*pool));
@@ -65,26 +68,35 @@ std::set<uint64_t> Apply(std::set<uint64_t> live, const OpLog& log, uint64_t n) 
   return live;
 }
 
-TEST(AllocKillTest, NoLeakNoResurrectionAcrossSigkill) {
+struct KillTally {
+  uint64_t total_ops = 0, leaked = 0, resurrected = 0, live = 0;
+};
+
+// `kills` children, each allocating and freeing until SIGKILLed; the checker opens the file and
+// compares the heap walk with the last completed epoch. `planted` (a negative control): the
+// child reports every operation durable as soon as it returns, as a heap that lost its
+// epoch-scoped writes would; the check must catch it.
+absl::Status RunKills(int kills, bool planted, KillTally& tally) {
   testing::TempDir dir;
   const std::string path = dir.File("heap.pool");
   {
     auto pool = Pool::Create(path, kPoolSize, "alloc-kill");
-    ASSERT_OK(pool);
+    if (!pool.ok()) return pool.status();
   }
   auto* log = static_cast<OpLog*>(
       mmap(nullptr, sizeof(OpLog), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
-  ASSERT_NE(log, MAP_FAILED);
-  const char* env = std::getenv("PMRT_KILLS");
+  if (log == MAP_FAILED) return absl::InternalError("mmap of the op log failed");
   KillLoopOptions o;
-  o.kills = env ? std::atoi(env) : 500;
+  o.kills = kills;
   o.max_delay_us = 4000;
   std::set<uint64_t> model;  // live blocks before the current child started
-  uint64_t total_ops = 0, leaked = 0, resurrected = 0;
+  uint64_t& total_ops = tally.total_ops;
+  uint64_t& leaked = tally.leaked;
+  uint64_t& resurrected = tally.resurrected;
   auto st = RunKillLoop(
       o,
       [&](int iteration, KillProgress& progress) {
-        auto r = OpenRuntime(path);
+        auto r = OpenRuntime(path, iteration % 2 == 1 ? BackendKind::kPmem : BackendKind::kMsync);
         if (!r.ok()) _exit(4);
         std::vector<uint64_t> live(model.begin(), model.end());
         uint64_t rng = 0x9E3779B97F4A7C15ull * (iteration + 1);
@@ -109,6 +121,7 @@ TEST(AllocKillTest, NoLeakNoResurrectionAcrossSigkill) {
           }
           log->records[log->ops.load()] = rec;
           log->ops.fetch_add(1);
+          if (planted) log->durable_ops.store(log->ops.load());
           if (log->ops.load() % kOpsPerEpoch == 0) {
             log->advancing_from.store(log->ops.load() + 1);
             if (!r->epochs->Advance().ok()) _exit(6);
@@ -140,12 +153,31 @@ TEST(AllocKillTest, NoLeakNoResurrectionAcrossSigkill) {
         log->advancing_from.store(0);
         return absl::OkStatus();
       });
-  EXPECT_OK(st);
-  EXPECT_EQ(leaked, 0u);
-  EXPECT_EQ(resurrected, 0u);
-  std::printf("%d kills, %lu heap operations, %zu blocks live at the end\n", o.kills, total_ops,
-              model.size());
+  tally.live = model.size();
   munmap(log, sizeof(OpLog));
+  return st;
+}
+
+int Kills() {
+  const char* env = std::getenv("PMRT_KILLS");
+  return env ? std::atoi(env) : 500;
+}
+
+TEST(AllocKillTest, NoLeakNoResurrectionAcrossSigkill) {
+  KillTally t;
+  EXPECT_OK(RunKills(Kills(), /*planted=*/false, t));
+  EXPECT_EQ(t.leaked, 0u);
+  EXPECT_EQ(t.resurrected, 0u);
+  std::printf("%d kills (msync and pmem children), %lu heap operations, %lu blocks live at the "
+              "end\n",
+              Kills(), t.total_ops, t.live);
+}
+
+// Its negative control: operations reported durable before their epoch is are caught.
+TEST(AllocKillNegativeControl, OperationsReportedDurableTooEarlyAreCaught) {
+  KillTally t;
+  EXPECT_THAT(RunKills(20, /*planted=*/true, t),
+              testing::StatusIs(absl::StatusCode::kDataLoss, "heap walk differs"));
 }
 
 }  // namespace

@@ -105,21 +105,27 @@ Contents Replay(Contents base, int iteration, uint64_t count) {
 enum Phase : uint64_t { kStarting = 0, kOpening = 1, kRunning = 2 };
 
 // The real open path on the pool file.
+// `backend`: the children alternate between msync and pmem (clwb + sfence on the file's
+// mapping), so that the pmem paths run under the kills too; the checks open with msync.
 absl::StatusOr<tree_runtime::TreeRuntime> OpenRuntime(const std::string& path,
-                                                      std::chrono::milliseconds interval) {
+                                                      std::chrono::milliseconds interval,
+                                                      BackendKind backend = BackendKind::kMsync) {
   PoolOptions po;
-  po.backend = BackendKind::kMsync;
+  po.backend = backend;
   auto pool = Pool::Open(path, kLayout, po);
   if (!pool.ok()) return pool.status();
   return tree_runtime::OpenTree(std::move(*pool), interval);
 }
 
 // The child: runs until killed. Exit codes (a child must never exit): 4 open failed, 7 Advance
-// failed, 8 an operation answered wrongly.
+// failed, 8 an operation answered wrongly. `planted` (a negative control, manual clocking): it
+// reports every operation durable as soon as it returns, as a tree that lost epoch-scoped
+// writes would look.
 void RunChild(Clocking clocking, const std::string& path, int iteration, uint64_t* op_epochs,
-              KillProgress& progress) {
+              KillProgress& progress, bool planted) {
   progress.user[kPhase].store(kOpening);
-  auto r = OpenRuntime(path, std::chrono::milliseconds(clocking == Clocking::kManual ? 0 : 2));
+  auto r = OpenRuntime(path, std::chrono::milliseconds(clocking == Clocking::kManual ? 0 : 2),
+                       iteration % 2 == 1 ? BackendKind::kPmem : BackendKind::kMsync);
   if (!r.ok()) _exit(4);
   DurableMasstree& tree = *r->tree;
   progress.user[kPhase].store(kRunning);
@@ -145,6 +151,7 @@ void RunChild(Clocking clocking, const std::string& path, int iteration, uint64_
       if (op_epochs != nullptr) op_epochs[ops] = g.epoch();
       progress.acked.store(ops + 1);
     }
+    if (planted) progress.user[kDurableOps].store(ops + 1);
     if (clocking == Clocking::kBackground) {
       progress.user[kCompletedSeen].store(r->epochs->completed());
     } else if (Next(advance_rng) % 16 == 0) {
@@ -162,7 +169,8 @@ struct Tally {
   uint64_t ops = 0, replayed = 0, repaired = 0;
 };
 
-absl::Status RunKills(Clocking clocking, int kills, uint64_t seed, Tally& tally) {
+absl::Status RunKills(Clocking clocking, int kills, uint64_t seed, Tally& tally,
+                      bool planted = false) {
   testing::TempDir dir;
   const std::string path = dir.File("masstree-kill.pool");
   {
@@ -189,7 +197,7 @@ absl::Status RunKills(Clocking clocking, int kills, uint64_t seed, Tally& tally)
         // A child that must recover the pool itself reports ready at once, so the kill can
         // fall inside the open path or the first repairs.
         if (recovering) progress.ready.store(1);
-        RunChild(clocking, path, iteration, op_epochs, progress);
+        RunChild(clocking, path, iteration, op_epochs, progress, planted);
       },
       [&](int iteration, const KillProgress& progress) -> absl::Status {
         ++tally.kills;
@@ -282,6 +290,13 @@ TEST(DurableMasstreeKillTest, BackgroundAdvancer) {
     EXPECT_GT(tally.rolled_back, 0);
     EXPECT_GT(tally.replayed, 0u);
   }
+}
+
+// Its negative control: operations reported durable before their epoch completes are caught.
+TEST(DurableMasstreeKillNegativeControl, OperationsReportedDurableTooEarlyAreCaught) {
+  Tally tally;
+  EXPECT_THAT(RunKills(Clocking::kManual, 20, 23, tally, /*planted=*/true),
+              testing::StatusIs(absl::StatusCode::kDataLoss, "matches none of the"));
 }
 
 }  // namespace

@@ -2,7 +2,10 @@
 // key written once, with a value derived from the key) and a PMRT.SYNC every few batches; the
 // test kills the server at a seeded random moment, restarts it on the same pool, and checks:
 //   * every SET acknowledged before the last PMRT.SYNC reply is there with its value (the
-//     durability contract: a sync reply covers every write acknowledged before it);
+//     durability contract: a sync reply covers every write acknowledged before it), unless a
+//     DEL of it was sent since;
+//   * every key whose DEL was acknowledged before a PMRT.SYNC reply is gone (each batch also
+//     deletes a few synced keys: a deleted-and-synced key never comes back);
 //   * every other key present has exactly its value (no torn or foreign values);
 //   * after the last round, a clean SIGTERM shutdown, then the pool reopened in this process:
 //     the tree's CheckInvariants and the heap's Check pass, and `pmrt check` exits 0 (once
@@ -41,10 +44,10 @@ std::string ValueOf(const std::string& key) {
   return v;
 }
 
-// Reads every written key back (MGET, 1000 at a time): each synced key is present, and every
-// key present has its value. Returns how many are present.
+// Reads every written key back (MGET, 1000 at a time): each synced key is present, each key in
+// `gone` absent, and every key present has its value. Returns how many are present.
 size_t Verify(testing::Client& c, const std::set<std::string>& written,
-              const std::set<std::string>& synced, int round) {
+              const std::set<std::string>& synced, const std::set<std::string>& gone, int round) {
   size_t present = 0;
   std::vector<std::string> batch;
   auto check = [&] {
@@ -57,6 +60,10 @@ size_t Verify(testing::Client& c, const std::set<std::string>& written,
       const Reply& v = r->elements[i];
       if (synced.count(batch[i]) != 0) {
         EXPECT_FALSE(v.null) << "round " << round << ": synced key " << batch[i] << " is missing";
+      }
+      if (gone.count(batch[i]) != 0) {
+        EXPECT_TRUE(v.null) << "round " << round << ": key " << batch[i]
+                            << ", deleted and synced, came back";
       }
       if (!v.null) {
         EXPECT_EQ(v.str, ValueOf(batch[i])) << "round " << round << ": key " << batch[i];
@@ -98,6 +105,8 @@ TEST(ServerCrash, AcknowledgedAndSyncedWritesSurviveSigkill) {
   std::mt19937_64 rng(424242);
   std::set<std::string> synced;   // acknowledged before a PMRT.SYNC reply: must survive
   std::set<std::string> written;  // every key ever sent (may or may not survive)
+  std::set<std::string> gone;     // DEL acknowledged before a PMRT.SYNC reply: must stay gone
+  std::vector<std::string> deletable;  // synced keys no DEL was sent for
   const int kills = Kills();
   for (int round = 0; round < kills; ++round) {
     testing::ServerProcess server(PMRT_BINARY, pool,
@@ -108,7 +117,7 @@ TEST(ServerCrash, AcknowledgedAndSyncedWritesSurviveSigkill) {
     {
       testing::Client c(server.port());
       ASSERT_TRUE(c.connected());
-      Verify(c, written, synced, round);
+      Verify(c, written, synced, gone, round);
       ASSERT_FALSE(::testing::Test::HasFailure());
     }
 
@@ -120,7 +129,8 @@ TEST(ServerCrash, AcknowledgedAndSyncedWritesSurviveSigkill) {
     });
     testing::Client c(server.port());
     ASSERT_TRUE(c.connected());
-    std::vector<std::string> acked;  // acknowledged since the last sync reply
+    std::vector<std::string> acked;       // SETs acknowledged since the last sync reply
+    std::vector<std::string> acked_dels;  // DELs acknowledged since the last sync reply
     for (int batch = 0;; ++batch) {
       std::string req;
       std::vector<std::string> keys;
@@ -128,6 +138,17 @@ TEST(ServerCrash, AcknowledgedAndSyncedWritesSurviveSigkill) {
         keys.push_back(absl::StrCat("r", round, ":b", batch, ":", i));
         req += testing::Encode({"SET", keys.back(), ValueOf(keys.back())});
         written.insert(keys.back());
+      }
+      // A few deletes of synced keys: from now on the key may be gone (no longer required),
+      // and once the DEL is acknowledged and synced it must be.
+      std::vector<std::string> dels;
+      for (int i = 0; i < 5 && !deletable.empty(); ++i) {
+        const size_t k = rng() % deletable.size();
+        dels.push_back(deletable[k]);
+        deletable[k] = deletable.back();
+        deletable.pop_back();
+        synced.erase(dels.back());
+        req += testing::Encode({"DEL", dels.back()});
       }
       const bool sync = batch % 3 == 2;
       if (sync) req += testing::Encode({"PMRT.SYNC"});
@@ -142,13 +163,25 @@ TEST(ServerCrash, AcknowledgedAndSyncedWritesSurviveSigkill) {
         ASSERT_TRUE(r->IsOk()) << r->ToString();
         acked.push_back(key);
       }
+      for (size_t i = 0; !broken && i < dels.size(); ++i) {
+        auto r = c.Read();
+        if (!r) {
+          broken = true;
+          break;
+        }
+        ASSERT_EQ(r->ToString(), ":1") << dels[i];
+        acked_dels.push_back(dels[i]);
+      }
       if (broken) break;
       if (sync) {
         auto r = c.Read();
         if (!r) break;
         ASSERT_TRUE(r->IsOk()) << r->ToString();
         synced.insert(acked.begin(), acked.end());
+        deletable.insert(deletable.end(), acked.begin(), acked.end());
         acked.clear();
+        gone.insert(acked_dels.begin(), acked_dels.end());
+        acked_dels.clear();
       }
     }
     killer.join();
@@ -159,7 +192,7 @@ TEST(ServerCrash, AcknowledgedAndSyncedWritesSurviveSigkill) {
     testing::ServerProcess server(PMRT_BINARY, pool, {});
     ASSERT_NE(server.port(), 0) << server.startup_output();
     testing::Client c(server.port());
-    const size_t present = Verify(c, written, synced, kills);
+    const size_t present = Verify(c, written, synced, gone, kills);
     ASSERT_FALSE(::testing::Test::HasFailure());
     auto size = c.Call({"DBSIZE"});
     ASSERT_TRUE(size);
@@ -186,7 +219,9 @@ TEST(ServerCrash, AcknowledgedAndSyncedWritesSurviveSigkill) {
   } else {
     EXPECT_EQ(status, 0) << report;
   }
-  std::printf("%d kills, %zu keys written, %zu synced\n", kills, written.size(), synced.size());
+  EXPECT_GT(gone.size(), 0u);
+  std::printf("%d kills, %zu keys written, %zu synced and kept, %zu deleted and synced\n", kills,
+              written.size(), synced.size(), gone.size());
 }
 
 }  // namespace
