@@ -406,8 +406,9 @@ void Heap::SetChunkState(uint64_t chunk, uint64_t state, uint64_t e) {
   // One writer per header: a fresh chunk is taken under chunk_mu_ by one thread; an extent is
   // claimed by one CAS on the mirror before its header is written.
   const Persister& p = pool_.persister();
-  LineWriter w(HeaderLine(chunk), e, epochs_, p,
-               [this](const LoggedLine* line) { epochs_.RecordDirty(line, sizeof(*line)); });
+  LineWriter w(HeaderLine(chunk), e, epochs_, p, [this](const LoggedLine* line) {
+    if (!mutation::Swapped(alloc_internal::kDirtyChunkState)) epochs_.RecordDirty(line, sizeof(*line));
+  });
   w.Set(0, state, p);
   small_class_[chunk].store(
       StateKind(state) == ChunkKind::kSmall ? static_cast<uint8_t>(StateClass(state) + 1) : 0,
@@ -563,7 +564,9 @@ void* Heap::AllocateExtent(size_t size, uint64_t e) {
   for (uint64_t t = 1; t < n; ++t) state_[start + t].store(kTailState);
   // Logged in e: if e fails the run is free again.
   SetChunkState(start, MakeState(ChunkKind::kExtent, 0, static_cast<uint32_t>(n)), e);
-  epochs_.RecordDirty(pool_.base() + ChunkOffset(start), n * kChunkSize);
+  if (!mutation::Swapped(alloc_internal::kDirtyExtent)) {
+    epochs_.RecordDirty(pool_.base() + ChunkOffset(start), n * kChunkSize);
+  }
   Bump(caches_.Local().allocations);
   return pool_.base() + ChunkOffset(start);
 }
@@ -967,7 +970,11 @@ absl::Status Heap::MarkAllocated(uint64_t offset) {
   epoch::Guard g(epochs_);
   const Persister& p = pool_.persister();
   LineWriter w(BitmapLines(chunk)[block / kBitsPerLine], g.epoch(), epochs_, p,
-               [this](const LoggedLine* line) { epochs_.RecordDirty(line, sizeof(*line)); });
+               [this](const LoggedLine* line) {
+                 if (!mutation::Swapped(alloc_internal::kDirtyBitmapMark)) {
+                   epochs_.RecordDirty(line, sizeof(*line));
+                 }
+               });
   const size_t word = (block % kBitsPerLine) / 64;
   w.Set(word, w.Get(word) | uint64_t{1} << (block % 64), p);
   return absl::OkStatus();
@@ -998,7 +1005,9 @@ absl::Status Heap::MarkAllocated(uint64_t offset, size_t usable_size) {
   epoch::Guard g(epochs_);
   SetChunkState(chunk, MakeState(ChunkKind::kSmall, static_cast<uint32_t>(cls), 1), g.epoch());
   const Persister& p = pool_.persister();
-  auto dirty = [this](const LoggedLine* line) { epochs_.RecordDirty(line, sizeof(*line)); };
+  auto dirty = [this](const LoggedLine* line) {
+    if (!mutation::Swapped(alloc_internal::kDirtyBitmapInit)) epochs_.RecordDirty(line, sizeof(*line));
+  };
   for (size_t line = 0; line < kBitmapLines; ++line) {
     uint64_t want[kWordsPerLine] = {}, have[kWordsPerLine];
     if (block / kBitsPerLine == line) {

@@ -10,6 +10,11 @@
 // pmrt experiments: --teardown (close the heap at the end; see main), --pmrt-guard-batch N
 // (threadtest/shbench: hold one epoch::Guard across N calls, to price the per-call Guard),
 // --epoch-ms N (the advancer's interval instead of the default 64 ms).
+// Durability: by default pmrt's calls are epoch-scoped (durable at the next epoch boundary)
+// while every PMDK call is durable when it returns. --pmrt-sync-every N is the equal-durability
+// mode: shared frees (Heap::Free), and every Nth call of a thread ends with
+// epoch::Manager::Sync (N = 1: every call durable when it returns, as PMDK's). The JSON line's
+// "durability" says which a figure measured.
 //
 // An "op" is one allocator call (an allocation or a free). Every allocation writes the first
 // 8 bytes of its block, as a program would. Workloads:
@@ -149,7 +154,11 @@ class PmrtAllocator {
       : path_(PoolPath(o, ".pmrt")),
         guard_batch_(o.pmrt_guard_batch),
         epoch_ms_(o.epoch_ms),
-        shared_free_(o.pmrt_shared_free) {
+        shared_free_(o.pmrt_shared_free || o.pmrt_sync_every != 0),
+        sync_every_(o.pmrt_sync_every) {
+    if (guard_batch_ != 0 && sync_every_ != 0) {
+      Die("--pmrt-sync-every with --pmrt-guard-batch: a Sync cannot wait under a held guard");
+    }
     unlink(path_.c_str());
     PoolOptions po;
     po.backend = o.backend;
@@ -174,7 +183,9 @@ class PmrtAllocator {
 
   Handle Alloc(size_t n) {
     HoldGuard();
-    return heap_->Allocate(n);
+    Handle h = heap_->Allocate(n);
+    MaybeSync();
+    return h;
   }
   void Free(Handle h) {
     HoldGuard();
@@ -183,6 +194,16 @@ class PmrtAllocator {
     // its epoch to close, as for objects concurrent readers may hold).
     const absl::Status st = shared_free_ ? heap_->Free(h) : heap_->FreeUnshared(h);
     if (!st.ok()) free_errors_.fetch_add(1, std::memory_order_relaxed);
+    MaybeSync();
+  }
+  // --pmrt-sync-every N (the equal-durability mode, beside PMDK, whose every call is durable
+  // when it returns): every Nth call of a thread ends with epoch::Manager::Sync, so that call
+  // and every earlier one of the thread are durable when it returns (N = 1: every call).
+  void MaybeSync() {
+    if (sync_every_ == 0) return;
+    static thread_local uint64_t calls = 0;
+    if (++calls % sync_every_ != 0) return;
+    if (const absl::Status st = epochs_->Sync(); !st.ok()) Die(st.ToString());
   }
   // --pmrt-guard-batch N (an experiment): the thread holds one epoch::Guard across N calls, so
   // the Guard inside Allocate/Free only nests. Never held across a wait for another thread.
@@ -211,7 +232,10 @@ class PmrtAllocator {
     const epoch::ManagerStats s = epochs_->stats();
     const double per_op = ops == 0 ? 0 : 1.0 / static_cast<double>(ops);
     const auto ms = [](std::chrono::nanoseconds ns) { return ns.count() / 1e6; };
-    j->Add("backend", std::string(BackendName(pool_->persister().kind())))
+    j->Add("durability", sync_every_ == 0
+                             ? std::string("epoch (durable at the next boundary, <= 2 x 64 ms)")
+                             : absl::StrFormat("Sync every %d calls per thread", sync_every_))
+        .Add("backend", std::string(BackendName(pool_->persister().kind())))
         .AddBool("is_pmem", pmem_is_pmem(pool_->base(), 4096) != 0)
         .Add("pool_bytes", uint64_t{pool_->size()})
         .Add("fences", c.fences)
@@ -254,6 +278,7 @@ class PmrtAllocator {
   int guard_batch_;
   int epoch_ms_;
   bool shared_free_;
+  int sync_every_;
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<epoch::Manager> epochs_;
   std::unique_ptr<alloc::Heap> heap_;
@@ -678,6 +703,7 @@ int Usage(const std::string& why) {
                "         [--pool-size BYTES] [--keep-pool] [--batch N] [--slots N] [--round N]"
                " [--seed N]\n"
                "         [--objects N] [--repeat K]   (restart)\n"
+               "         [--pmrt-sync-every N]   (equal durability: shared frees, a Sync every N calls)\n"
                "         [--teardown] [--pmrt-guard-batch N] [--epoch-ms N] [--pmrt-free "
                "shared|unshared]   (pmrt)\n",
                why.c_str());
@@ -733,6 +759,8 @@ bool ParseArgs(int argc, char** argv, Options* o, std::string* err) {
       ok = (v == "shared" || v == "unshared") && ((o->pmrt_shared_free = v == "shared"), true);
     else if (a == "--pmrt-guard-batch")
       ok = absl::SimpleAtoi(v, &o->pmrt_guard_batch) && o->pmrt_guard_batch >= 0;
+    else if (a == "--pmrt-sync-every")
+      ok = absl::SimpleAtoi(v, &o->pmrt_sync_every) && o->pmrt_sync_every > 0;
     else if (a == "--objects")
       ok = absl::SimpleAtoi(v, &o->objects);
     else if (a == "--repeat")

@@ -33,6 +33,9 @@ struct Options {
   uint64_t seed = 42;
   int pmrt_guard_batch = 0;
   bool pmrt_shared_free = false;  // --pmrt-free shared: Heap::Free (grace for every block)
+  // --pmrt-sync-every N: the equal-durability mode (shared frees, and every Nth call of a thread
+  // ends with a Sync, as every PMDK call is durable when it returns); 0: epoch durability.
+  int pmrt_sync_every = 0;
   int epoch_ms = 64;  // pmrt: epoch::ManagerOptions::interval (64 ms is the default)  //
                       // experiment: hold one epoch::Guard across this many calls
   // restart only

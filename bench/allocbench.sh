@@ -2,7 +2,12 @@
 # The allocator comparison of docs/performance.md ("Allocator"), in one run:
 # pmrt vs PMDK's libpmemobj vs glibc malloc on threadtest, shbench and larson at 1 and 2
 # threads and prodcon at 2, all on the pmem backend (/dev/shm with PMEM_IS_PMEM_FORCE=1), then
-# pmrt's and PMDK's restart times. About 5 minutes with the defaults (3 rounds).
+# pmrt's and PMDK's restart times. About 8 minutes with the defaults (3 rounds).
+#
+# Durability: pmrt's calls are epoch-scoped (durable at the next boundary, at most two 64 ms
+# epochs later), PMDK's durable when they return, malloc's never. The equal-durability rows
+# run pmrt with shared frees and a Sync every N calls of each thread (--pmrt-sync-every N;
+# N = 1: every call durable when it returns, as PMDK's; N = 64).
 #
 #   bench/allocbench.sh [BINARY]
 #     BINARY   default build-allocbench/bench/pmrt-allocbench
@@ -72,6 +77,10 @@ for ((round = 1; round <= REPEAT; ++round)); do
         run --allocator "$alloc" --test "$test" --threads "$threads" --seconds "$RUN_SECONDS" \
           --backend pmem
       done
+      for n in 1 64; do
+        run --allocator pmrt --pmrt-sync-every "$n" --test "$test" --threads "$threads" \
+          --seconds "$RUN_SECONDS" --backend pmem
+      done
     done
   done
 done
@@ -88,10 +97,14 @@ import json, sys
 import statistics
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 # Every run of (test, threads, allocator), in order: run i of each allocator is round i.
+# pmrt's equal-durability runs are their own column: "pmrt/sync1", "pmrt/sync64".
+def name(r):
+    d = r.get("durability", "")
+    return r["allocator"] + ("/sync" + d.split()[2] if d.startswith("Sync every") else "")
 rounds = {}
 for r in rows:
     if r["test"] != "restart":
-        rounds.setdefault((r["test"], r["threads"], r["allocator"]), []).append(r)
+        rounds.setdefault((r["test"], r["threads"], name(r)), []).append(r)
 # The run whose wall figure is the median, for the per-run detail tables below.
 runs = {k: sorted(v, key=lambda r: r["ops_per_sec"])[len(v) // 2] for k, v in rounds.items()}
 tests = [("threadtest", 1), ("threadtest", 2), ("shbench", 1), ("shbench", 2),
@@ -120,8 +133,29 @@ def table(key, title):
               f"{rp:.1f}x{span(rps, '.1f')} | {rm:.2f}x{span(rms, '.2f')} | {ok} |")
 
 table("ops_per_cpu_sec", "CPU-normalized Mops/s (primary; prodcon: wall); medians over the rounds, ratios: "
-      "median of the per-round ratios (min-max)")
+      "median of the per-round ratios (min-max). Durability: pmrt epoch-scoped, PMDK every call")
 table("ops_per_sec", "Wall-clock Mops/s, the same way")
+
+def equal_table(key, title):
+    print(f"\n{title}")
+    print("| test | T | pmdk | pmrt sync/1 | pmrt sync/64 | sync/1 / pmdk | sync/64 / pmdk |")
+    print("|---|---|---|---|---|---|---|")
+    for t, n in tests:
+        r = {a: rounds.get((t, n, a)) for a in ("pmdk", "pmrt/sync1", "pmrt/sync64")}
+        if any(v is None for v in r.values()):
+            continue
+        k = key if t != "prodcon" else "ops_per_sec"
+        v = {a: [x[k] / 1e6 for x in r[a]] for a in r}
+        m = min(len(x) for x in v.values())
+        r1 = statistics.median([v["pmrt/sync1"][i] / v["pmdk"][i] for i in range(m)])
+        r64 = statistics.median([v["pmrt/sync64"][i] / v["pmdk"][i] for i in range(m)])
+        med = {a: statistics.median(v[a]) for a in v}
+        print(f"| {t} | {n} | {med['pmdk']:.3f} | {med['pmrt/sync1']:.3f} | "
+              f"{med['pmrt/sync64']:.3f} | {r1:.3f}x | {r64:.2f}x |")
+
+equal_table("ops_per_cpu_sec", "Equal durability, CPU-normalized Mops/s (prodcon: wall): pmrt with "
+            "shared frees and a Sync every call (sync/1: every call durable when it returns, as "
+            "PMDK's) or every 64 calls of a thread, medians over the rounds")
 
 print("\npmrt: fences and lines written back per op; epoch advances and their real period "
       "(64 ms nominal); boundary (closed-epoch) time share; heap footprint at the end")

@@ -21,12 +21,15 @@
 //   plain  the same stores into DRAM, no crash consistency.
 //   floor  the work no design of pmrt's kind can skip, and nothing else (PmrtSystem::FloorTx):
 //          per word an index slot read (8 bytes per word, in DRAM), the old value kept and the
-//          new one stored; one record copied to a log ring with CopyFlush and one fence. A
-//          bound on what pmrt could reach on this machine, not a crash-consistent system.
+//          new one stored; one record copied to a log ring with CopyFlush and one fence, a
+//          record of one word ending its cache line where pmrt pads such records. A bound on
+//          what pmrt could reach on this machine, not a crash-consistent system.
 // The array is zeroed first; every system warms up for --warmup (1) s, then runs --seconds (3).
-// --prewarm (pmrt): before that, every word is written once in a transaction and a reclamation
-// folds the records, so the measurement is pmrt's steady state (every word hot) rather than its
-// cold start (the first write of each word pays a snapshot: one more fence).
+// --prewarm (every system): before that, every word is written once by the system's own
+// transactions, so every system starts warm (pages mapped, structures touched); pmrt writes 64
+// words per transaction and a reclamation folds the records, so the measurement is pmrt's steady
+// state (every word hot) rather than its cold start (the first write of each word pays a
+// snapshot: one more fence).
 // With T threads, thread t updates its own slice of N/T words (isolation without locks, as a
 // program holding per-slice locks would have). K words per transaction are drawn independently
 // (uniform, or Zipfian with theta 0.99, YCSB's generator with scrambled ranks) from the slice.
@@ -149,6 +152,15 @@ class System {
   virtual bool Tx(int thread, const uint64_t* idx, const uint64_t* val, int k,
                   const uint64_t* next) = 0;
   virtual bool CountsFences() const { return false; }
+  // --prewarm: every word written once, by the system's own transactions of one word (its
+  // pages mapped, its lines and the system's structures warm), before the warmup; pmrt also
+  // folds the records (PmrtSystem::Prewarm).
+  virtual void Prewarm(uint64_t n) {
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t v = array()[i];
+      if (!Tx(0, &i, &v, 1, nullptr)) Die("prewarm: a transaction failed");
+    }
+  }
   virtual void Sample() {}
   virtual void Report(std::string& json, uint64_t commits) { (void)json, (void)commits; }
 };
@@ -273,8 +285,8 @@ class PmrtSystem : public System {
   }
   // Every word written once in a transaction (64 per transaction), then folded by a
   // reclamation: the log holds a record of every word, as after a long run.
-  void Prewarm(uint64_t n) {
-    if (!engine_) return;
+  void Prewarm(uint64_t n) override {
+    if (!engine_) return System::Prewarm(n);
     for (uint64_t i = 0; i < n; i += 64) {
       if (!pmrt::txn::begin().ok()) Die("prewarm: begin");
       for (uint64_t j = i; j < std::min(n, i + 64); ++j) (void)pmrt::txn::write(&arr_[j], arr_[j]);
@@ -356,10 +368,13 @@ class PmrtSystem : public System {
       }
     }
     const size_t bytes = 16 * static_cast<size_t>(k);
-    if (f.at + bytes > kFloorRing) f.at = 0;
+    if (f.at + bytes + 64 > kFloorRing) f.at = 0;
     pool_->persister().CopyFlush(kRecord, f.ring + f.at, f.stage.data(), bytes);
     pool_->persister().Fence(kFence);
-    f.at += bytes;
+    // A record of one word ends its line where pmrt pads such records (records not streamed:
+    // docs/txn.md, "Line-ending records"), so that the next starts on a line of its own.
+    const bool pad = k == 1 && !pool_->persister().StreamsRecords(bytes);
+    f.at = pad ? (f.at + bytes + 63) & ~size_t{63} : f.at + bytes;
     return true;
   }
 
@@ -546,7 +561,7 @@ int main(int argc, char** argv) {
   } else {
     sys = std::make_unique<PlainSystem>(a);
   }
-  if (a.prewarm && pmrt_sys != nullptr) pmrt_sys->Prewarm(a.array);
+  if (a.prewarm) sys->Prewarm(a.array);
   const uint64_t slice = a.array / static_cast<uint64_t>(a.threads);
   std::unique_ptr<Zipf> zipf;
   if (a.dist == "zipf") zipf = std::make_unique<Zipf>(slice, 0.99);

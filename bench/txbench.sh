@@ -3,7 +3,8 @@
 # libpmemobj, a plain undo log, no crash consistency, and the floor (the work no design of
 # pmrt's kind can skip: bench/txbench.cc), side by side, K in {1,4,16} words per transaction,
 # uniform and Zipfian 0.99, a 1M-word array, 1 thread (and 2 threads at K=4), on /dev/shm with
-# PMEM_IS_PMEM_FORCE=1 (clwb + sfence, the pmem backend). The whole matrix runs REPEAT times
+# PMEM_IS_PMEM_FORCE=1 (clwb + sfence, the pmem backend), every system prewarmed (--prewarm: each
+# word written once by its own transactions). The whole matrix runs REPEAT times
 # (rounds interleave the systems, so a drift of the machine's speed hits all of them); the
 # table gives medians, and each ratio as the median of its per-round ratios (min-max). Then a
 # long skewed run for pmrt's steady-state log size against its budget. With PREFETCH=1 each round
@@ -39,19 +40,18 @@ for round in $(seq 1 "$repeat"); do
   for dist in uniform zipf; do
     for k in 1 4 16; do
       for sys in pmrt pmdk undo plain floor; do
-        run --system "$sys" --words "$k" --dist "$dist" --threads 1 $([ "$sys" = pmrt ] && echo --prewarm)
+        run --system "$sys" --words "$k" --dist "$dist" --threads 1 --prewarm
       done
       # pmrt's cold start: no prewarm, so the first write of each word pays a snapshot.
       [ "$k" = 4 ] && run --system pmrt --words 4 --dist "$dist" --threads 1 --seed 2
     done
     for sys in pmrt pmdk; do
-      run --system "$sys" --words 4 --dist "$dist" --threads 2 $([ "$sys" = pmrt ] && echo --prewarm)
+      run --system "$sys" --words 4 --dist "$dist" --threads 2 --prewarm
     done
     if [ "${PREFETCH:-0}" = 1 ]; then
       for k in 1 16; do
         for sys in pmrt pmdk floor; do
-          run --system "$sys" --words "$k" --dist "$dist" --threads 1 --prefetch \
-            $([ "$sys" = pmrt ] && echo --prewarm)
+          run --system "$sys" --words "$k" --dist "$dist" --threads 1 --prefetch --prewarm
         done
       done
     fi
@@ -68,7 +68,7 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 def runs(sys_, k, d, t, prewarm=True, prefetch=False):
     return {r.get("round", 0): r for r in rows
             if r["system"] == sys_ and r["words"] == k and r["dist"] == d and r["threads"] == t
-            and r["seconds"] < 8 and (sys_ != "pmrt" or r["prewarm"] == prewarm)
+            and r["seconds"] < 8 and r["prewarm"] == prewarm
             and r.get("prefetch", False) == prefetch}
 def med(rs, key="ops_per_sec"):
     return statistics.median(r[key] for r in rs.values()) if rs else None
@@ -78,15 +78,19 @@ def ratio(a, b, key):
         return "-"
     return f"{statistics.median(rs):.2f}x ({min(rs):.2f}-{max(rs):.2f})"
 kt = lambda v: f"{v/1e3:,.0f} k" if v is not None else "-"
-print("| dist | K | T | pmrt tx/s | PMDK tx/s | undo tx/s | plain tx/s | floor tx/s | pmrt/PMDK wall | pmrt/PMDK worker CPU | floor/PMDK wall | pmrt/floor wall | pmrt fences/commit |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+# Every system prewarmed (--prewarm). Process CPU counts every thread (pmrt's reclaimer and
+# advancer included); worker CPU only the threads that run the transactions.
+print("| dist | K | T | pmrt tx/s | PMDK tx/s | undo tx/s | plain tx/s | floor tx/s | pmrt/PMDK wall | pmrt/PMDK process CPU | pmrt/PMDK worker CPU | floor/PMDK wall | pmrt/floor wall | pmrt/floor process CPU | pmrt fences/commit |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for d in ("uniform", "zipf"):
     for k, t in ((1, 1), (4, 1), (16, 1), (4, 2)):
         p, m, u, pl, fl = (runs(s, k, d, t) for s in ("pmrt", "pmdk", "undo", "plain", "floor"))
         fpc = f"{med(p, 'fences_per_commit'):.3f}" if p else "-"
         print(f"| {d} | {k} | {t} | {kt(med(p))} | {kt(med(m))} | {kt(med(u))} | {kt(med(pl))} | "
-              f"{kt(med(fl))} | {ratio(p, m, 'ops_per_sec')} | {ratio(p, m, 'ops_per_worker_cpu_sec')} | "
-              f"{ratio(fl, m, 'ops_per_sec')} | {ratio(p, fl, 'ops_per_sec')} | {fpc} |")
+              f"{kt(med(fl))} | {ratio(p, m, 'ops_per_sec')} | {ratio(p, m, 'ops_per_cpu_sec')} | "
+              f"{ratio(p, m, 'ops_per_worker_cpu_sec')} | "
+              f"{ratio(fl, m, 'ops_per_sec')} | {ratio(p, fl, 'ops_per_sec')} | "
+              f"{ratio(p, fl, 'ops_per_cpu_sec')} | {fpc} |")
 if any(r.get("prefetch") for r in rows):
     print("\nwith --prefetch (each system prefetches the next transaction's words before its commit):\n")
     print("| dist | K | pmrt tx/s | PMDK tx/s | floor tx/s | pmrt/PMDK wall | pmrt/PMDK worker CPU | pmrt/floor wall |")
@@ -99,7 +103,7 @@ if any(r.get("prefetch") for r in rows):
                       f"{ratio(p, m, 'ops_per_sec')} | {ratio(p, m, 'ops_per_worker_cpu_sec')} | "
                       f"{ratio(p, fl, 'ops_per_sec')} |")
 for d in ("uniform", "zipf"):
-    c, m = runs("pmrt", 4, d, 1, False), runs("pmdk", 4, d, 1)
+    c, m = runs("pmrt", 4, d, 1, False), runs("pmdk", 4, d, 1)  # (PMDK prewarmed)
     if c and m:
         print(f"\ncold start (no prewarm), pmrt K=4 {d}: {kt(med(c))} tx/s "
               f"({ratio(c, m, 'ops_per_sec')} PMDK wall, {ratio(c, m, 'ops_per_worker_cpu_sec')} worker CPU), "

@@ -143,8 +143,11 @@ absl::Status DurableMasstree::Destroy(const epoch::Guard& g) {
   // and the heap's rollback makes every block below live again; if it completes, the stale
   // offset reads as "no tree".
   auto* desc = const_cast<MasstreeDescriptor*>(policy().descriptor());
-  if (absl::Status st = epochs.log().Snapshot(desc, sizeof(*desc), &desc->logged_epoch); !st.ok()) {
-    return st;
+  if (!mutation::Swapped(ds_internal::kDropDescriptorSnapshot)) {
+    if (absl::Status st = epochs.log().Snapshot(desc, sizeof(*desc), &desc->logged_epoch);
+        !st.ok()) {
+      return st;
+    }
   }
   desc->magic = 0;
   collect.blocks.push_back(desc);

@@ -142,7 +142,9 @@ absl::Status Engine::Impl::Recover() {
         for (uint64_t i = 0; i < n; ++i) {
           if (WordIndex::Key(index->at(w0 + i).load(std::memory_order_relaxed)) != key) continue;
           std::memcpy(base + (w0 + i) * 8, &values[i], 8);
-          epochs.RecordDirty(base + (w0 + i) * 8, 8);
+          if (!mutation::Swapped(txn_detail::kDirtyReplayedWord)) {
+            epochs.RecordDirty(base + (w0 + i) * 8, 8);
+          }
           ++recovered_words;
         }
       });
@@ -188,7 +190,9 @@ absl::Status Engine::Impl::Recover() {
     if (max_stamp > dir->replayed_stamp.load(std::memory_order_relaxed)) {
       epoch::Guard g(epochs);
       dir->replayed_stamp.store(max_stamp, std::memory_order_release);
-      epochs.RecordDirty(&dir->replayed_stamp, sizeof(uint64_t));
+      if (!mutation::Swapped(txn_detail::kDirtyReplayedStamp)) {
+        epochs.RecordDirty(&dir->replayed_stamp, sizeof(uint64_t));
+      }
     }
   }
   next_stamp.store(std::max(max_stamp, dir->replayed_stamp.load()) + 1);

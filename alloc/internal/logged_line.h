@@ -29,6 +29,13 @@ namespace pmrt::alloc_internal {
 
 // Store-order mutant for the mutation gate: tag stored before the undo copy.
 inline constexpr Site kLineOrderSite{"alloc.line.order"};
+// Mutants that drop one registration of dirty memory with the epoch boundary each (the gate in
+// tests/alloc/alloc_crash_test.cc must kill each): a chunk header's logged line, an extent's
+// chunks, a bitmap line marked by MarkAllocated, the bitmap lines a chunk's rebuild writes.
+inline constexpr Site kDirtyChunkState{"alloc.mutant.dirty.chunk_state"};
+inline constexpr Site kDirtyExtent{"alloc.mutant.dirty.extent"};
+inline constexpr Site kDirtyBitmapMark{"alloc.mutant.dirty.bitmap_mark"};
+inline constexpr Site kDirtyBitmapInit{"alloc.mutant.dirty.bitmap_init"};
 
 inline bool TagFailed(uint64_t te, const epoch::EpochView& v) {
   return te != 0 && te < v.execution_first() && v.IsFailed(te);

@@ -44,6 +44,7 @@ DurableStats DurablePolicy::stats() const {
 }
 
 bool DurablePolicy::Snapshot(void* obj, size_t size, std::atomic<uint64_t>* mark) const {
+  if (mutation::Swapped(kDropSnapshot)) return true;
   const absl::Status st = m_->log().Snapshot(obj, size, mark);
   if (st.ok()) return true;
   if (st.code() == absl::StatusCode::kResourceExhausted) return false;  // full until a boundary
@@ -57,7 +58,7 @@ bool DurablePolicy::Snapshot(void* obj, size_t size, std::atomic<uint64_t>* mark
 
 void DurablePolicy::BeginRecord(LeafNode* leaf, uint64_t e, int keep_line, uint64_t old) const {
   // From here on any line of the node may change in e; the boundary writes them all back.
-  m_->RecordDirty(leaf, sizeof(LeafNode));
+  if (!mutation::Swapped(kDirtyLeafRecord)) m_->RecordDirty(leaf, sizeof(LeafNode));
   const uint64_t word = LeafEpoch::Make(e, LeafEpoch::kInsertAllowed);
   if (mutation::Swapped(kLeafStoreOrder)) {  // the mutant: node epoch before perm_log
     leaf->node_epoch.store(word, std::memory_order_release);
@@ -363,7 +364,7 @@ void DurablePolicy::RepairLeaf(LeafNode* leaf) const {
   const bool failed = m_->IsFailed(n);
   // Everything below (and any change in the current epoch, which may find its first change
   // already done when the current epoch is execution_first) must reach media at the boundary.
-  m_->RecordDirty(leaf, sizeof(LeafNode));
+  if (!mutation::Swapped(kDirtyLeafRepair)) m_->RecordDirty(leaf, sizeof(LeafNode));
   // Value lines first (docs/epoch.md, invariant 3): repaired and durable before the node epoch
   // is re-armed, since from then on recovery would resolve their logs against the new epoch.
   bool rewrote = false;

@@ -96,6 +96,13 @@ inline constexpr Site kRecoverNodeFlush{"ds.masstree.recover.node.flush"};
 // later in the epoch may overwrite the slot the key left, which perm_log still lists.
 inline constexpr Site kRelocateKeepsInsert{"ds.masstree.relocate.keeps_insert_allowed"};
 inline constexpr Site kRecoverNodeFence{"ds.masstree.recover.node.fence"};
+// Mutants that drop one registration of a change with the epoch layer each: an external-log
+// snapshot (the object changed unlogged and unregistered), a leaf's first change in an epoch
+// and a leaf's repair not registered dirty, and the descriptor's snapshot at a tree's creation.
+inline constexpr Site kDropSnapshot{"ds.masstree.mutant.snapshot"};
+inline constexpr Site kDirtyLeafRecord{"ds.masstree.mutant.dirty.leaf_record"};
+inline constexpr Site kDirtyLeafRepair{"ds.masstree.mutant.dirty.leaf_repair"};
+inline constexpr Site kDropDescriptorSnapshot{"ds.masstree.mutant.descriptor_snapshot"};
 
 // Counters of what the durable hooks did (for benchmarks and tests; per policy, relaxed).
 struct DurableStats {

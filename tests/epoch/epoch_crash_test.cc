@@ -333,7 +333,8 @@ TEST(EpochCrashTest, MutationGateKillsEverySite) {
   ASSERT_TRUE(baseline.failures.empty());
   // Two threads: each thread's log blocks and dirty lists are then exercised too.
   const auto survivors = testing::RunMutationGate(
-      testing::ExpectSites(baseline.sites, "epoch.", kEpochSites),
+      testing::ExpectSites(baseline.sites, "epoch.", kEpochSites,
+                           {Site("epoch.mutant.dirty.logged_object")}),
       [] {
         // failed.fence needs a rare interleaving (~50,000 images): a wide margin. An even seed:
         // no advance before the workers' first fences (header.fence's window).

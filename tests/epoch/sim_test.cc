@@ -605,8 +605,18 @@ TEST(PoolCrashTest, LifecycleKeepsEveryPromise) {
 TEST(PoolCrashTest, MutationGateKillsEveryPoolSite) {
   LifecycleOutcome baseline = RunPoolLifecycle();
   ASSERT_TRUE(baseline.failures.empty());
+  // The gate's explicit list: every flush and fence of the pool's create, open, root binding
+  // and close.
+  const std::vector<Site> pool_sites = {
+      Site("pool.create.invalidate"), Site("pool.create.invalidate.fence"),
+      Site("pool.create.zero"),       Site("pool.create.zero.fence"),
+      Site("pool.create.header"),     Site("pool.open.dirty"),
+      Site("pool.open.dirty.fence"),  Site("pool.open.count"),
+      Site("pool.open.count.fence"),  Site("pool.root.bind"),
+      Site("pool.root.bind.fence"),   Site("pool.close.clean"),
+      Site("pool.close.clean.fence")};
   const auto survivors = testing::RunMutationGate(
-      testing::SitesWithPrefix(baseline.sites, "pool."),
+      testing::ExpectSites(baseline.sites, "pool.", pool_sites),
       [] {
         LifecycleOutcome r = RunPoolLifecycle();
         testing::CrashOutcome out;

@@ -19,6 +19,7 @@
 #include <set>
 
 #include "alloc/allocator.h"
+#include "alloc/internal/logged_line.h"
 #include "epoch/epoch.h"
 #include "epoch/pool.h"
 #include "epoch/sim.h"
@@ -548,7 +549,8 @@ TEST(TxnCrashTest, MutationGateKillsEverySite) {
   const auto sites = pmrt::testing::ExpectSites(
       baseline.sites, "txn.", kGenericSites,
       {txn_detail::kOrderMutant, txn_detail::kRuleMutant, txn_detail::kStampMutant,
-       txn_detail::kSoloMutant});
+       txn_detail::kSoloMutant, txn_internal::kDirtyDirectoryLink, alloc_internal::kDirtyBitmapMark,
+       alloc_internal::kDirtyBitmapInit});
   const auto survivors = pmrt::testing::RunMutationGate(
       sites,
       [] {

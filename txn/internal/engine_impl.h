@@ -71,6 +71,13 @@ inline constexpr Site kGraceMutant{"txn.mutant.fast_line_grace"};
 // And one that takes a line a free unmarked (WordIndex::kFreed) for one never marked, making its
 // other words cold without a grace period.
 inline constexpr Site kFreedMutant{"txn.mutant.fast_line_freed"};
+// Mutants that drop one registration of dirty memory with the epoch boundary each: a word
+// recovery replays, and the directory's replayed stamp. Neither is killed by the crash suite
+// yet (docs/testing.md, "Mutation gate results"): each needs a crash after recovery, an epoch
+// that completes and a reclamation that drops the replayed records, then a second crash that
+// loses the unregistered line.
+inline constexpr Site kDirtyReplayedWord{"txn.mutant.dirty.replayed_word"};
+inline constexpr Site kDirtyReplayedStamp{"txn.mutant.dirty.replayed_stamp"};
 
 // The touch slack (docs/txn.md, "The index"): a transaction's declaration of a hot word moves
 // the word's touch epoch forward (a CAS) only when it is more than this many epochs older than

@@ -94,9 +94,9 @@ LogStore::LogStore(Pool& pool, epoch::Manager& epochs, alloc::Heap& heap)
 }
 
 absl::Status LogStore::Create(size_t block_size) {
-  // Epoch-scoped, like any allocation outside a transaction: the block, its zeroed content,
-  // the header and the state word are registered dirty, so the boundary that completes this
-  // epoch writes them back. A crash before that rolls the allocation back, and Open finds the
+  // Epoch-scoped, like any allocation outside a transaction: the block's content (zeroed, the
+  // header) is written back by the boundary that completes this epoch, as every fresh block's
+  // is (the heap registers it), and the state word is registered dirty here. A crash before that rolls the allocation back, and Open finds the
   // state word pointing at a block that is not allocated (or at nothing): it creates again.
   epoch::Guard g(epochs_);
   void* p = heap_.Allocate(kDirectorySize, 64);
@@ -111,10 +111,9 @@ absl::Status LogStore::Create(size_t block_size) {
   h->version = kDirectoryVersion;
   h->block_size = static_cast<uint32_t>(block_size);
   h->crc = HeaderCrc(*h);
-  epochs_.RecordDirty(p, kDirectorySize);
   auto& line = pool_.state().txn_directory.value;
   line.store(pool_.offset_of(p), std::memory_order_release);
-  epochs_.RecordDirty(&line, sizeof(line));
+  if (!mutation::Swapped(kDirtyDirectoryLink)) epochs_.RecordDirty(&line, sizeof(line));
   return absl::OkStatus();
 }
 
@@ -284,7 +283,7 @@ absl::StatusOr<uint32_t> LogStore::Grow(uint32_t slot) {
   const uint64_t off = pool_.offset_of(p);
   table_[b] = off;
   pool_.persister().Flush(kTableFlush, &table_[b], sizeof(uint64_t));
-  epochs_.RecordDirty(&table_[b], sizeof(uint64_t));
+  if (!mutation::Swapped(kDirtyTable)) epochs_.RecordDirty(&table_[b], sizeof(uint64_t));
   blocks_[b] = {off, 0};
   by_offset_[off] = b;
   count_.store(b + 1, std::memory_order_release);

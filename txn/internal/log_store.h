@@ -42,6 +42,13 @@ inline constexpr Site kTableFlush{"txn.table.flush"};
 inline constexpr Site kBlockFlush{"txn.log.block.flush"};
 inline constexpr Site kLinkFlush{"txn.log.link.flush"};
 inline constexpr Site kHeadFlush{"txn.log.head.flush"};
+// Mutants that drop one registration of dirty memory with the epoch boundary each: the pool's
+// link to the directory (killed by the crash suite's gate), and a block table entry (not yet:
+// the entry is also flushed, and the suite's reclaimer runs on the thread that advances, whose
+// boundary fence then makes it durable; the registration covers a background reclaimer whose
+// own fence may come after the boundary, LogStore::Grow).
+inline constexpr Site kDirtyDirectoryLink{"txn.mutant.dirty.directory_link"};
+inline constexpr Site kDirtyTable{"txn.mutant.dirty.table"};
 
 // One log: a thread slot's chain of blocks, or the compacted log's.
 struct Chain {
