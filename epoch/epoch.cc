@@ -18,6 +18,8 @@ constexpr Site kHeaderFence{"epoch.header.fence"};
 constexpr Site kFailedRangeFlush{"epoch.failed.range.flush"};
 constexpr Site kFailedCountFlush{"epoch.failed.count.flush"};
 constexpr Site kFailedFence{"epoch.failed.fence"};
+constexpr Site kFailedWidenFlush{"epoch.failed.widen.flush"};  // a range widened in place
+constexpr Site kFailedWidenFence{"epoch.failed.widen.fence"};
 constexpr Site kCompletedFlush{"epoch.completed.flush"};
 constexpr Site kCompletedFence{"epoch.completed.fence"};
 // The boundary's write-back of the closing epoch's dirty lines, one site per call: by the
@@ -173,7 +175,7 @@ absl::Status Manager::RecordFailed(uint64_t lo, uint64_t hi) {
     // still covers the older epochs, and the newer ones are re-added by the next open.
     // Durable before `completed` moves past the widened range (Recover step 4).
     area_->failed[count - 1].hi = hi;
-    persister().Persist(kFailedRangeFlush, kFailedFence, &area_->failed[count - 1], 16);
+    persister().Persist(kFailedWidenFlush, kFailedWidenFence, &area_->failed[count - 1], 16);
     failed_.back().second = hi;
     return absl::OkStatus();
   }

@@ -162,14 +162,34 @@ absl::StatusOr<State> RecoverImage(void* base, const PoolOptions& po,
 }
 
 // Recovery under a nested simulator, then two operations and an advance of the next execution,
-// crashing at every fence of all of it.
-absl::Status CheckNested(CrashImage& img, const Model& outer) {
+// crashing at every fence of all of it. With `deep_every`, one inner image in that many is itself
+// recovered under a
+// simulator (depth 2), crashing at each of that recovery's fences: a crash in the next
+// execution before any of its epochs completed makes that recovery widen the failed range the
+// first one recorded, in place (Manager::RecordFailed). (Half its fences are crash points:
+// depth-2 images are many per image above them.)
+absl::Status CheckNested(CrashImage& img, const Model& outer, uint64_t deep_every) {
   Model after;
   bool recovered = false;
   auto handler = [&](CrashImage& inner) -> absl::Status {
+    const Model& want = recovered ? after : outer;
+    if (deep_every != 0 && inner.id().image % deep_every == 1) {
+      return testing::RunNestedCheck(
+          inner, testing::NestedSimOptions(0.5),
+          [&](Sim& deeper) -> absl::Status {
+            auto s = RecoverImage(inner.base(), testing::SimPoolOptions(deeper));
+            if (!s.ok()) return s.status();
+            return want.Check(*s);
+          },
+          [&](CrashImage& deepest) -> absl::Status {
+            auto s = RecoverImage(deepest.base(), testing::EadrPoolOptions());
+            if (!s.ok()) return s.status();
+            return want.Check(*s);
+          });
+    }
     auto s = RecoverImage(inner.base(), testing::EadrPoolOptions());
     if (!s.ok()) return s.status();
-    return recovered ? after.Check(*s) : outer.Check(*s);
+    return want.Check(*s);
   };
   // A sample of the next execution's fences.
   return testing::RunNestedCheck(
@@ -212,6 +232,8 @@ struct CrashConfig : testing::CrashConfig {
   int flush_threads = 1;
   size_t flush_parallel_from = 1024;
   uint64_t help_every = 0;
+  // One nested image in this many (0: none) recovered again under a simulator (CheckNested).
+  uint64_t deep_every = 0;
 };
 
 using testing::CrashOutcome;
@@ -245,7 +267,7 @@ CrashOutcome RunCrash(const CrashConfig& cfg) {
       },
       [&](Sim&, CrashImage& img) -> absl::Status {
         if (cfg.nested_every > 0 && img.id().image % cfg.nested_every == 3) {
-          return CheckNested(img, model);
+          return CheckNested(img, model, cfg.deep_every);
         }
         auto s = RecoverImage(img.base(), testing::EadrPoolOptions());
         if (!s.ok()) return s.status();
@@ -310,12 +332,23 @@ TEST(EpochCrashTest, TwoThreadsRecoverTheFailedEpochsStart) {
   }
 }
 
+// Crashes during the recovery of a recovery: one nested image in eight recovered again under a
+// simulator (the failed range widened in place: epoch.failed.widen.*).
+TEST(EpochCrashTest, CrashesDuringTheRecoveryOfARecovery) {
+  auto cfg = testing::MainRunConfig<CrashConfig>(1, 5, 100000);
+  cfg.deep_every = 8;
+  const CrashOutcome r = RunCrash(cfg);
+  testing::ExpectFinishedRun(r, cfg.target_images, "1 thread, depth-2 recoveries");
+  EXPECT_EQ(r.sites.count(Site("epoch.failed.widen.fence").id), 1u) << "no range widened";
+}
+
 // The gate's explicit list: every flush/fence/batch-flush site of the epoch layer (the pool's
 // sites have their own gate). A site the suite reaches without an entry here fails the gate.
 const std::vector<Site> kEpochSites = {
     Site("epoch.header.flush"),       Site("epoch.header.fence"),
     Site("epoch.failed.range.flush"),
     Site("epoch.failed.count.flush"), Site("epoch.failed.fence"),
+    Site("epoch.failed.widen.flush"), Site("epoch.failed.widen.fence"),
     Site("epoch.completed.flush"),    Site("epoch.completed.fence"),
     Site("epoch.boundary.batch"),     Site("epoch.boundary.share"),
     Site("epoch.boundary.helper"),    Site("epoch.boundary.help"),
@@ -326,9 +359,10 @@ const std::vector<Site> kEpochSites = {
 
 // Every site disabled in turn.
 TEST(EpochCrashTest, MutationGateKillsEverySite) {
-  CrashConfig base = SharedBoundary(WithImages(60000));
+  CrashConfig base = SharedBoundary(WithImages(150000));
   base.threads = 2;
   base.options.seed = 2;
+  base.deep_every = 8;
   CrashOutcome baseline = RunCrash(base);
   ASSERT_TRUE(baseline.failures.empty());
   // Two threads: each thread's log blocks and dirty lists are then exercised too.
@@ -336,11 +370,14 @@ TEST(EpochCrashTest, MutationGateKillsEverySite) {
       testing::ExpectSites(baseline.sites, "epoch.", kEpochSites,
                            {Site("epoch.mutant.dirty.logged_object")}),
       [] {
-        // failed.fence needs a rare interleaving (~50,000 images): a wide margin. An even seed:
-        // no advance before the workers' first fences (header.fence's window).
-        CrashConfig cfg = SharedBoundary(WithImages(150000));
+        // boundary.help (~120,000 images: one advance in three is helped, and the depth-2
+        // recoveries take many images) and failed.fence (a rare interleaving) are the slowest:
+        // a wide margin. An even seed: no advance before the workers' first fences
+        // (header.fence's window).
+        CrashConfig cfg = SharedBoundary(WithImages(250000));
         cfg.threads = 2;
         cfg.options.seed = 2;
+        cfg.deep_every = 8;
         return RunCrash(cfg);
       },
       "epoch");
