@@ -425,35 +425,35 @@ TEST(TxnCrashTest, TwoThreads) {
 // The commit paths of persistent memory (the pmem backend), run by the simulator with their own
 // code: the one-word commit written back with clwb and padded to its line, the general small
 // commit flushed; and streamed (non-temporal stores), the one-word commit and the small commit.
-TEST(TxnCrashTest, TwoThreadsOnPmemWithClwb) {
-  Config cfg = PmemConfig(RecordWrites::kFlush);
+// A main run on the pmem seam with `writes` (2 threads): it must reach each of `sites`.
+Outcome RunOnPmem(RecordWrites writes, uint64_t seed, const char* label,
+                  const std::vector<Site>& sites) {
+  Config cfg = PmemConfig(writes);
   cfg.threads = 2;
-  cfg.options.seed = EnvOr("PMRT_TXN_SEED", 11);
+  cfg.options.seed = EnvOr("PMRT_TXN_SEED", seed);
   cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 60000) / 2;
   cfg.options.max_images_per_point = pmrt::testing::kMainImagesPerPoint;
   const Outcome r = RunCrash(cfg);
-  ASSERT_NO_FATAL_FAILURE(pmrt::testing::ExpectFinishedRun(
-      r, cfg.target_images, [](const Outcome& o) { Report("txn, 2 threads, pmem clwb", o); }));
-  for (const Site& s : {txn_detail::kOneClwb, txn_detail::kOneFence, txn_detail::kSmallFlush,
-                        txn_detail::kSmallFence}) {
-    EXPECT_EQ(r.sites.count(s.id), 1u) << s.name << " not reached";
+  pmrt::testing::ExpectFinishedRun(r, cfg.target_images,
+                                   [label](const Outcome& o) { Report(label, o); });
+  for (const Site& site : sites) {
+    EXPECT_EQ(r.sites.count(site.id), 1u) << site.name << " not reached";
   }
+  return r;
+}
+
+TEST(TxnCrashTest, TwoThreadsOnPmemWithClwb) {
+  const Outcome r = RunOnPmem(RecordWrites::kFlush, 11, "txn, 2 threads, pmem clwb",
+                              {txn_detail::kOneClwb, txn_detail::kOneFence,
+                               txn_detail::kSmallFlush, txn_detail::kSmallFence});
   EXPECT_GT(r.padded, 0u) << "no record of one declaration padded to its line";
 }
 
 TEST(TxnCrashTest, TwoThreadsOnPmemStreamed) {
-  Config cfg = PmemConfig(RecordWrites::kStream);
-  cfg.threads = 2;
-  cfg.options.seed = EnvOr("PMRT_TXN_SEED", 13);
-  cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 60000) / 2;
-  cfg.options.max_images_per_point = pmrt::testing::kMainImagesPerPoint;
-  const Outcome r = RunCrash(cfg);
-  ASSERT_NO_FATAL_FAILURE(pmrt::testing::ExpectFinishedRun(
-      r, cfg.target_images, [](const Outcome& o) { Report("txn, 2 threads, pmem stream", o); }));
-  for (const Site& s : {txn_detail::kOneFence, txn_detail::kStreamHead, txn_detail::kStreamPairs,
-                        txn_detail::kStreamOdd, txn_detail::kStreamRuns, txn_detail::kStreamFence}) {
-    EXPECT_EQ(r.sites.count(s.id), 1u) << s.name << " not reached";
-  }
+  const Outcome r = RunOnPmem(RecordWrites::kStream, 13, "txn, 2 threads, pmem stream",
+                              {txn_detail::kOneFence, txn_detail::kStreamHead,
+                               txn_detail::kStreamPairs, txn_detail::kStreamOdd,
+                               txn_detail::kStreamRuns, txn_detail::kStreamFence});
   EXPECT_EQ(r.padded, 0u) << "streamed records are not padded";
 }
 
