@@ -75,7 +75,8 @@ absl::StatusOr<std::unique_ptr<Manager>> Manager::Open(Pool& pool, ManagerOption
   }
   std::unique_ptr<Manager> m(new Manager(pool, options));
   m->log_ = std::make_unique<ExternalLog>(pool, *m);
-  if (auto st = m->Recover(); !st.ok()) return st;
+  if (auto st = m->Recover(); !st.ok()) return st;  // (m, not opened, advances nothing)
+  m->opened_ = true;
   if (options.interval.count() > 0)
     m->advancer_ = std::thread([p = m.get()] { p->AdvancerLoop(); });
   return m;
@@ -89,8 +90,9 @@ Manager::~Manager() {
   clock_cv_.notify_all();
   if (advancer_.joinable()) advancer_.join();
   // Everything done so far becomes durable, and every retired object is reclaimed (an object
-  // retired in e is freed at the end of the advance from e to e+1).
-  (void)Advance();
+  // retired in e is freed at the end of the advance from e to e+1). A manager whose Open failed
+  // writes nothing: its recovery did not complete, so no epoch may be recorded complete.
+  if (opened_) (void)Advance();
 }
 
 // ---- durable epoch state ----------------------------------------------------------------------

@@ -83,6 +83,40 @@ TEST(EpochTest, CleanReopenContinuesWithoutFailedEpochs) {
   EXPECT_TRUE(o.epochs->PredatesExecution(last));
 }
 
+// An open that fails in recovery (a malformed failed range; a failed-epoch set with no room for
+// this crash's range) writes nothing: the half-built manager's destructor does not advance, so
+// `completed` and the rest of the area stay as they were and the next open recovers again.
+TEST(EpochTest, AFailedOpenLeavesTheAreaUnchanged) {
+  for (const bool full : {false, true}) {
+    Memory a, b, before;
+    {
+      Opened o = Open(a, true);
+      for (int i = 0; i < 3; ++i) ASSERT_OK(o.epochs->Advance());
+      b.CopyFrom(a);  // a crash
+    }
+    auto pool = Pool::OpenInMemory(b.base(), kPoolSize, "epoch-test", Eadr());
+    ASSERT_OK(pool);
+    auto* area = static_cast<EpochAreaLayout*>((*pool)->region_base(PoolRegion::kEpoch));
+    if (full) {  // every range taken, none contiguous with this crash's
+      for (size_t i = 0; i < kMaxFailedRanges; ++i) area->failed[i] = {10 * i + 1, 10 * i + 2};
+      area->failed_count.store(kMaxFailedRanges);
+      area->completed.store(10 * kMaxFailedRanges + 100);
+    } else {  // range 1 has lo > hi
+      area->failed[0] = {1, 2};
+      area->failed[1] = {9, 3};
+      area->failed_count.store(2);
+    }
+    before.CopyFrom(b);
+    auto m = Manager::Open(**pool, Manual());
+    ASSERT_FALSE(m.ok());
+    EXPECT_EQ(m.status().code(),
+              full ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kDataLoss)
+        << m.status();
+    EXPECT_EQ(std::memcmp(b.base(), before.base(), kPoolSize), 0)
+        << (full ? "full set" : "malformed range") << ": the failed open wrote to the pool";
+  }
+}
+
 TEST(EpochTest, FailedEpochsAcrossSeveralCrashesInARow) {
   Memory a, b, c, d;
   uint64_t crashed_in;
