@@ -175,7 +175,7 @@ uint64_t ExternalLog::ReplayBlock(uint32_t block, const EpochView& view) {
     const uint8_t* at = reinterpret_cast<const uint8_t*>(h) + off;
     std::memcpy(&eh, at, sizeof(eh));
     if (eh.epoch != e || eh.size == 0 || eh.size > kLogBlockSize - off - sizeof(eh)) break;
-    if (!pool_.contains(pool_.base() + eh.target, eh.size) || eh.target == 0) break;
+    if (!pool_.contains_offset(eh.target, eh.size) || eh.target == 0) break;
     if (EntryCrc(eh, at + sizeof(eh)) != eh.crc) break;  // torn: nothing after it was relied on
     void* target = pool_.base() + eh.target;
     std::memcpy(target, at + sizeof(eh), eh.size);

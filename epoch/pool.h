@@ -136,9 +136,16 @@ class Pool {
   uint64_t offset_of(const void* p) const {
     return p == nullptr ? 0 : static_cast<uint64_t>(static_cast<const uint8_t*>(p) - base_);
   }
+  // Whether [p, p+len) lies inside the mapping. Unsigned arithmetic throughout: an address
+  // made from a crafted offset (pool base + an offset of 2^63 or more) is refused, not taken
+  // for one below the base.
   bool contains(const void* p, size_t len = 1) const {
-    auto* b = static_cast<const uint8_t*>(p);
-    return b >= base_ && len <= size_ && b - base_ <= static_cast<ptrdiff_t>(size_ - len);
+    const auto b = reinterpret_cast<uintptr_t>(p), base = reinterpret_cast<uintptr_t>(base_);
+    return b >= base && len <= size_ && b - base <= size_ - len;
+  }
+  // The same for pool offset `off` (as read from media): no address is formed first.
+  bool contains_offset(uint64_t off, size_t len = 1) const {
+    return len <= size_ && off <= size_ - len;
   }
 
   uint8_t* base() const { return base_; }

@@ -130,6 +130,30 @@ TEST(PoolTest, CreateOpenCloseRoundTrip) {
   EXPECT_EQ((*again)->size(), kSize);
 }
 
+// Bounds of an address or an offset read from media: unsigned, so an offset of 2^63 or more (one
+// byte of a link changed) is outside, as is one that wraps below the base.
+TEST(PoolTest, ContainsRefusesCraftedOffsets) {
+  TempDir dir;
+  auto pool = Pool::Create(dir.File("c.pool"), kSize, kLayout);
+  ASSERT_OK(pool);
+  const Pool& p = **pool;
+  const uint8_t* base = p.base();
+  EXPECT_TRUE(p.contains(base));
+  EXPECT_TRUE(p.contains(base + kSize - 8, 8));
+  EXPECT_FALSE(p.contains(base + kSize - 7, 8));
+  EXPECT_FALSE(p.contains(base, kSize + 1));
+  for (const uint64_t off : {uint64_t{1} << 63, (uint64_t{1} << 63) + 64, ~uint64_t{0} - 63,
+                             uint64_t{0x8000000000001000}, uint64_t{kSize}}) {
+    const auto* addr = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(base) + off);
+    EXPECT_FALSE(p.contains(addr, 8)) << off;
+    EXPECT_FALSE(p.contains_offset(off, 8)) << off;
+  }
+  EXPECT_TRUE(p.contains_offset(0, kSize));
+  EXPECT_TRUE(p.contains_offset(kSize - 8, 8));
+  EXPECT_FALSE(p.contains_offset(kSize - 7, 8));
+  EXPECT_FALSE(p.contains_offset(8, ~size_t{0}));
+}
+
 TEST(PoolTest, DestructorClosesCleanly) {
   TempDir dir;
   const std::string path = dir.File("d.pool");
