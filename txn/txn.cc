@@ -567,7 +567,7 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
     if (!reserved.ok()) {
       // Whatever an earlier record of this call put in flight (a new block's table entry)
       // is fenced before the guard can end, as on the normal path.
-      pool.persister().Fence(txn_detail::kSnapshotFence);
+      pool.persister().Fence(txn_detail::kSnapshotAbandonFence);
       return reserved.status();
     }
     uint8_t* at = *reserved;

@@ -26,6 +26,10 @@ namespace txn_detail {
 // Persistence sites of transactions (docs/txn.md, "Store orders").
 inline constexpr Site kSnapshotFlush{"txn.snapshot.flush"};
 inline constexpr Site kSnapshotFence{"txn.snapshot.fence"};
+// The snapshot's fence on its error path (the log has no room for a later record of the call:
+// what the earlier ones put in flight is fenced before the guard ends). Not reached by the crash
+// suite (docs/testing.md, "Mutation gate results").
+inline constexpr Site kSnapshotAbandonFence{"txn.snapshot.abandon.fence"};
 inline constexpr Site kCommitFlush{"txn.commit.flush"};
 inline constexpr Site kCommitFence{"txn.commit.fence"};
 // The small commit's (WriteSmallCommitBody), one site per call site: the record written with
