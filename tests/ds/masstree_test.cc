@@ -695,11 +695,15 @@ TEST(DurableMasstreeTest, DestroyFreesEveryNodeValueAndTheDescriptor) {
 
 // A crash in the epoch of the Destroy: the file copied mid-epoch holds every store of it (the
 // freed bitmaps, the cleared magic); reopening rolls all of it back and the tree is whole.
-// `mutant`: ds.masstree.mutant.descriptor_snapshot (the descriptor's magic cleared unlogged);
-// `opened`: the reopened tree's status.
-void CrashInTheDestroysEpoch(bool mutant, const std::string& name, Model& model, uint64_t& live,
-                             absl::Status& opened, std::unique_ptr<DurableRuntime>& rt,
-                             std::unique_ptr<DurableMasstree>& tree) {
+// `mutant`: ds.masstree.mutant.descriptor_snapshot (the descriptor's magic cleared unlogged).
+struct DestroyCrash {
+  Model model;
+  uint64_t live = 0;      // live blocks before the Destroy
+  absl::Status opened;    // the reopened tree's status
+  std::unique_ptr<DurableRuntime> rt;
+  std::unique_ptr<DurableMasstree> tree;  // (destroyed before rt)
+};
+void CrashInTheDestroysEpoch(bool mutant, const std::string& name, DestroyCrash& c) {
   const std::string original = TempPoolPath((name + "src").c_str());
   const std::string copy = TempPoolPath((name + "copy").c_str());
   uint64_t where;
@@ -709,9 +713,9 @@ void CrashInTheDestroysEpoch(bool mutant, const std::string& name, Model& model,
     auto t = DurableMasstree::Create(src.pool(), src.epochs(), src.heap());
     ASSERT_TRUE(t.ok()) << t.status();
     where = (*t)->descriptor();
-    FillForDestroy(**t, model);
+    FillForDestroy(**t, c.model);
     ASSERT_OK(src.epochs().Sync());
-    live = src.heap().Stats().live_blocks;
+    c.live = src.heap().Stats().live_blocks;
     epoch::Guard g(src.epochs());
     if (mutant) mutation::Disable(ds_internal::kDropDescriptorSnapshot);
     const absl::Status destroyed = (*t)->Destroy(g);
@@ -719,42 +723,30 @@ void CrashInTheDestroysEpoch(bool mutant, const std::string& name, Model& model,
     ASSERT_OK(destroyed);
     ASSERT_EQ(std::system(("cp " + original + " " + copy).c_str()), 0);  // the crash
   }
-  rt = std::make_unique<DurableRuntime>(copy, 0);  // (size 0: reuses the copied file)
-  ASSERT_TRUE(rt->Open().ok());
-  auto t = DurableMasstree::Open(rt->pool(), rt->epochs(), rt->heap(), where);
-  opened = t.status();
-  if (t.ok()) tree = std::move(*t);
+  c.rt = std::make_unique<DurableRuntime>(copy, 0);  // (size 0: reuses the copied file)
+  ASSERT_TRUE(c.rt->Open().ok());
+  auto t = DurableMasstree::Open(c.rt->pool(), c.rt->epochs(), c.rt->heap(), where);
+  c.opened = t.status();
+  if (t.ok()) c.tree = std::move(*t);
 }
 
 TEST(DurableMasstreeTest, CrashBeforeTheDestroyCompletesKeepsTheTree) {
-  Model model;
-  uint64_t live = 0;
-  absl::Status opened;
-  std::unique_ptr<DurableRuntime> rt_holder;
-  std::unique_ptr<DurableMasstree> tree;
-  ASSERT_NO_FATAL_FAILURE(
-      CrashInTheDestroysEpoch(false, "destroy", model, live, opened, rt_holder, tree));
-  ASSERT_OK(opened);
-  DurableRuntime& rt = *rt_holder;
-  auto t = &tree;
-  ExpectSameAsModel(**t, model);
-  ASSERT_OK((*t)->CheckInvariants());
-  ASSERT_OK(rt.heap().Check());
-  EXPECT_EQ(rt.heap().Stats().live_blocks, live);
+  DestroyCrash c;
+  ASSERT_NO_FATAL_FAILURE(CrashInTheDestroysEpoch(false, "destroy", c));
+  ASSERT_OK(c.opened);
+  ExpectSameAsModel(*c.tree, c.model);
+  ASSERT_OK(c.tree->CheckInvariants());
+  ASSERT_OK(c.rt->heap().Check());
+  EXPECT_EQ(c.rt->heap().Stats().live_blocks, c.live);
 }
 
 // Its mutant (the descriptor's snapshot dropped): the cleared magic survives the rollback and
 // the tree is gone. (The crash suite creates its tree before its crash points, so this is the
 // mutant's gate.)
 TEST(DurableMasstreeTest, MutationGateKillsTheDescriptorSnapshotMutant) {
-  Model model;
-  uint64_t live = 0;
-  absl::Status opened;
-  std::unique_ptr<DurableRuntime> rt;
-  std::unique_ptr<DurableMasstree> tree;
-  ASSERT_NO_FATAL_FAILURE(
-      CrashInTheDestroysEpoch(true, "destroymut", model, live, opened, rt, tree));
-  EXPECT_FALSE(opened.ok()) << "ds.masstree.mutant.descriptor_snapshot survived";
+  DestroyCrash c;
+  ASSERT_NO_FATAL_FAILURE(CrashInTheDestroysEpoch(true, "destroymut", c));
+  EXPECT_FALSE(c.opened.ok()) << "ds.masstree.mutant.descriptor_snapshot survived";
 }
 
 TEST(DurableMasstreeTest, OpenRejectsBadDescriptors) {
