@@ -24,8 +24,12 @@ void PoolNodeAllocator::Free(void* p) {
 
 bool PoolNodeAllocator::WaitForLogSpace() {
   if (epochs_->LocalSlot().depth > 0) return false;  // the caller's own guard: cannot advance
+  // In the pool's failed mode no epoch completes and no log block comes back: the write is
+  // refused (kNoMemory).
+  if (epochs_->pool().failed()) return false;
   // The log's blocks of the running epoch are released by the advance that completes it.
   if (absl::Status st = epochs_->Advance(); !st.ok()) {
+    if (epochs_->pool().failed()) return false;
     std::fprintf(stderr, "pmrt::ds::PoolNodeAllocator: epoch advance failed: %s\n",
                  st.ToString().c_str());
     std::abort();

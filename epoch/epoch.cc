@@ -214,6 +214,7 @@ absl::Status Manager::Recover() {
   //    started (c+2) are failed. Durable before anything is rolled back or restarted.
   if (!pool_.was_clean_shutdown()) {
     if (auto st = RecordFailed(c + 1, c + 2); !st.ok()) return st;
+    if (pool_.failed()) return pool_.health();  // its fence failed: the crash is not recorded
   }
   execution_first_ = std::max(c, failed_.empty() ? 0 : failed_.back().second) + 1;
   global_.store(execution_first_, std::memory_order_release);
@@ -226,6 +227,7 @@ absl::Status Manager::Recover() {
   //    `completed` up makes a crash in this execution fail only this execution's epochs; its
   //    fence also makes the replay's block frees durable before any new work starts.
   if (c != execution_first_ - 1 || *replayed > 0) PersistCompleted(execution_first_ - 1);
+  if (pool_.failed()) return pool_.health();  // a fence of this recovery failed
   // 5. The crash is durably recorded (the failed range) and rolled back: the pool may be
   //    marked cleanly shut down at its Close as far as this layer is concerned.
   pool_.AcknowledgeRecovery(Pool::kRecoveredEpochs);

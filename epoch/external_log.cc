@@ -80,7 +80,11 @@ absl::Status ExternalLog::Snapshot(void* obj, size_t size, std::atomic<uint64_t>
         pool_.path(), ": external log: object at offset ", pool_.offset_of(obj), " of ", size,
         " bytes is outside the pool or larger than ", kMaxLoggedObject, " bytes"));
   }
+  // The failed mode (the pool's health): an entry could not be made durable, so the object must
+  // not change; nothing is modified and the mark is unchanged.
+  if (pool_.failed()) return pool_.health();
   if (auto st = AppendEntry(slot.log_cursor, e, obj, size); !st.ok()) return st;
+  if (pool_.failed()) return pool_.health();  // this entry's fence failed
   // The entry is durable (fenced in AppendEntry). Only now may the object change: a crash from
   // here on finds the entry and restores the object's bytes as of this moment. The mark is part
   // of the object, so the logged copy holds the old mark and recovery restores that too.

@@ -219,7 +219,7 @@ void Sim::OnFlush(const Site& site, const void* addr, size_t len) {
   (*sites_seen_)[site.id] = site.name;
   auto* p = static_cast<const uint8_t*>(addr);
   if (len == 0 || p < working_ || p + len > working_ + size_) return;  // not this pool
-  const std::thread::id self = std::this_thread::get_id();
+  const uint64_t self = ThreadKey();
   uint64_t first = static_cast<uint64_t>(p - working_) / kCacheLine;
   uint64_t last = static_cast<uint64_t>(p + len - 1 - working_) / kCacheLine;
   for (uint64_t line = first; line <= last; ++line) {
@@ -274,10 +274,16 @@ void Sim::OnFence(const Site& site) {
     CrashAt(site, DirtyLines());
     in_crash_ = false;
   }
-  ApplyPending(std::this_thread::get_id());
+  ApplyPending(ThreadKey());
 }
 
-void Sim::ApplyPending(std::thread::id thread) {
+uint64_t Sim::ThreadKey() {
+  static std::atomic<uint64_t> next{0};
+  thread_local const uint64_t key = ++next;
+  return key;
+}
+
+void Sim::ApplyPending(uint64_t thread) {
   auto mine = pending_lines_.find(thread);
   if (mine == pending_lines_.end()) return;
   for (uint64_t line : mine->second) {

@@ -144,7 +144,7 @@ class Sim {
     std::vector<Line> versions;  // flush and hint snapshots since the line was last durable
     // Flushed, not yet fenced: per flushing thread, the index in versions of its last snapshot
     // (a fence makes durable only the calling thread's flushes, as sfence orders only its own).
-    std::vector<std::pair<std::thread::id, int>> pending;
+    std::vector<std::pair<uint64_t, int>> pending;  // (ThreadKey(), index)
   };
   struct Choice {
     uint64_t line;
@@ -165,7 +165,10 @@ class Sim {
                         bool record_failure);
   void Minimize(const Site& site, uint64_t image_index, std::vector<Choice> evicted,
                 Failure& failure);
-  void ApplyPending(std::thread::id thread);
+  void ApplyPending(uint64_t thread);
+  // The calling thread's key for pending flushes: unique for the process's life (a thread id
+  // may be reused by a later thread, which must not inherit an exited thread's flushes).
+  static uint64_t ThreadKey();
   void MarkPageDirty(size_t page);
   void ProtectCleanPages(const std::vector<uint64_t>& dirty);
 
@@ -188,7 +191,7 @@ class Sim {
 
   std::vector<std::atomic<uint64_t>> page_dirty_;  // bit per page of W: stored to since armed
   // Per thread, the lines it flushed since its last fence.
-  std::unordered_map<std::thread::id, std::vector<uint64_t>> pending_lines_;
+  std::unordered_map<uint64_t, std::vector<uint64_t>> pending_lines_;
   std::unordered_map<uint64_t, LineVersions> lines_;
   uint64_t fence_count_ = 0;
   uint64_t phase_ = 0;

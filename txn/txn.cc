@@ -724,6 +724,12 @@ absl::Status Engine::Impl::CommitSlow(ThreadTx& t) {
       return WriteSmallCommit(t);  // it ends the transaction, committed or not
   } else {
     st = WriteCommit(t);
+    // Its fence failed (the failed mode): the transaction took effect, but whether its record
+    // is durable is unknown, and the caller is told so (as the small commit does).
+    if (st.ok() && pool.failed()) {
+      (void)EndAfterCommit(t, absl::OkStatus());
+      return pool.health();
+    }
   }
   return EndAfterCommit(t, std::move(st));
 }

@@ -48,6 +48,7 @@ bool DurablePolicy::Snapshot(void* obj, size_t size, std::atomic<uint64_t>* mark
   const absl::Status st = m_->log().Snapshot(obj, size, mark);
   if (st.ok()) return true;
   if (st.code() == absl::StatusCode::kResourceExhausted) return false;  // full until a boundary
+  if (m_->pool().failed()) return false;  // the failed mode: refused (WaitForLogSpace says so)
   // Anything else (an object outside the pool) is a bug that leaves the tree's durability
   // uncertain: stop rather than modify an unlogged node.
   std::fprintf(stderr, "pmrt::ds durable Masstree: %s\n", st.ToString().c_str());

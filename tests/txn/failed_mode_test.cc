@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "alloc/allocator.h"
 #include "epoch/persist.h"
 #include "gtest/gtest.h"
 #include "tests/txn/txn_runtime.h"
@@ -77,13 +78,13 @@ TEST(FailedModeTest, AnMsyncErrorIsStickyRefusesWritesKeepsReadsAndReopenRecover
     ASSERT_OK(rt->epochs->Sync());
     ASSERT_TRUE(rt->pool->health().ok());
 
-    // The next msync fails (one call only: the mode stays failed all the same).
-    persist_internal::InjectMsyncFailures(1, 1, EIO);
     {
       epoch::Guard g(*rt->epochs);
       ASSERT_OK(rt->epochs->log().Snapshot(&root->e, sizeof(Logged), &root->e.mark));
       root->e.unsynced = 22;
     }
+    // The next msync (the boundary's) fails, once: the mode stays failed all the same.
+    persist_internal::InjectMsyncFailures(1, 1, EIO);
     const uint64_t completed = rt->epochs->completed();
     const absl::Status first = rt->epochs->Sync();
     ExpectNamesPoolAndCause(first, path);
@@ -98,6 +99,14 @@ TEST(FailedModeTest, AnMsyncErrorIsStickyRefusesWritesKeepsReadsAndReopenRecover
     EXPECT_EQ(root->txn_word, 1u);
     EXPECT_EQ(root->e.synced, 11u);
     EXPECT_EQ(root->e.unsynced, 22u);
+    // An undo snapshot is refused (the object must not change), and nothing is modified.
+    {
+      epoch::Guard g(*rt->epochs);
+      const uint64_t mark = root->e.mark.load();
+      ExpectNamesPoolAndCause(
+          rt->epochs->log().Snapshot(&root->e, sizeof(Logged), &root->e.mark), path);
+      EXPECT_EQ(root->e.mark.load(), mark);
+    }
     // Guards still enter and leave (no hang): the clock keeps turning, volatile only.
     { epoch::Guard g(*rt->epochs); }
     // Closing reports the mode and leaves the pool marked as crashed.
@@ -134,6 +143,35 @@ TEST(FailedModeTest, ACommitWhoseFenceFailsSaysSo) {
   ExpectNamesPoolAndCause(SetWord(root, 6), path);
   EXPECT_EQ(root->txn_word, 5u);  // refused and rolled back
   ExpectNamesPoolAndCause(rt->epochs->Sync(), path);
+}
+
+// The same through the general commit (a transaction that allocates): its fence failed, the
+// transaction took effect and commit says so; the next one is refused and rolled back.
+TEST(FailedModeTest, AGeneralCommitWhoseFenceFailsSaysSo) {
+  pmrt::testing::TempDir dir;
+  const std::string path = dir.File("general.pool");
+  auto rt = OpenFile(path, /*create=*/true);
+  ASSERT_OK(rt);
+  Root* root = *rt->pool->root<Root>();
+  auto allocating = [&](uint64_t v) -> absl::Status {
+    if (auto st = begin(); !st.ok()) return st;
+    uint64_t* p = alloc::pnew<uint64_t>(v);
+    if (p == nullptr) {
+      (void)abort();
+      return absl::ResourceExhaustedError("pnew");
+    }
+    if (auto st = write(&root->txn_word, v); !st.ok()) {
+      (void)abort();
+      return st;
+    }
+    return commit();
+  };
+  ASSERT_OK(allocating(1));
+  persist_internal::InjectMsyncFailures(1, 1, EIO);
+  ExpectNamesPoolAndCause(allocating(7), path);
+  EXPECT_EQ(root->txn_word, 7u);  // in effect, durability unknown
+  ExpectNamesPoolAndCause(allocating(8), path);
+  EXPECT_EQ(root->txn_word, 7u);  // refused and rolled back
 }
 
 // Without a pool to put in the failed mode (a bare persister), an msync error cannot be
