@@ -5,8 +5,12 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <string>
 
+#include "absl/strings/str_cat.h"
 #include "alloc/allocator.h"
+#include "ds/durable_masstree.h"
 #include "epoch/persist.h"
 #include "gtest/gtest.h"
 #include "tests/txn/txn_runtime.h"
@@ -172,6 +176,50 @@ TEST(FailedModeTest, AGeneralCommitWhoseFenceFailsSaysSo) {
   EXPECT_EQ(root->txn_word, 7u);  // in effect, durability unknown
   ExpectNamesPoolAndCause(allocating(8), path);
   EXPECT_EQ(root->txn_word, 7u);  // refused and rolled back
+}
+
+// A durable Masstree on a pool in its failed mode: writes that need the undo log (splits of
+// leaves older than the epoch) are refused with kNoMemory rather than abort the process, reads
+// keep working, and the next open has exactly the keys of the last durable epoch.
+TEST(FailedModeTest, ADurableTreeRefusesWritesThatNeedTheUndoLog) {
+  pmrt::testing::TempDir dir;
+  const std::string path = dir.File("tree.pool");
+  uint64_t where = 0;
+  std::map<std::string, std::string> synced;
+  {
+    auto rt = OpenFile(path, /*create=*/true);
+    ASSERT_OK(rt);
+    auto tree = ds::DurableMasstree::Create(*rt->pool, *rt->epochs, *rt->heap);
+    ASSERT_OK(tree);
+    where = (*tree)->descriptor();
+    for (int i = 0; i < 3000; ++i) {
+      const std::string k = absl::StrCat("key", i * 7919 % 3001);
+      ASSERT_EQ((*tree)->put(k, "v"), ds::PutResult::kInserted);
+      synced[k] = "v";
+    }
+    ASSERT_OK(rt->epochs->Sync());
+    persist_internal::InjectMsyncFailures(1, 1, EIO);
+    ExpectNamesPoolAndCause(rt->epochs->Sync(), path);
+    int refused = 0, written = 0;
+    for (int i = 0; i < 3000 && refused == 0; ++i) {
+      const ds::PutResult r = (*tree)->put(absl::StrCat("new", i), "w");
+      (r == ds::PutResult::kNoMemory ? refused : written) += 1;
+    }
+    EXPECT_EQ(refused, 1) << "no write was refused (" << written << " written)";
+    for (const auto& [k, v] : synced) ASSERT_EQ((*tree)->get(k), v) << k;
+    tree->reset();
+  }
+  auto rt = OpenFile(path, /*create=*/false);
+  ASSERT_OK(rt);
+  auto tree = ds::DurableMasstree::Open(*rt->pool, *rt->epochs, *rt->heap, where);
+  ASSERT_OK(tree);
+  std::map<std::string, std::string> got;
+  (*tree)->scan("", SIZE_MAX, [&](std::string_view k, std::string_view v) {
+    got.emplace(std::string(k), std::string(v));
+    return true;
+  });
+  EXPECT_EQ(got, synced);
+  ASSERT_OK((*tree)->CheckInvariants());
 }
 
 // Without a pool to put in the failed mode (a bare persister), an msync error cannot be
