@@ -407,7 +407,8 @@ void Heap::SetChunkState(uint64_t chunk, uint64_t state, uint64_t e) {
   // claimed by one CAS on the mirror before its header is written.
   const Persister& p = pool_.persister();
   LineWriter w(HeaderLine(chunk), e, epochs_, p, [this](const LoggedLine* line) {
-    if (!mutation::Swapped(alloc_internal::kDirtyChunkState)) epochs_.RecordDirty(line, sizeof(*line));
+    if (!mutation::Swapped(alloc_internal::kDirtyChunkState))
+      epochs_.RecordDirty(line, sizeof(*line));
   });
   w.Set(0, state, p);
   small_class_[chunk].store(
@@ -1006,7 +1007,8 @@ absl::Status Heap::MarkAllocated(uint64_t offset, size_t usable_size) {
   SetChunkState(chunk, MakeState(ChunkKind::kSmall, static_cast<uint32_t>(cls), 1), g.epoch());
   const Persister& p = pool_.persister();
   auto dirty = [this](const LoggedLine* line) {
-    if (!mutation::Swapped(alloc_internal::kDirtyBitmapInit)) epochs_.RecordDirty(line, sizeof(*line));
+    if (!mutation::Swapped(alloc_internal::kDirtyBitmapInit))
+      epochs_.RecordDirty(line, sizeof(*line));
   };
   for (size_t line = 0; line < kBitmapLines; ++line) {
     uint64_t want[kWordsPerLine] = {}, have[kWordsPerLine];

@@ -694,19 +694,20 @@ int Run(A& a, const Options& o) {
 // ---- command line -----------------------------------------------------------------------------
 
 int Usage(const std::string& why) {
-  std::fprintf(stderr,
-               "pmrt-allocbench: %s\n"
-               "usage: pmrt-allocbench --allocator pmrt|pmdk|malloc "
-               "--test threadtest|shbench|larson|prodcon|restart --threads N\n"
-               "         [--seconds S | --ops N] [--json] [--pool PATH] "
-               "[--backend pmem|msync|eadr]\n"
-               "         [--pool-size BYTES] [--keep-pool] [--batch N] [--slots N] [--round N]"
-               " [--seed N]\n"
-               "         [--objects N] [--repeat K]   (restart)\n"
-               "         [--pmrt-sync-every N]   (equal durability: shared frees, a Sync every N calls)\n"
-               "         [--teardown] [--pmrt-guard-batch N] [--epoch-ms N] [--pmrt-free "
-               "shared|unshared]   (pmrt)\n",
-               why.c_str());
+  std::fprintf(
+      stderr,
+      "pmrt-allocbench: %s\n"
+      "usage: pmrt-allocbench --allocator pmrt|pmdk|malloc "
+      "--test threadtest|shbench|larson|prodcon|restart --threads N\n"
+      "         [--seconds S | --ops N] [--json] [--pool PATH] "
+      "[--backend pmem|msync|eadr]\n"
+      "         [--pool-size BYTES] [--keep-pool] [--batch N] [--slots N] [--round N]"
+      " [--seed N]\n"
+      "         [--objects N] [--repeat K]   (restart)\n"
+      "         [--pmrt-sync-every N]   (equal durability: shared frees, a Sync every N calls)\n"
+      "         [--teardown] [--pmrt-guard-batch N] [--epoch-ms N] [--pmrt-free "
+      "shared|unshared]   (pmrt)\n",
+      why.c_str());
   return 2;
 }
 

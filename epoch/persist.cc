@@ -296,8 +296,8 @@ void MsyncFence(PoolHealth* health) {
         std::abort();
       }
       health->Fail(absl::StrCat("msync of ", e - b, " bytes at pool offset ",
-                                health->OffsetOf(reinterpret_cast<const void*>(b)), " failed: ",
-                                std::strerror(err), " (errno ", err, ")"));
+                                health->OffsetOf(reinterpret_cast<const void*>(b)),
+                                " failed: ", std::strerror(err), " (errno ", err, ")"));
     }
   }
   v.clear();

@@ -360,9 +360,7 @@ class Persister {
   }
   // Counts [dst, dst+len), written with Stream8/Stream16 or written back with FlushInline, as
   // one flush (as CopyFlush counts its copy). The fence that follows counts itself (StreamFence).
-  void CountStream(const void* dst, size_t len) const {
-    Count(len, dst);
-  }
+  void CountStream(const void* dst, size_t len) const { Count(len, dst); }
   // Whether Flush writes lines back with an inline clwb (kPmem where pmem_flush is clwb:
   // persist_internal::InlineClwb, or kSim modelling kPmem). Then FlushInline(site, ...) is
   // Flush(site, ...) without the count (CountStream counts it).
@@ -464,8 +462,8 @@ struct PmemOps {
   [[gnu::always_inline]] static void Stream8(const Persister&, const Site&, void* dst, uint64_t v) {
     Persister::Stream8(dst, v);
   }
-  [[gnu::always_inline]] static void Stream16(const Persister&, const Site&, void* dst,
-                                              uint64_t lo, uint64_t hi) {
+  [[gnu::always_inline]] static void Stream16(const Persister&, const Site&, void* dst, uint64_t lo,
+                                              uint64_t hi) {
     Persister::Stream16(dst, lo, hi);
   }
   [[gnu::always_inline]] static void Clwb(const Persister&, const Site&, const void* addr,
@@ -476,7 +474,8 @@ struct PmemOps {
     (void)addr, (void)len;  // not reached: FlushesInline() is false
 #endif
   }
-  [[gnu::always_inline]] static void CountFlush(const Persister&, persist_internal::ThreadCounters& c,
+  [[gnu::always_inline]] static void CountFlush(const Persister&,
+                                                persist_internal::ThreadCounters& c,
                                                 const void* addr, size_t len) {
     persist_internal::CountFlushIn(c.row(BackendKind::kPmem), len, addr);
   }
@@ -493,8 +492,7 @@ struct SimOps {
     std::memcpy(dst, &v, 8);
     if (!mutation::IsDisabled(site)) persist_internal::SimFlush(p.sim(), site, dst, 8);
   }
-  static void Stream16(const Persister& p, const Site& site, void* dst, uint64_t lo,
-                       uint64_t hi) {
+  static void Stream16(const Persister& p, const Site& site, void* dst, uint64_t lo, uint64_t hi) {
     const uint64_t v[2] = {lo, hi};
     std::memcpy(dst, v, 16);
     if (!mutation::IsDisabled(site)) persist_internal::SimFlush(p.sim(), site, dst, 16);

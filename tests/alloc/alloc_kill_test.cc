@@ -168,9 +168,10 @@ TEST(AllocKillTest, NoLeakNoResurrectionAcrossSigkill) {
   EXPECT_OK(RunKills(Kills(), /*planted=*/false, t));
   EXPECT_EQ(t.leaked, 0u);
   EXPECT_EQ(t.resurrected, 0u);
-  std::printf("%d kills (msync and pmem children), %lu heap operations, %lu blocks live at the "
-              "end\n",
-              Kills(), t.total_ops, t.live);
+  std::printf(
+      "%d kills (msync and pmem children), %lu heap operations, %lu blocks live at the "
+      "end\n",
+      Kills(), t.total_ops, t.live);
 }
 
 // Its negative control: operations reported durable before their epoch is are caught.

@@ -354,9 +354,9 @@ void Report(const char* what, const Outcome& r) {
       "leaf copies %lu, interior copies %lu, parent-link copies %lu, relocations %lu; %lu hints "
       "%lu flushes\n",
       what, r.ops, r.advances, r.stats.crash_points, r.stats.nested_crash_points,
-      r.stats.max_dirty_lines, r.stats.images,
-      r.top_images, r.seconds, r.durable.leaf_log_copies, r.durable.interior_log_copies,
-      r.durable.parent_log_copies, r.durable.relocations, r.stats.store_hints, r.stats.flushes);
+      r.stats.max_dirty_lines, r.stats.images, r.top_images, r.seconds, r.durable.leaf_log_copies,
+      r.durable.interior_log_copies, r.durable.parent_log_copies, r.durable.relocations,
+      r.stats.store_hints, r.stats.flushes);
   std::printf(
       "  nested runs %lu (%lu lazy-first): %lu leaves repaired, %lu values and %lu "
       "permutations rolled back\n",

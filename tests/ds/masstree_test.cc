@@ -698,8 +698,8 @@ TEST(DurableMasstreeTest, DestroyFreesEveryNodeValueAndTheDescriptor) {
 // `mutant`: ds.masstree.mutant.descriptor_snapshot (the descriptor's magic cleared unlogged).
 struct DestroyCrash {
   Model model;
-  uint64_t live = 0;      // live blocks before the Destroy
-  absl::Status opened;    // the reopened tree's status
+  uint64_t live = 0;    // live blocks before the Destroy
+  absl::Status opened;  // the reopened tree's status
   std::unique_ptr<DurableRuntime> rt;
   std::unique_ptr<DurableMasstree> tree;  // (destroyed before rt)
 };

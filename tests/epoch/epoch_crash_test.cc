@@ -130,8 +130,8 @@ ManagerOptions Manual() {
 // An advance during which worker `w` enters a guard while the epoch is closing (before the
 // advancer claims the dirty lists): the worker writes its own list back and fences (HelpFlush),
 // then waits for the epoch to open. `help_only[w]` makes the worker's step that guard alone.
-void AdvanceHelped(Manager& m, Model& model, testing::Lockstep& workers, std::vector<char>& help_only,
-                   int w) {
+void AdvanceHelped(Manager& m, Model& model, testing::Lockstep& workers,
+                   std::vector<char>& help_only, int w) {
   model.advancing = true;
   const uint64_t before = m.stats().helped_flushes;
   m.SetClosingHookForTesting([&](uint64_t) {
@@ -288,16 +288,16 @@ CrashOutcome RunCrash(const CrashConfig& cfg) {
         // area's header write with no other fence in between.
         if (sim.options().seed % 2 == 1) AdvanceTracked(*rt.m, model);
         uint64_t advances = 0;
-        testing::RunSchedule(
-            sim, cfg.target_images, workers, cfg.threads, sim.options().seed + 17, 8,
-            testing::AdvanceOnPickZero([&] {
-              if (cfg.help_every != 0 && ++advances % cfg.help_every == 0) {
-                AdvanceHelped(*rt.m, model, workers, help_only,
-                              static_cast<int>(advances / cfg.help_every % cfg.threads));
-              } else {
-                AdvanceTracked(*rt.m, model);
-              }
-            }));
+        testing::RunSchedule(sim, cfg.target_images, workers, cfg.threads, sim.options().seed + 17,
+                             8, testing::AdvanceOnPickZero([&] {
+                               if (cfg.help_every != 0 && ++advances % cfg.help_every == 0) {
+                                 AdvanceHelped(
+                                     *rt.m, model, workers, help_only,
+                                     static_cast<int>(advances / cfg.help_every % cfg.threads));
+                               } else {
+                                 AdvanceTracked(*rt.m, model);
+                               }
+                             }));
       });
 }
 
@@ -346,16 +346,15 @@ TEST(EpochCrashTest, CrashesDuringTheRecoveryOfARecovery) {
 // sites have their own gate). A site the suite reaches without an entry here fails the gate.
 const std::vector<Site> kEpochSites = {
     Site("epoch.header.flush"),       Site("epoch.header.fence"),
-    Site("epoch.failed.range.flush"),
-    Site("epoch.failed.count.flush"), Site("epoch.failed.fence"),
-    Site("epoch.failed.widen.flush"), Site("epoch.failed.widen.fence"),
-    Site("epoch.completed.flush"),    Site("epoch.completed.fence"),
-    Site("epoch.boundary.batch"),     Site("epoch.boundary.share"),
-    Site("epoch.boundary.helper"),    Site("epoch.boundary.help"),
-    Site("epoch.log.block.flush"),    Site("epoch.log.dir.flush"),
-    Site("epoch.log.entry.flush"),    Site("epoch.log.entry.fence"),
-    Site("epoch.log.replay.flush"),   Site("epoch.log.replay.fence"),
-    Site("epoch.log.free.flush")};
+    Site("epoch.failed.range.flush"), Site("epoch.failed.count.flush"),
+    Site("epoch.failed.fence"),       Site("epoch.failed.widen.flush"),
+    Site("epoch.failed.widen.fence"), Site("epoch.completed.flush"),
+    Site("epoch.completed.fence"),    Site("epoch.boundary.batch"),
+    Site("epoch.boundary.share"),     Site("epoch.boundary.helper"),
+    Site("epoch.boundary.help"),      Site("epoch.log.block.flush"),
+    Site("epoch.log.dir.flush"),      Site("epoch.log.entry.flush"),
+    Site("epoch.log.entry.fence"),    Site("epoch.log.replay.flush"),
+    Site("epoch.log.replay.fence"),   Site("epoch.log.free.flush")};
 
 // Every site disabled in turn.
 TEST(EpochCrashTest, MutationGateKillsEverySite) {

@@ -103,9 +103,9 @@ TEST(ServerCrash, AcknowledgedAndSyncedWritesSurviveSigkill) {
   pmrt::testing::TempDir dir;
   const std::string pool = dir.File("kv.pool");
   std::mt19937_64 rng(424242);
-  std::set<std::string> synced;   // acknowledged before a PMRT.SYNC reply: must survive
-  std::set<std::string> written;  // every key ever sent (may or may not survive)
-  std::set<std::string> gone;     // DEL acknowledged before a PMRT.SYNC reply: must stay gone
+  std::set<std::string> synced;        // acknowledged before a PMRT.SYNC reply: must survive
+  std::set<std::string> written;       // every key ever sent (may or may not survive)
+  std::set<std::string> gone;          // DEL acknowledged before a PMRT.SYNC reply: must stay gone
   std::vector<std::string> deletable;  // synced keys no DEL was sent for
   const int kills = Kills();
   for (int round = 0; round < kills; ++round) {

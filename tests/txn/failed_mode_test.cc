@@ -107,8 +107,8 @@ TEST(FailedModeTest, AnMsyncErrorIsStickyRefusesWritesKeepsReadsAndReopenRecover
     {
       epoch::Guard g(*rt->epochs);
       const uint64_t mark = root->e.mark.load();
-      ExpectNamesPoolAndCause(
-          rt->epochs->log().Snapshot(&root->e, sizeof(Logged), &root->e.mark), path);
+      ExpectNamesPoolAndCause(rt->epochs->log().Snapshot(&root->e, sizeof(Logged), &root->e.mark),
+                              path);
       EXPECT_EQ(root->e.mark.load(), mark);
     }
     // Guards still enter and leave (no hang): the clock keeps turning, volatile only.

@@ -400,8 +400,8 @@ void Report(const char* what, const Outcome& r) {
       "snapshots, %lu cycles, %lu full; fast lines %lu marked, %lu unmarked; %lu records padded "
       "to a line)\n",
       what, r.stats.crash_points, r.stats.nested_crash_points, r.stats.images,
-      r.stats.max_dirty_lines, r.seconds, r.commits,
-      r.snapshots, r.cycles, r.full_cycles, r.lines_marked, r.lines_unmarked, r.padded);
+      r.stats.max_dirty_lines, r.seconds, r.commits, r.snapshots, r.cycles, r.full_cycles,
+      r.lines_marked, r.lines_unmarked, r.padded);
 }
 
 TEST(TxnCrashTest, OneThread) {
@@ -444,16 +444,16 @@ Outcome RunOnPmem(RecordWrites writes, uint64_t seed, const char* label,
 
 TEST(TxnCrashTest, TwoThreadsOnPmemWithClwb) {
   const Outcome r = RunOnPmem(RecordWrites::kFlush, 11, "txn, 2 threads, pmem clwb",
-                              {txn_detail::kOneClwb, txn_detail::kOneFence,
-                               txn_detail::kSmallFlush, txn_detail::kSmallFence});
+                              {txn_detail::kOneClwb, txn_detail::kOneFence, txn_detail::kSmallFlush,
+                               txn_detail::kSmallFence});
   EXPECT_GT(r.padded, 0u) << "no record of one declaration padded to its line";
 }
 
 TEST(TxnCrashTest, TwoThreadsOnPmemStreamed) {
-  const Outcome r = RunOnPmem(RecordWrites::kStream, 13, "txn, 2 threads, pmem stream",
-                              {txn_detail::kOneFence, txn_detail::kStreamHead,
-                               txn_detail::kStreamPairs, txn_detail::kStreamOdd,
-                               txn_detail::kStreamRuns, txn_detail::kStreamFence});
+  const Outcome r =
+      RunOnPmem(RecordWrites::kStream, 13, "txn, 2 threads, pmem stream",
+                {txn_detail::kOneFence, txn_detail::kStreamHead, txn_detail::kStreamPairs,
+                 txn_detail::kStreamOdd, txn_detail::kStreamRuns, txn_detail::kStreamFence});
   EXPECT_EQ(r.padded, 0u) << "streamed records are not padded";
 }
 
@@ -530,7 +530,7 @@ const std::vector<Site> kGenericSites = {
     txn_detail::kHeadMoveFence, txn_internal::kTableFlush,  txn_internal::kBlockFlush,
     txn_internal::kLinkFlush,   txn_internal::kHeadFlush,   txn_detail::kCloseWriteBack};
 const std::vector<Site> kClwbOnlySites = {txn_detail::kOneClwb, txn_detail::kOneFence};
-const std::vector<Site> kStreamOnlySites = {txn_detail::kOneFence,   txn_detail::kStreamHead,
+const std::vector<Site> kStreamOnlySites = {txn_detail::kOneFence,    txn_detail::kStreamHead,
                                             txn_detail::kStreamPairs, txn_detail::kStreamOdd,
                                             txn_detail::kStreamRuns,  txn_detail::kStreamFence};
 

@@ -219,8 +219,8 @@ absl::Status RunKills(int kills, bool planted, KillTally& tally) {
         // The children rotate over the backends: eADR, pmem with records streamed, pmem with
         // records written back with clwb (the one-word commit padded to its line), msync.
         static constexpr BackendKind kBackends[] = {BackendKind::kEadr, BackendKind::kPmem,
-                                                     BackendKind::kPmem, BackendKind::kEadr,
-                                                     BackendKind::kMsync};
+                                                    BackendKind::kPmem, BackendKind::kEadr,
+                                                    BackendKind::kMsync};
         const BackendKind backend = kBackends[iteration % 5];
         const std::optional<RecordWrites> writes =
             iteration % 5 == 1   ? std::optional(RecordWrites::kStream)
@@ -237,7 +237,7 @@ absl::Status RunKills(int kills, bool planted, KillTally& tally) {
         progress.ready.store(1);
         for (;;) {
           ++j;
-          progress.user[1].store(j);  // begun
+          progress.user[1].store(j);               // begun
           if (planted) progress.user[0].store(j);  // acknowledged before its commit
           absl::Status s = RunOne(*r->pool, root, j);
           if (!s.ok()) {

@@ -334,8 +334,8 @@ class Engine::Impl {
   // its record and ends it (rolled back if the record finds no room).
   absl::Status WriteSmallCommit(txn_detail::ThreadTx& t);  // dispatches to one of these:
   absl::Status WriteSmallCommitPortable(txn_detail::ThreadTx& t);
-  absl::Status WriteSmallCommitCrc(txn_detail::ThreadTx& t);     // x86-64 with SSE 4.2
-  absl::Status WriteSmallCommitStream(txn_detail::ThreadTx& t);  // and kPmem: streamed
+  absl::Status WriteSmallCommitCrc(txn_detail::ThreadTx& t);        // x86-64 with SSE 4.2
+  absl::Status WriteSmallCommitStream(txn_detail::ThreadTx& t);     // and kPmem: streamed
   absl::Status WriteSmallCommitStreamSim(txn_detail::ThreadTx& t);  // the same under the sim
   // A transaction of one declaration (the most common of all) where its commit needs no call
   // (SmallCommitOneReady), on x86-64 with SSE 4.2, streamed or (FlushesInline) flushed with an
@@ -362,7 +362,15 @@ class Engine::Impl {
   // streamed, with an inline clwb, or with an inline clwb and padded to end at a cache line
   // (kClwbLine: a version-2 directory; docs/txn.md, "Line-ending records"); kSim*: the same
   // three on a kSim persister that models kPmem (the crash simulator runs them with SimOps).
-  enum class OnePath : uint8_t { kNone, kStream, kClwb, kClwbLine, kSimStream, kSimClwb, kSimClwbLine };
+  enum class OnePath : uint8_t {
+    kNone,
+    kStream,
+    kClwb,
+    kClwbLine,
+    kSimStream,
+    kSimClwb,
+    kSimClwbLine
+  };
   OnePath one_path_ = OnePath::kNone;
   // The persister is the crash simulator's modelling kPmem: the streamed writers run with SimOps.
   bool sim_seam_ = false;

@@ -96,8 +96,9 @@ LogStore::LogStore(Pool& pool, epoch::Manager& epochs, alloc::Heap& heap)
 absl::Status LogStore::Create(size_t block_size) {
   // Epoch-scoped, like any allocation outside a transaction: the block's content (zeroed, the
   // header) is written back by the boundary that completes this epoch, as every fresh block's
-  // is (the heap registers it), and the state word is registered dirty here. A crash before that rolls the allocation back, and Open finds the
-  // state word pointing at a block that is not allocated (or at nothing): it creates again.
+  // is (the heap registers it), and the state word is registered dirty here. A crash before that
+  // rolls the allocation back, and Open finds the state word pointing at a block that is not
+  // allocated (or at nothing): it creates again.
   epoch::Guard g(epochs_);
   void* p = heap_.Allocate(kDirectorySize, 64);
   if (p == nullptr) {
