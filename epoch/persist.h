@@ -126,20 +126,18 @@ PersistCounts CountersSnapshotAll();
 
 namespace persist_internal {
 enum Counter { kFlushes, kLinesFlushed, kBytesFlushed, kFences, kBatchFlushes, kNumCounters };
+// A counter written only by its owning thread: load + store, no read-modify-write.
+inline void AddTo(std::atomic<uint64_t>& x, uint64_t n) {
+  x.store(x.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
 // Written only by the owning thread (load + store, no read-modify-write: as cheap as a plain
 // increment); read by CountersSnapshot from any thread, hence atomics with relaxed order.
 struct ThreadCounters {
   std::atomic<uint64_t> v[kNumBackends][kNumCounters] = {};
-  void Add(BackendKind kind, Counter c, uint64_t n) {
-    auto& a = v[static_cast<int>(kind)][c];
-    a.store(a.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-  }
+  void Add(BackendKind kind, Counter c, uint64_t n) { AddTo(v[static_cast<int>(kind)][c], n); }
   PersistCounts Read(BackendKind kind) const;
   std::atomic<uint64_t>* row(BackendKind kind) { return v[static_cast<int>(kind)]; }
 };
-inline void AddTo(std::atomic<uint64_t>& x, uint64_t n) {
-  x.store(x.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-}
 // Counts one flush of [addr, addr+len) in a backend's `row` of a thread's counters.
 inline void CountFlushIn(std::atomic<uint64_t>* row, size_t len, const void* addr) {
   const auto a = reinterpret_cast<uintptr_t>(addr);
@@ -358,26 +356,14 @@ class Persister {
     std::memcpy(dst, v, 16);
 #endif
   }
-  // Counts [dst, dst+len), written with Stream8/Stream16 or written back with FlushInline, as
-  // one flush (as CopyFlush counts its copy). The fence that follows counts itself (StreamFence).
+  // Counts [dst, dst+len), written with Stream8/Stream16 or written back with an inline clwb
+  // (PmemOps / SimOps below), as one flush (as CopyFlush counts its copy). The fence that
+  // follows counts itself (Fence, PmemOps::Fence).
   void CountStream(const void* dst, size_t len) const { Count(len, dst); }
   // Whether Flush writes lines back with an inline clwb (kPmem where pmem_flush is clwb:
-  // persist_internal::InlineClwb, or kSim modelling kPmem). Then FlushInline(site, ...) is
-  // Flush(site, ...) without the count (CountStream counts it).
+  // persist_internal::InlineClwb, or kSim modelling kPmem): then the record writers use
+  // PmemOps::Clwb / SimOps::Clwb.
   bool FlushesInline() const { return clwb_; }
-  void FlushInline(const Site& site, const void* addr, size_t len) const {
-    if (mutation::IsDisabled(site) || len == 0) return;
-    if (kind_ == BackendKind::kSim) {
-      persist_internal::SimFlush(sim_, site, addr, len);
-      return;
-    }
-#if defined(__x86_64__)
-    persist_internal::Clwb(addr, len);
-#endif
-  }
-  // Fence() after records written where Streams() or FlushesInline() holds: the same fence,
-  // counted as Fence counts it.
-  void StreamFence(const Site& site) const { Fence(site); }
 
   // Waits until every Flush this thread issued before it is durable.
   void Fence(const Site& site) const {
