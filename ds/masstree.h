@@ -24,7 +24,7 @@
 // the concurrency protocol: docs/masstree.md.
 //
 // Durability: the allocator selects the tree policy (ds/internal/tree_policy.h). With the
-// default MallocNodeAllocator the tree is transient and durability is compiled out. With
+// default CachingNodeAllocator the tree is transient and durability is compiled out. With
 // PoolNodeAllocator the same source is the durable tree of ds/durable_masstree.h (nodes in a
 // pool, in-cache-line and external undo logs on the epoch scope).
 #ifndef PMRT_DS_MASSTREE_H_
@@ -89,7 +89,7 @@ using TreeVisitor = ds_internal::TreeVisitor;
 // views are valid only during the call.
 using ScanCallback = absl::FunctionRef<bool(std::string_view key, std::string_view value)>;
 
-template <IsNodeAllocator A = MallocNodeAllocator>
+template <IsNodeAllocator A = CachingNodeAllocator>
 class BasicMasstree {
  public:
   using Allocator = A;
@@ -177,7 +177,7 @@ class BasicMasstree {
   mutable std::atomic<int64_t> base_count_{0};
 };
 
-using Masstree = BasicMasstree<MallocNodeAllocator>;
+using Masstree = BasicMasstree<CachingNodeAllocator>;
 
 // ---- Implementation -------------------------------------------------------------------------
 

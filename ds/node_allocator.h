@@ -7,8 +7,9 @@
 // seen it is gone. To make that possible, every tree operation runs inside the allocator's
 // read-side critical section, `typename A::Guard g(allocator)`.
 //
-// The transient tree uses MallocNodeAllocator below (malloc + the volatile epoch-based
-// reclamation in ds/internal/ebr.h). The durable tree will plug in the pool's allocator, with
+// The transient tree uses CachingNodeAllocator below (per-thread free lists of
+// ds/internal/node_cache.h + the volatile epoch-based reclamation in ds/internal/ebr.h);
+// MallocNodeAllocator is the same with aligned malloc. The durable tree will plug in the pool's allocator, with
 // pmrt::epoch::Guard as the critical section and pmrt::epoch::Manager::Retire for deferred
 // frees; nothing in the tree's algorithms changes.
 #ifndef PMRT_DS_NODE_ALLOCATOR_H_
@@ -19,6 +20,7 @@
 #include <cstdlib>
 
 #include "ds/internal/ebr.h"
+#include "ds/internal/node_cache.h"
 
 namespace pmrt::ds {
 
@@ -62,6 +64,43 @@ class MallocNodeAllocator {
   static void Free(void* p, size_t) { std::free(p); }
 };
 static_assert(IsNodeAllocator<MallocNodeAllocator>);
+
+// Transient allocator of ds::Masstree: per-thread size-class free lists (ds_internal::NodeCache,
+// shared by every tree of the process), frees deferred through Ebr::Global(). Nodes of up to
+// NodeCache::kMaxSmall bytes with `align` <= 64 come from the cache (a node's size is rounded up
+// to a multiple of 64, so its class is 64-aligned); other nodes use aligned_alloc (the cache's
+// Free returns a block of a class size to the class, a larger one to free()).
+class CachingNodeAllocator {
+ public:
+  class Guard {
+   public:
+    explicit Guard(CachingNodeAllocator&) { ds_internal::Ebr::Global().Enter(); }
+    ~Guard() { ds_internal::Ebr::Global().Exit(); }
+    Guard(const Guard&) = delete;
+    Guard& operator=(const Guard&) = delete;
+  };
+
+  void* AllocateNode(size_t size, size_t align) {
+    const size_t n = RoundNode(size);
+    if (align <= 64 && n <= ds_internal::NodeCache::kMaxSmall) {
+      return ds_internal::NodeCache::Global().Allocate(n);
+    }
+    return std::aligned_alloc(align, (size + align - 1) / align * align);
+  }
+  void RetireNode(void* p, size_t size) { ds_internal::Ebr::Global().Retire(p, &FreeNode, size); }
+  void* AllocateValue(size_t size) { return ds_internal::NodeCache::Global().Allocate(size); }
+  void RetireValue(void* p, size_t size) {
+    ds_internal::Ebr::Global().Retire(p, &FreeValue, size);
+  }
+
+ private:
+  static size_t RoundNode(size_t size) { return (size + 63) / 64 * 64; }
+  static void FreeNode(void* p, size_t size) {
+    ds_internal::NodeCache::Global().Free(p, RoundNode(size));
+  }
+  static void FreeValue(void* p, size_t size) { ds_internal::NodeCache::Global().Free(p, size); }
+};
+static_assert(IsNodeAllocator<CachingNodeAllocator>);
 
 }  // namespace pmrt::ds
 

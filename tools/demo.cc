@@ -3,7 +3,7 @@
 //   1. create the pool fresh and print what it is;
 //   2. load a durable Masstree (tools::KvStore) with --keys keys, with a progress line;
 //   3. YCSB A (50% update, 50% read, Zipfian 0.99) on the durable tree and on the transient tree
-//      (ds::Masstree: malloc, durability compiled out) loaded with the same keys, in alternating
+//      (ds::Masstree: per-thread node cache, durability compiled out) loaded with the same keys, in alternating
 //      chunks so that both meet the same background load; both throughputs and their ratio;
 //   4. crash: a child process writes until SIGKILLed, the pool is reopened and every key
 //      verified (tools/demo_crash.cc);
@@ -305,7 +305,7 @@ absl::Status CompareYcsbA(ds::DurableMasstree& durable, ds::Masstree& transient,
   }
   std::printf("  durable   (pool, InCLL + epochs) %8.3f M ops/s  (%lu ops in %.2f s)\n",
               d.PerSecond() / 1e6, static_cast<unsigned long>(d.ops), d.seconds);
-  std::printf("  transient (malloc, no logging)   %8.3f M ops/s  (%lu ops in %.2f s)\n",
+  std::printf("  transient (node cache, no log)   %8.3f M ops/s  (%lu ops in %.2f s)\n",
               t.PerSecond() / 1e6, static_cast<unsigned long>(t.ops), t.seconds);
   std::printf("  durable / transient              %8.2f\n",
               t.PerSecond() > 0 ? d.PerSecond() / t.PerSecond() : 0.0);

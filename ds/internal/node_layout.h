@@ -258,6 +258,13 @@ static_assert(offsetof(LeafNode, lv[7]) == 4 * kCacheLine &&
 static_assert(offsetof(InteriorNode, recovered_in) / kCacheLine == 0,
               "the interior's recovery tag is read with its version: same line");
 static_assert(offsetof(InteriorNode, created_epoch) + 8 <= sizeof(InteriorNode));
+// The transient tree keeps the durable-only fields (node_epoch, perm_log, value_log0/1: never
+// written by TransientPolicy) and loses nothing by it: without them a leaf of this width would
+// still span five lines, and a lookup reads the same lines (0, the keys, the value's line).
+static_assert((sizeof(LeafNode) - 4 * sizeof(uint64_t) + kCacheLine - 1) / kCacheLine ==
+                  sizeof(LeafNode) / kCacheLine,
+              "a leaf without the durable-only fields would be smaller: give the transient tree "
+              "its own layout");
 
 }  // namespace pmrt::ds_internal
 
