@@ -339,6 +339,9 @@ absl::Status Manager::Advance() {
   absl::Status failed;
   {
     std::lock_guard<std::mutex> l(advance_mu_);
+    // In the failed mode nothing more can be recorded complete: the epoch stays as it is (its
+    // guards never wait) and the error is returned at once.
+    if (pool_.failed()) return pool_.health();
     const auto start = std::chrono::steady_clock::now();
     // 1. Close e: new guards wait until step 5. Epochs never overlap, so every change made in
     //    e+1 sees e complete and durable; a crash then fails at most the one epoch that ran.
@@ -349,9 +352,21 @@ absl::Status Manager::Advance() {
     //    (or makes its re-check see the closing mark).
     if (AsymmetricFences()) syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
     std::vector<ThreadSlot*> slots = Slots();
+    const auto give_up = start + options_.max_guard_wait;
     for (ThreadSlot* s : slots) {
       for (int spins = 0; s->epoch.load(std::memory_order_seq_cst) == e; ++spins) {
-        if (spins > 64) std::this_thread::yield();
+        if (spins <= 64) continue;
+        std::this_thread::yield();
+        if ((spins & 255) != 0 || std::chrono::steady_clock::now() < give_up) continue;
+        // e cannot complete. Reopen it (nothing of e+1 has started: its guards were waiting)
+        // and enter the failed mode: e's work is never recorded complete, the next open rolls
+        // it back.
+        pool_.health_state().Fail(absl::StrCat(
+            "epoch ", e, " cannot complete: a guard of it has been held for more than ",
+            options_.max_guard_wait.count(), " ms"));
+        global_.store(e, std::memory_order_seq_cst);
+        global_.notify_all();
+        return pool_.health();
       }
     }
     if (closing_hook_) closing_hook_(e);

@@ -63,6 +63,10 @@ struct ManagerOptions {
   size_t flush_parallel_from = 1024;
   // Threads for replaying the external log at open.
   int replay_threads = 2;
+  // The longest a boundary waits for the guards of the closing epoch (new guards wait
+  // meanwhile). An epoch whose guards are still held then cannot complete: the pool enters its
+  // failed mode (docs/durability.md) and the epoch reopens, so that no guard waits for it.
+  std::chrono::milliseconds max_guard_wait{10000};
 };
 
 struct ManagerStats {

@@ -4,6 +4,7 @@
 // run by the background thread (log over budget) or by Engine::Reclaim. docs/txn.md,
 // "Reclamation", has the argument, including SpecPMT's multi-thread rule.
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 
@@ -12,6 +13,22 @@
 #include "epoch/crc32c.h"
 #include "epoch/status_macros.h"
 #include "txn/internal/engine_impl.h"
+
+namespace pmrt::txn_internal {
+namespace {
+std::atomic<uint64_t> g_reclaim_failures{0};
+}  // namespace
+
+void InjectReclaimFailures(uint64_t count) { g_reclaim_failures.store(count); }
+
+// True (and one failure fewer left) when a reclamation failure is injected.
+bool TakeInjectedReclaimFailure() {
+  for (uint64_t n = g_reclaim_failures.load(std::memory_order_relaxed); n != 0;) {
+    if (g_reclaim_failures.compare_exchange_weak(n, n - 1)) return true;
+  }
+  return false;
+}
+}  // namespace pmrt::txn_internal
 
 namespace pmrt::txn {
 
@@ -145,6 +162,9 @@ struct Trim {
 
 absl::Status Engine::Impl::Reclaim(bool advance) {
   std::lock_guard<std::mutex> cycle_lock(reclaim_mu);
+  if (txn_internal::TakeInjectedReclaimFailure()) {
+    return absl::ResourceExhaustedError("reclamation: injected failure");
+  }
   // 0. The horizon: the newest completed epoch. Every record of an epoch <= it is complete (its
   //    guard ended). Its data lines are not necessarily durable: a hot word's committed value
   //    is in its newest record, and its line is written back when the word goes cold (1).
@@ -637,8 +657,13 @@ void Engine::Impl::BackgroundLoop() {
     // writers waiting at the budget for 1-3% of the time, 5-9% of wall time idle in all
     // (docs/performance.md); each cycle then folds fewer records, so the reclaimer works more.
     if (used >= trigger && (used >= floor + budget / kRegrowthDivisor || used >= budget)) {
-      if (absl::Status st = Reclaim(/*advance=*/true); !st.ok()) {
+      absl::Status st = Reclaim(/*advance=*/true);
+      if (!st.ok()) {
         std::fprintf(stderr, "pmrt txn: reclamation failed: %s\n", st.ToString().c_str());
+      }
+      {
+        std::lock_guard<std::mutex> el(reclaim_error_mu_);
+        reclaim_error_ = std::move(st);
       }
       floor = store.blocks_in_use() * store.block_size();
     } else if (used < floor) {

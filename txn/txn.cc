@@ -440,7 +440,7 @@ absl::Status Engine::Impl::BeginSlow(ThreadTx& t) {
   // caller already holds a guard (the advance would wait for it).
   if (options.background && store.blocks_in_use() >= stall_blocks_ &&
       epochs.LocalSlot().depth == 0) {
-    WaitForRoom();
+    RETURN_IF_ERROR(WaitForRoom());
   }
   t.owner = ThreadSerial();
   t.epoch_slot = &epochs.LocalSlot();
@@ -1480,11 +1480,12 @@ void Engine::Impl::SetThresholds() {
   kick_blocks_.store(options.background ? trigger_blocks_ : ~uint64_t{0});
 }
 
-void Engine::Impl::WaitForRoom() {
+absl::Status Engine::Impl::WaitForRoom() {
   const uint64_t stall = stall_blocks_;
-  if (store.blocks_in_use() < stall) return;
+  if (store.blocks_in_use() < stall) return absl::OkStatus();
   stalls.fetch_add(1, std::memory_order_relaxed);
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  const auto start = std::chrono::steady_clock::now();
+  const auto give_up = start + options.max_log_wait;
   // (In the pool's failed mode no epoch completes, so no block comes back: no wait; the
   // commit refuses the transaction.)
   while (store.blocks_in_use() >= stall && !pool.failed() &&
@@ -1495,6 +1496,30 @@ void Engine::Impl::WaitForRoom() {
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
+  if (pool.failed()) return pool.health();
+  if (store.blocks_in_use() < stall) return absl::OkStatus();
+  // The log cannot drain: nothing the reclaimer does brings it under the stall size. Later
+  // commits would fail one by one at the log's limit with nothing made durable in between that
+  // the caller could rely on; the failed mode says so once, names why, and the next open
+  // recovers every committed transaction.
+  absl::Status why;
+  {
+    std::lock_guard<std::mutex> l(reclaim_error_mu_);
+    why = reclaim_error_;
+  }
+  std::string cause = absl::StrCat(
+      "the transaction log has been full (", store.blocks_in_use(), " blocks of ",
+      store.block_size(), " bytes, stall size ", stall, ") for ", options.max_log_wait.count(),
+      " ms and cannot drain: ");
+  if (!why.ok()) {
+    absl::StrAppend(&cause, "reclamation fails: ", why.ToString());
+  } else {
+    absl::StrAppend(&cause, "epoch ", epochs.current(), " has not completed (last completed ",
+                    epochs.completed(),
+                    "): a guard or an open transaction holds the boundary back");
+  }
+  pool.health_state().Fail(std::move(cause));
+  return pool.health();
 }
 
 void Engine::Impl::Kick() {

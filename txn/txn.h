@@ -192,6 +192,10 @@ struct Options {
   bool fast_lines = true;
   // A transaction open longer than this is reported and fails at its next call.
   std::chrono::milliseconds max_open{1000};
+  // With the background reclaimer, the longest a begin() waits for the log to come back under
+  // the stall size. A log still full then cannot drain (the reclaimer's cycles fail, or the
+  // epoch they need cannot complete): the pool enters its failed mode (docs/durability.md).
+  std::chrono::milliseconds max_log_wait{10000};
 };
 
 struct Stats {
@@ -443,5 +447,11 @@ class Scope {
 };
 
 }  // namespace pmrt::txn
+
+namespace pmrt::txn_internal {
+// Fault injection for tests: the next `count` reclamation cycles (of any engine) fail with
+// kResourceExhausted before doing anything; 0 clears it.
+void InjectReclaimFailures(uint64_t count);
+}  // namespace pmrt::txn_internal
 
 #endif  // PMRT_TXN_TXN_H_

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "alloc/allocator.h"
@@ -220,6 +222,119 @@ TEST(FailedModeTest, ADurableTreeRefusesWritesThatNeedTheUndoLog) {
   });
   EXPECT_EQ(got, synced);
   ASSERT_OK((*tree)->CheckInvariants());
+}
+
+constexpr int kWords = 512;  // the root region holds 4 KiB
+struct Words {
+  uint64_t w[kWords];
+};
+
+// Runs transactions of 8 words each (their values in `expect`) until one is refused; returns
+// the refusal.
+absl::Status WriteUntilRefused(Words* words, std::vector<uint64_t>& expect, int* committed) {
+  for (uint64_t n = 1; n < 10'000'000; ++n) {
+    if (absl::Status st = begin(); !st.ok()) return st;
+    const int first = static_cast<int>((n * 8) % kWords);
+    for (int i = 0; i < 8; ++i) {
+      if (absl::Status st = add(&words->w[first + i], 8); !st.ok()) {
+        (void)abort();
+        return st;
+      }
+      words->w[first + i] = n;
+    }
+    if (absl::Status st = commit(); !st.ok()) return st;
+    for (int i = 0; i < 8; ++i) expect[first + i] = n;
+    ++*committed;
+  }
+  return absl::OkStatus();
+}
+
+// After the failed mode: sticky, reads keep working, the close reports it, and the next open
+// replays every committed transaction.
+void ExpectFailedThenRecovered(testing::Runtime rt, const std::string& path,
+                               const std::vector<uint64_t>& expect) {
+  Words* words = *rt.pool->root<Words>();
+  EXPECT_TRUE(rt.pool->failed());
+  EXPECT_EQ(SetWord(reinterpret_cast<Root*>(words), 7).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(rt.epochs->Sync().code(), absl::StatusCode::kDataLoss);
+  { epoch::Guard g(*rt.epochs); }  // guards never wait
+  for (int i = 0; i < kWords; ++i) ASSERT_EQ(words->w[i], expect[i]) << i;
+  rt.engine.reset();
+  rt.heap.reset();
+  rt.epochs.reset();
+  EXPECT_EQ(rt.pool->Close().code(), absl::StatusCode::kDataLoss);
+  rt.pool.reset();
+
+  auto again = OpenFile(path, /*create=*/false);
+  ASSERT_OK(again);
+  EXPECT_FALSE(again->pool->was_clean_shutdown());
+  words = *again->pool->root<Words>();
+  for (int i = 0; i < kWords; ++i) ASSERT_EQ(words->w[i], expect[i]) << i;
+  EXPECT_OK(SetWord(reinterpret_cast<Root*>(words), 9));
+}
+
+// An epoch that cannot complete: another thread holds a guard, so the boundary the reclaimer
+// starts waits; after ManagerOptions::max_guard_wait the pool enters its failed mode, naming
+// the epoch, and the epoch reopens (the writers that waited for it go on, and are refused).
+TEST(FailedModeTest, AnEpochThatCannotCompleteEntersTheFailedMode) {
+  pmrt::testing::TempDir dir;
+  const std::string path = dir.File("epoch.pool");
+  std::vector<uint64_t> expect(kWords, 0);
+  auto pool = Pool::Create(path, kPoolSize, "failed-mode", Msync());
+  ASSERT_OK(pool);
+  Options to;
+  to.block_size = 4096;
+  to.log_budget = 256 << 10;
+  epoch::ManagerOptions eo = testing::ManualEpochs();
+  eo.max_guard_wait = std::chrono::milliseconds(200);
+  auto rt = testing::Attach(std::move(*pool), to, eo);
+  ASSERT_OK(rt);
+  std::atomic<bool> release{false};
+  std::atomic<bool> holding{false};
+  std::thread holder([&] {
+    epoch::Guard g(*rt->epochs);
+    holding.store(true);
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  while (!holding.load()) std::this_thread::yield();
+  int committed = 0;
+  const absl::Status refused = WriteUntilRefused(*rt->pool->root<Words>(), expect, &committed);
+  EXPECT_GT(committed, 100);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kDataLoss) << refused;
+  EXPECT_NE(refused.message().find(path), std::string::npos) << refused;
+  EXPECT_NE(refused.message().find("cannot complete"), std::string::npos) << refused;
+  EXPECT_FALSE(in_transaction());
+  release.store(true);
+  holder.join();
+  ExpectFailedThenRecovered(std::move(*rt), path, expect);
+}
+
+// A log that cannot drain: every reclamation cycle fails (injected), so the log reaches its
+// stall size and stays there; once a begin() has waited Options::max_log_wait for room, the
+// pool enters its failed mode, naming the reclaimer's error.
+TEST(FailedModeTest, ALogThatCannotDrainEntersTheFailedMode) {
+  pmrt::testing::TempDir dir;
+  const std::string path = dir.File("drain.pool");
+  std::vector<uint64_t> expect(kWords, 0);
+  auto pool = Pool::Create(path, kPoolSize, "failed-mode", Msync());
+  ASSERT_OK(pool);
+  Options to;
+  to.block_size = 4096;
+  to.log_budget = 256 << 10;
+  to.max_log_wait = std::chrono::milliseconds(300);
+  auto rt = testing::Attach(std::move(*pool), to);
+  ASSERT_OK(rt);
+  txn_internal::InjectReclaimFailures(~uint64_t{0});
+  int committed = 0;
+  const absl::Status refused = WriteUntilRefused(*rt->pool->root<Words>(), expect, &committed);
+  txn_internal::InjectReclaimFailures(0);
+  EXPECT_GT(committed, 100);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kDataLoss) << refused;
+  EXPECT_NE(refused.message().find(path), std::string::npos) << refused;
+  EXPECT_NE(refused.message().find("cannot drain"), std::string::npos) << refused;
+  EXPECT_NE(refused.message().find("injected failure"), std::string::npos) << refused;
+  EXPECT_FALSE(in_transaction());
+  ExpectFailedThenRecovered(std::move(*rt), path, expect);
 }
 
 // Without a pool to put in the failed mode (a bare persister), an msync error cannot be

@@ -411,7 +411,10 @@ class Engine::Impl {
     if (!bg_kick_.load(std::memory_order_relaxed)) Kick();
   }
   [[gnu::noinline]] void Kick();
-  void WaitForRoom();
+  // Waits (holding no guard) while the log is at the stall size, for at most
+  // Options::max_log_wait; a log that is still full then cannot drain, and the pool enters its
+  // failed mode (the returned error names the pool and why).
+  absl::Status WaitForRoom();
 
   // Log sizes in blocks: begin() waits for the reclaimer from stall_blocks_ on; committers
   // wake it from trigger_blocks_ on (see KickIfOverTrigger).
@@ -446,6 +449,10 @@ class Engine::Impl {
   // look; SetThresholds starts it at the trigger, or at never without the thread). Below it a
   // kick would only wake the thread for nothing (it polls every 5 ms anyway).
   std::atomic<uint64_t> kick_blocks_{~uint64_t{0}};
+  // The background reclaimer's last cycle's error (OK after a cycle that succeeded), for the
+  // cause WaitForRoom gives a log that cannot drain.
+  std::mutex reclaim_error_mu_;
+  absl::Status reclaim_error_;
   std::thread bg_;
 };
 
