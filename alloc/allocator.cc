@@ -192,10 +192,13 @@ Heap::~Heap() {
     for (FreeBatch* b : tc.pending) delete b;
     tc.pending.clear();
   });
+  if (attached_) pool_.DetachLayer(PoolLayer::kHeap);
 }
 
 absl::StatusOr<std::unique_ptr<Heap>> Heap::Open(Pool& pool, epoch::Manager& epochs) {
+  if (auto st = pool.AttachLayer(PoolLayer::kHeap); !st.ok()) return st;
   std::unique_ptr<Heap> h(new Heap(pool, epochs));
+  h->attached_ = true;
   const RegionDesc r = pool.region(PoolRegion::kHeap);
   h->region_ = static_cast<uint8_t*>(pool.region_base(PoolRegion::kHeap));
   h->region_off_ = r.offset;

@@ -200,6 +200,7 @@ class Heap {
   absl::Status Corrupt(uint64_t chunk, const std::string& what) const;
 
   Pool& pool_;
+  bool attached_ = false;  // holds the pool's PoolLayer::kHeap
   epoch::Manager& epochs_;
   const uint64_t id_;          // unique per Heap instance in this process (keys the thread context)
   uint8_t* region_ = nullptr;  // heap region start

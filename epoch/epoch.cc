@@ -73,7 +73,9 @@ absl::StatusOr<std::unique_ptr<Manager>> Manager::Open(Pool& pool, ManagerOption
         pool.path(), ": epoch area of ", pool.region(PoolRegion::kEpoch).size,
         " bytes is smaller than the ", kEpochAreaMinSize, " bytes the epoch layer needs"));
   }
+  if (auto st = pool.AttachLayer(PoolLayer::kEpochs); !st.ok()) return st;
   std::unique_ptr<Manager> m(new Manager(pool, options));
+  m->attached_ = true;
   m->log_ = std::make_unique<ExternalLog>(pool, *m);
   if (auto st = m->Recover(); !st.ok()) return st;  // (m, not opened, advances nothing)
   m->opened_ = true;
@@ -93,6 +95,7 @@ Manager::~Manager() {
   // retired in e is freed at the end of the advance from e to e+1). A manager whose Open failed
   // writes nothing: its recovery did not complete, so no epoch may be recorded complete.
   if (opened_) (void)Advance();
+  if (attached_) pool_.DetachLayer(PoolLayer::kEpochs);
 }
 
 // ---- durable epoch state ----------------------------------------------------------------------
@@ -335,6 +338,13 @@ void Manager::FlushRanges(std::vector<Range>& ranges) {
 }
 
 absl::Status Manager::Advance() {
+  // The boundary waits for every guard of the running epoch: the caller's own would never end.
+  if (LocalSlot().depth > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        pool_.path(), ": Advance/Sync called while this thread holds an epoch guard (an "
+                      "epoch::Guard, a transaction, a tree operation's callback): the boundary "
+                      "would wait for it forever"));
+  }
   std::vector<std::pair<void*, std::function<void(void*)>>> reclaim;
   absl::Status failed;
   {

@@ -200,7 +200,8 @@ class Manager : public EpochView {
   ManagerStats stats_;
 
   std::function<void(uint64_t)> closing_hook_;
-  bool opened_ = false;  // Open succeeded: the destructor completes the running epoch
+  bool opened_ = false;    // Open succeeded: the destructor completes the running epoch
+  bool attached_ = false;  // holds the pool's PoolLayer::kEpochs
   std::mutex clock_mu_;
   std::condition_variable clock_cv_;
   bool stopping_ = false;

@@ -879,4 +879,19 @@ uint64_t Pool::open_count() const {
 
 Pool* Pool::Default() { return g_default_pool.load(); }
 
+absl::Status Pool::AttachLayer(PoolLayer layer) {
+  const auto bit = static_cast<uint32_t>(layer);
+  if ((layers_.fetch_or(bit, std::memory_order_acq_rel) & bit) == 0) return absl::OkStatus();
+  const char* name = layer == PoolLayer::kEpochs ? "an epoch manager"
+                     : layer == PoolLayer::kHeap ? "a heap"
+                                                 : "a transaction engine";
+  return absl::FailedPreconditionError(
+      absl::StrCat(path_, ": ", name, " is already open on this pool in this process; use that "
+                          "one (a second one would recover and overwrite what the first uses)"));
+}
+
+void Pool::DetachLayer(PoolLayer layer) {
+  layers_.fetch_and(~static_cast<uint32_t>(layer), std::memory_order_acq_rel);
+}
+
 }  // namespace pmrt

@@ -53,6 +53,9 @@ struct PoolOptions {
 
 enum class PoolRegion { kRoot, kEpoch, kLog, kHeap };
 
+// The layers that run on a pool; at most one of each per pool (Pool::AttachLayer).
+enum class PoolLayer : uint32_t { kEpochs = 1, kHeap = 2, kTransactions = 4 };
+
 class Pool {
  public:
   // Smallest pool Create accepts.
@@ -171,6 +174,12 @@ class Pool {
   // single-pool conveniences of the layers above. Null when none is open.
   static Pool* Default();
 
+  // A layer's Open attaches it; its destructor detaches it. Two of one layer on one pool would
+  // each believe it owns the pool's area (a second epoch manager, heap or transaction engine
+  // recovers and writes what the first is using): kFailedPrecondition naming the pool.
+  absl::Status AttachLayer(PoolLayer layer);
+  void DetachLayer(PoolLayer layer);
+
  private:
   Pool() = default;
   static absl::StatusOr<std::unique_ptr<Pool>> Attach(std::unique_ptr<Pool> pool,
@@ -189,6 +198,7 @@ class Pool {
   bool was_clean_shutdown_ = true;
   std::atomic<uint32_t> recovered_{0};  // RecoveryPart bits acknowledged in this run
   std::atomic<bool> txn_engine_open_{false};
+  std::atomic<uint32_t> layers_{0};  // PoolLayer bits attached
   std::unique_ptr<PoolHealth> health_ = std::make_unique<PoolHealth>();  // persister_ points here
   Persister persister_;
 };

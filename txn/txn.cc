@@ -153,6 +153,7 @@ Engine::~Engine() {
   if (txn_detail::g_default.compare_exchange_strong(self, nullptr)) {
     txn_detail::g_prefetch_size.store(0, std::memory_order_relaxed);  // data only from now on
   }
+  if (attached_) pool_.DetachLayer(PoolLayer::kTransactions);
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(Pool& pool, epoch::Manager& epochs,
@@ -160,7 +161,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(Pool& pool, epoch::Manager&
   if (options.log_budget == 0 || options.reclaim_trigger <= 0 || options.reclaim_trigger > 1) {
     return absl::InvalidArgumentError("txn: log_budget must be > 0 and reclaim_trigger in (0, 1]");
   }
+  if (auto st = pool.AttachLayer(PoolLayer::kTransactions); !st.ok()) return st;
   std::unique_ptr<Engine> e(new Engine(pool, epochs, heap, options));
+  e->attached_ = true;
   e->impl_ = std::make_unique<Impl>(*e);
   ASSIGN_OR_RETURN(e->impl_->index, txn_internal::WordIndex::Create(pool.size()));
   RETURN_IF_ERROR(e->impl_->Recover());
@@ -180,8 +183,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(Pool& pool, epoch::Manager&
 }
 
 absl::Status Engine::Reclaim(bool advance) {
-  if (InTransaction()) {
-    return absl::FailedPreconditionError("txn: Reclaim inside a transaction would wait for it");
+  if (InTransaction() || impl_->epochs.LocalSlot().depth > 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(pool_.path(), ": txn Reclaim called while this thread holds an epoch guard "
+                                   "(a transaction, or an epoch::Guard): its boundary would wait "
+                                   "for it forever"));
   }
   return impl_->Reclaim(advance);
 }

@@ -281,6 +281,7 @@ class Engine {
   Engine(Pool& pool, epoch::Manager& epochs, alloc::Heap& heap, Options options);
 
   Pool& pool_;
+  bool attached_ = false;  // holds the pool's PoolLayer::kTransactions
   epoch::Manager& epochs_;
   alloc::Heap& heap_;
   Options options_;

@@ -172,15 +172,25 @@ std::optional<Reply> Client::Parse(size_t* pos, int depth) {
 
 std::optional<Reply> Client::Read(int timeout_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  // An incomplete reply is parsed again only once the bytes have doubled, or no byte has come
+  // for 5 ms: a large reply (millions of elements) then costs linear time, not quadratic.
+  size_t failed_at = 0;  // bytes the last parse found incomplete
   while (true) {
-    size_t pos = pos_;
-    if (pos < buf_.size()) {
-      auto r = Parse(&pos, 0);
-      if (r) {
-        pos_ = pos;
-        return r;
+    const size_t avail = buf_.size() - pos_;
+    if (avail > 0 && (failed_at == 0 || avail >= 2 * failed_at || !Fill(5))) {
+      if (buf_.size() - pos_ > failed_at) {
+        size_t pos = pos_;
+        auto r = Parse(&pos, 0);
+        if (r) {
+          pos_ = pos;
+          return r;
+        }
+        if (pos != static_cast<size_t>(kIncomplete)) return std::nullopt;  // malformed
+        failed_at = buf_.size() - pos_;
+        continue;
       }
-      if (pos != static_cast<size_t>(kIncomplete)) return std::nullopt;  // malformed
+    } else if (avail > 0) {
+      continue;  // Fill(5) brought more bytes
     }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());

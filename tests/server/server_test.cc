@@ -7,6 +7,8 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <memory>
@@ -157,6 +159,69 @@ TEST_F(ServerTest, ScanVisitsEveryKeyOnceInOrder) {
   EXPECT_EQ(r->elements[1].elements.size(), 10u);
   EXPECT_THAT(Call(c, {"SCAN", "12345"}), StartsWith("-ERR invalid cursor"));
   EXPECT_THAT(Call(c, {"SCAN", "abc"}), StartsWith("-ERR invalid cursor"));
+}
+
+// Long reads work in slices and leave the epoch guard between them: while a SCAN whose MATCH
+// costs |pattern| x |key| per key, and a PMRT.RANGE over a million keys, run, epochs keep
+// completing and another client's writes keep being acknowledged. Counted, not timed: with a
+// guard held for the whole request no epoch would complete while it ran.
+TEST(ServerSlices, LongReadsLetEpochsAdvanceAndWritesGoOn) {
+  pmrt::testing::TempDir dir;
+  tools::KvStoreOptions ko = testing::CreatePoolOf(512 << 20);
+  ko.epochs.interval = std::chrono::milliseconds(2);
+  auto kv = tools::KvStore::Open(dir.File("slices.pool"), ko);
+  ASSERT_THAT(kv, pmrt::testing::IsOk());
+  ServerOptions opt;
+  opt.port = 0;
+  opt.threads = 2;
+  auto server = Server::Create(**kv, opt);
+  ASSERT_THAT(server, pmrt::testing::IsOk());
+  ASSERT_THAT((*server)->Start(), pmrt::testing::IsOk());
+  // 20 keys of 8 KiB of 'a' (a pattern "*aaa...ab" of 8 KiB tries every start: 8K x 8K steps
+  // per key), and a million short keys after them.
+  constexpr int kRangeKeys = 1'000'000;
+  for (int i = 0; i < 20; ++i) {
+    std::string k(8 << 10, 'a');
+    k.back() = static_cast<char>('a' + i % 2);
+    k += absl::StrCat(i);
+    ASSERT_EQ((*kv)->tree().put(k, "v"), ds::PutResult::kInserted);
+  }
+  for (int i = 0; i < kRangeKeys; ++i) {
+    (*kv)->tree().put(absl::StrCat("r:", 10'000'000 + i), "12345678");
+  }
+  const std::string pattern = "*" + std::string(8 << 10, 'a') + "b";
+  const std::vector<std::vector<std::string>> reads = {
+      {"SCAN", "0", "MATCH", pattern, "COUNT", "20"},
+      {"PMRT.RANGE", "r:", "", "LIMIT", std::to_string(kRangeKeys)},
+  };
+  for (const auto& read : reads) {
+    std::atomic<bool> reading{true};
+    std::atomic<uint64_t> acked{0};
+    std::thread writer([&] {
+      Client w((*server)->port());
+      for (uint64_t n = 0; reading.load(); ++n) {
+        auto r = w.Call({"SET", absl::StrCat("w:", n % 100), "x"});
+        ASSERT_TRUE(r && r->ToString() == "+OK");
+        if (reading.load()) acked.fetch_add(1);
+      }
+    });
+    Client c((*server)->port());
+    const uint64_t before = (*kv)->epochs().completed();
+    auto r = c.Call(read);
+    const uint64_t after = (*kv)->epochs().completed();
+    reading.store(false);
+    writer.join();
+    ASSERT_TRUE(r && r->type == '*') << read[0] << ": " << (r ? r->ToString() : "(no reply)");
+    if (read[0] == "SCAN") {
+      EXPECT_EQ(r->elements[1].elements.size(), 0u);  // no key ends with b after the a's
+    } else {
+      EXPECT_EQ(r->elements.size(), 2u * kRangeKeys);
+    }
+    EXPECT_GE(after - before, 5u) << read[0] << ": the epoch stood still while it ran";
+    EXPECT_GE(acked.load(), 5u) << read[0] << ": writes waited for it";
+  }
+  (*server)->Stop();
+  EXPECT_THAT((*kv)->Close(), pmrt::testing::IsOk());
 }
 
 TEST_F(ServerTest, PipelinedAndInline) {

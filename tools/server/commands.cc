@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -74,6 +76,43 @@ std::string Quote(std::string_view s) {
   r.append(s.substr(0, kMax));
   r.append(s.size() > kMax ? "...'" : "'");
   return r;
+}
+
+// A slice of a scan: at most kSliceKeys pairs and (past the first) kSliceBytes bytes, read
+// under one epoch guard (one tree scan) and copied out of the tree.
+constexpr size_t kSliceKeys = 256;
+constexpr size_t kSliceBytes = 1 << 20;
+
+// Visits the pairs with key >= from (and < end, unless end is empty), in ascending order, while
+// `visit(key, value)` returns true, a slice at a time: each slice is copied under its own guard,
+// and `visit` runs after that guard has ended. So no request holds an epoch guard for more than
+// one slice, whatever it does per key (a MATCH pattern) or however many keys it reads; a key
+// inserted or removed between slices is seen in either state, as by one concurrent scan.
+// `values`: copy the values too (else visit gets empty ones).
+template <class Visit>
+void SlicedScan(const ds::DurableMasstree& tree, std::string from, std::string_view end,
+                bool values, Visit&& visit) {
+  std::vector<std::pair<std::string, std::string>> slice;
+  for (;;) {
+    slice.clear();
+    size_t bytes = 0;
+    bool at_end = false;
+    tree.scan(from, kSliceKeys, [&](std::string_view k, std::string_view v) {
+      if (!end.empty() && k >= end) {
+        at_end = true;
+        return false;
+      }
+      slice.emplace_back(std::string(k), values ? std::string(v) : std::string());
+      bytes += k.size() + (values ? v.size() : 0);
+      return bytes < kSliceBytes;
+    });
+    for (auto& [k, v] : slice) {
+      if (!visit(std::string_view(k), std::string_view(v))) return;
+    }
+    if (at_end || slice.empty() || (slice.size() < kSliceKeys && bytes < kSliceBytes)) return;
+    from = std::move(slice.back().first);
+    from.push_back('\0');  // the smallest key after the last one
+  }
 }
 
 }  // namespace
@@ -376,16 +415,17 @@ After Executor::Scan(Args& a, std::string& out, uint64_t*) {
   std::string next;
   bool more = false;
   uint64_t seen = 0;
-  kv_.tree().scan(from, count + 1, [&](std::string_view k, std::string_view) {
-    if (seen == count) {
-      next.assign(k);
-      more = true;
-      return false;
-    }
-    ++seen;
-    if (strings && (!match || GlobMatch(*match, k))) keys.emplace_back(k);
-    return true;
-  });
+  SlicedScan(kv_.tree(), std::move(from), {}, /*values=*/false,
+             [&](std::string_view k, std::string_view) {
+               if (seen == count) {
+                 next.assign(k);
+                 more = true;
+                 return false;
+               }
+               ++seen;
+               if (strings && (!match || GlobMatch(*match, k))) keys.emplace_back(k);
+               return true;
+             });
   const uint64_t next_cursor = more ? SaveCursor(std::move(next)) : 0;
   AppendArrayHeader(out, 2);
   AppendBulk(out, std::to_string(next_cursor));
@@ -413,11 +453,7 @@ After Executor::Range(Args& a, std::string& out, uint64_t*) {
     AppendBulk(body, v);
     return ++pairs < limit;
   };
-  if (a[2].empty()) {
-    kv_.tree().scan(a[1], limit, emit);  // no upper bound
-  } else {
-    kv_.tree().range(a[1], a[2], emit);
-  }
+  SlicedScan(kv_.tree(), std::string(a[1]), a[2], /*values=*/true, emit);  // empty: no bound
   AppendArrayHeader(out, 2 * pairs);
   out.append(body);
   return After::kNone;
@@ -552,22 +588,14 @@ After Executor::FlushAll(Args& a, std::string& out, uint64_t*) {
     AppendError(out, "ERR syntax error");
     return After::kNone;
   }
-  // Batches of keys, removed outside the scan (a scan holds an epoch guard; removal may wait
-  // for the epoch). Each batch starts just after the last key removed, so the loop ends even
-  // while other clients insert: keys inserted behind the sweep survive (not atomic).
-  std::string from;
-  std::vector<std::string> batch;
-  while (true) {
-    batch.clear();
-    kv_.tree().scan(from, 1024, [&](std::string_view k, std::string_view) {
-      batch.emplace_back(k);
-      return true;
-    });
-    if (batch.empty()) break;
-    for (const std::string& k : batch) kv_.tree().remove(k);
-    from = batch.back();
-    from.push_back('\0');  // the smallest key after the last one
-  }
+  // Keys are removed outside the scan's guards, a slice at a time (SlicedScan). The sweep
+  // only moves forward, so it ends even while other clients insert: keys inserted behind it
+  // survive (not atomic).
+  SlicedScan(kv_.tree(), std::string(), {}, /*values=*/false,
+             [&](std::string_view k, std::string_view) {
+               kv_.tree().remove(k);
+               return true;
+             });
   AppendSimple(out, "OK");
   return After::kNone;
 }
