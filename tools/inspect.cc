@@ -312,7 +312,8 @@ int InfoCommand(const std::vector<std::string>& args) {
   } else {
     PrintText(r);
   }
-  return Finish("info", *view, kExitOk);
+  // A tree that fails its check is a corrupt pool, whatever else info could show.
+  return Finish("info", *view, r.tree_error.empty() ? kExitOk : kExitFailed);
 }
 
 int CheckCommand(const std::vector<std::string>& args) {

@@ -185,9 +185,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(Pool& pool, epoch::Manager&
 absl::Status Engine::Reclaim(bool advance) {
   if (InTransaction() || impl_->epochs.LocalSlot().depth > 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat(pool_.path(), ": txn Reclaim called while this thread holds an epoch guard "
-                                   "(a transaction, or an epoch::Guard): its boundary would wait "
-                                   "for it forever"));
+        absl::StrCat(pool_.path(), ": txn Reclaim called inside a transaction or while this "
+                                   "thread holds an epoch guard: its boundary would wait for it "
+                                   "forever"));
   }
   return impl_->Reclaim(advance);
 }

@@ -100,4 +100,20 @@ kill -TERM "$server_pid"
 wait "$server_pid" || fail "the server exited with $? after SIGTERM"
 server_pid=
 grep -q 'closed cleanly' "$dir/server.out" || fail "no clean shutdown line"
+grep -q 'warning' "$dir/server.out" && fail "a loopback server warned: $(grep warning "$dir/server.out")"
+
+# Bound to every address with no authentication: the server says so at start.
+: >"$dir/server.out"
+"$pmrt" serve "$dir/kv.pool" --port 0 --bind 0.0.0.0 >>"$dir/server.out" 2>&1 &
+server_pid=$!
+for _ in $(seq 600); do
+  grep -q 'listening on' "$dir/server.out" && break
+  kill -0 "$server_pid" 2>/dev/null || fail "the server on 0.0.0.0 exited"
+  sleep 0.1
+done
+grep -q 'warning: listening on 0.0.0.0 with no authentication' "$dir/server.out" ||
+  fail "no warning for a server bound to 0.0.0.0"
+kill -TERM "$server_pid"
+wait "$server_pid" || fail "the server on 0.0.0.0 exited with $? after SIGTERM"
+server_pid=
 echo "PASS"

@@ -305,7 +305,7 @@ TEST_F(ServerTest, ProtocolErrorsCloseOnlyThatConnection) {
     auto r = c.Read();
     ASSERT_TRUE(r) << input.substr(0, 40);
     EXPECT_TRUE(r->IsError());
-    EXPECT_THAT(r->str, HasSubstr("Protocol error: " + error));
+    EXPECT_THAT(r->str, StartsWith("ERR Protocol error: " + error));
     EXPECT_TRUE(c.WaitClosed());
     // The other connection is unaffected.
     EXPECT_EQ(Call(setter, {"PING"}), "+PONG");

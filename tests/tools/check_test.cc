@@ -229,6 +229,10 @@ TEST_F(CheckTest, ScribbledBorderNodeIsNamed) {
   EXPECT_THAT(r.out, HasSubstr("UNHEALTHY"));
   EXPECT_THAT(r.out, HasSubstr(absl::StrCat("node at offset ", t.leaf, " in layer 0")));
   EXPECT_THAT(r.out, HasSubstr("reachability: not checked"));
+  // info shows the failed check and exits with the corrupt pool's status.
+  const ToolResult info = RunTool({"info", path_});
+  EXPECT_EQ(info.status, 1) << info.out << info.err;
+  EXPECT_THAT(info.out, HasSubstr("tree check      FAILED"));
 }
 
 TEST_F(CheckTest, WildValueLinkIsReportedNotFollowed) {

@@ -67,7 +67,7 @@ TEST_F(MisuseTest, SyncInsideAGuardOrATransactionIsAnError) {
   ASSERT_OK(add(&root->word, 8));
   root->word = 7;
   ExpectPrecondition(rt_.epochs->Sync(), "holds an epoch guard");
-  ExpectPrecondition(rt_.engine->Reclaim(), "holds an epoch guard");
+  ExpectPrecondition(rt_.engine->Reclaim(), "inside a transaction");
   ASSERT_OK(commit());
   // Outside, both work, and the pool is healthy.
   EXPECT_OK(rt_.epochs->Sync());

@@ -132,7 +132,7 @@ void RespParser::Feed(const char* data, size_t n) {
 }
 
 RespParser::Result RespParser::Fail(std::string_view what) {
-  error_ = "Protocol error: ";
+  error_ = "ERR Protocol error: ";
   error_.append(what);
   // Drop the input: nothing after a framing error can be trusted, and a failed parser must not
   // keep holding a large buffer while its connection drains its last reply.

@@ -185,6 +185,13 @@ int ServeMain(const std::vector<std::string>& args) {
   std::printf("pmrt serve: listening on %s:%d, pool %s (%zu keys, %d threads, epoch %d ms)\n",
               o.bind.c_str(), (*server)->port(), path.c_str(), (*kv)->tree().size(), o.threads,
               o.epoch_ms);
+  // Only 127.0.0.0/8 is loopback for an IPv4 bind.
+  if (o.bind.rfind("127.", 0) != 0) {
+    std::fprintf(stderr,
+                 "pmrt serve: warning: listening on %s with no authentication: anyone who can "
+                 "reach this address can read, overwrite and FLUSHALL the store\n",
+                 o.bind.c_str());
+  }
   std::fflush(stdout);
 
   int sig = 0;
