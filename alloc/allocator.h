@@ -267,7 +267,6 @@ T* pnew(Args&&... args) {
   return p == nullptr ? nullptr : new (p) T(std::forward<Args>(args)...);
 }
 
-// Destroys and frees a T of the default heap.
 // Destroys and frees a T of the default heap. A pointer that is not a live block is refused
 // before anything is destroyed.
 template <class T>

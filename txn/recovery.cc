@@ -107,7 +107,7 @@ absl::Status Engine::Impl::Recover() {
     const uint64_t v = WordIndex::Pack(RecordKey(r), r.h->epoch);
     ForEachEntry(r.h, [&](uint64_t head, const uint64_t*) {
       const EntryType t = EntryTypeOf(head);
-      if (t == EntryType::kAlloc) return;
+      if (t == EntryType::kAlloc || t == EntryType::kLogical) return;
       const uint64_t store_v = t == EntryType::kData ? v : 0;
       for (uint64_t w = EntryWord(head), n = EntryWords(head); n > 0; --n, ++w) {
         if (w < index->words()) index->at(w).store(store_v, std::memory_order_relaxed);
@@ -126,6 +126,8 @@ absl::Status Engine::Impl::Recover() {
   }
 
   const bool crashed = !pool.was_clean_shutdown();
+  // The logical operations of the committed transactions replayed in step 6, in commit order.
+  std::vector<LogicalOp> logical;
   if (crashed) {
     epoch::Guard g(epochs);
     // 5. Pass 2, the data: each word takes the value of its newest record (redo for committed
@@ -165,9 +167,14 @@ absl::Status Engine::Impl::Recover() {
           !epochs.PredatesExecution(r.h->epoch) || !epochs.IsFailed(r.h->epoch)) {
         continue;
       }
-      ForEachEntry(r.h, [&](uint64_t head, const uint64_t*) {
+      ForEachEntry(r.h, [&](uint64_t head, const uint64_t* values) {
         const EntryType t = EntryTypeOf(head);
-        if (t != EntryType::kData) ops.emplace_back(EntryWord(head) * 8, t, EntryWords(head) * 8);
+        if (t == EntryType::kAlloc || t == EntryType::kFree) {
+          ops.emplace_back(EntryWord(head) * 8, t, EntryWords(head) * 8);
+        } else if (t == EntryType::kLogical) {
+          logical.push_back({EntryWord(head), r.h->stamp,
+                             std::string(reinterpret_cast<const char*>(values + 1), values[0])});
+        }
       });
     }
     std::unordered_set<uint64_t> seen;
@@ -179,6 +186,18 @@ absl::Status Engine::Impl::Recover() {
       if (t == EntryType::kAlloc) RETURN_IF_ERROR(heap.MarkAllocated(off, usable));
     for (const auto& [off, t, usable] : last)
       if (t == EntryType::kFree) RETURN_IF_ERROR(heap.MarkFreed(off));
+  }
+  if (!logical.empty()) {
+    // 6b. The layers above replay their operations (outside this function's guard: each takes
+    //     its own), in the same epoch as steps 5-6, so that step 7 makes them durable too and
+    //     step 8's stamp covers them. Without a handler they would be lost: refused.
+    if (!options.replay_logical) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          pool.path(), ": the transaction log holds ", logical.size(),
+          " committed operations of a layer above the engine (a pmrt::Runtime's named indexes) "
+          "to replay; open the pool with that layer (pmrt::Runtime::Open)"));
+    }
+    RETURN_IF_ERROR(options.replay_logical(logical));
   }
   if (crashed) {
     // 7. Everything above becomes durable (the boundary writes back the replayed words and the

@@ -50,6 +50,9 @@ bool HasPrefetchw() {
 
 namespace {
 
+// Bytes of a logical entry of `n` payload bytes: its head, the length word, the padded bytes.
+constexpr size_t LogicalEntryBytes(size_t n) { return 16 + (n + 7) / 8 * 8; }
+
 absl::Status NoTransaction(const char* what) {
   return absl::FailedPreconditionError(
       absl::StrCat("txn::", what,
@@ -76,6 +79,14 @@ class RecordWriter {
     p_ += n;
   }
   void Mark(EntryType t, uint64_t word, uint64_t n) { *p_++ = MakeEntryHead(t, n, word); }
+  void Logical(uint64_t tag, std::string_view bytes) {
+    const uint64_t n = 1 + (bytes.size() + 7) / 8;
+    *p_++ = MakeEntryHead(EntryType::kLogical, n, tag);
+    p_[n - 1] = 0;  // the last word's padding
+    *p_ = bytes.size();
+    std::memcpy(p_ + 1, bytes.data(), bytes.size());
+    p_ += n;
+  }
   // Writes the header last-but-checksum; returns the record's size in bytes.
   size_t Finish(RecordKind kind, uint64_t stamp, uint64_t epoch, uint64_t gen) {
     const size_t words = static_cast<size_t>(p_ - reinterpret_cast<uint64_t*>(base_));
@@ -271,6 +282,40 @@ absl::Status txn_detail::AddGeneral(const void* p, size_t n) {
   Engine* e = Engine::Default();
   return e == nullptr ? NoEngine() : e->Add(p, n);
 }
+absl::Status log_logical(uint64_t tag, std::string_view bytes, std::function<void()> undo) {
+  Engine* e = Engine::Default();
+  if (e == nullptr) return NoEngine();
+  Engine::Impl& i = *e->impl_;
+  return i.AddLogical(i.Local(), tag, bytes, std::move(undo));
+}
+
+absl::Status Engine::Impl::AddLogical(ThreadTx& t, uint64_t tag, std::string_view bytes,
+                                      std::function<void()> undo) {
+  if (t.depth == 0) return NoTransaction("log_logical");
+  if (t.aborted || !t.doom.ok()) {
+    return t.aborted ? absl::AbortedError("txn::log_logical: the transaction was aborted")
+                     : t.doom;
+  }
+  if (tag > txn_internal::kWordIndexMask) {
+    return Doom(t, absl::InvalidArgumentError(
+                       absl::StrCat("txn::log_logical: tag ", tag, " does not fit in 46 bits")));
+  }
+  size_t bytes_in_record = sizeof(RecordHeader) + LogicalEntryBytes(bytes.size());
+  for (const txn_detail::LogicalRec& l : t.logical)
+    bytes_in_record += LogicalEntryBytes(l.bytes.size());
+  if (bytes_in_record > store.max_record_bytes()) {
+    return Doom(t, absl::InvalidArgumentError(absl::StrCat(
+                       "txn::log_logical: the transaction's logical operations (", bytes_in_record,
+                       " bytes) exceed what one log record holds (", store.max_record_bytes(),
+                       " bytes)")));
+  }
+  t.logical.push_back({tag, std::string(bytes), std::move(undo)});
+  // Its commit must take the general path (SmallCommitReady reads hot.words), as after an
+  // allocation.
+  t.hot.words.store(0, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
 bool in_transaction() {
   Engine* e = Engine::Default();
   return e != nullptr && e->InTransaction();
@@ -616,6 +661,7 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
   // A small commit's transaction has neither (SmallCommitReady).
   if (!small && !t.allocs.empty()) t.allocs.clear();
   if (!small && !t.frees.empty()) t.frees.clear();
+  if (!small && !t.logical.empty()) t.logical.clear();
   if (t.compact_at != kCompactWritesAt) t.compact_at = kCompactWritesAt;
   t.depth = 0;
   t.seq.store(t.seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // even
@@ -724,7 +770,7 @@ absl::Status Engine::Impl::CommitSlow(ThreadTx& t) {
                      " ms and was aborted"));
   } else if (!t.doom.ok()) {
     st = t.doom;
-  } else if (t.allocs.empty() && t.frees.empty() &&
+  } else if (t.allocs.empty() && t.frees.empty() && t.logical.empty() &&
              t.writes_size() <= txn_detail::kSmallCommitWrites) {
     if (!t.writes_empty()) [[likely]]
       return WriteSmallCommit(t);  // it ends the transaction, committed or not
@@ -769,6 +815,7 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
     words.erase(std::unique(words.begin(), words.end()), words.end());
   }
   size_t bytes = sizeof(RecordHeader) + 8 * (t.allocs.size() + t.frees.size());
+  for (const txn_detail::LogicalRec& l : t.logical) bytes += LogicalEntryBytes(l.bytes.size());
   ForEachRun(words, [&](size_t a, size_t b) { bytes += 8 + 8 * (b - a); });
   if (bytes > store.max_record_bytes()) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -788,6 +835,7 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
   ForEachRun(words, [&](size_t a, size_t b) { w.Data(words[a], b - a, base); });
   for (const BlockRec& a : t.allocs) w.Mark(EntryType::kAlloc, a.offset / 8, a.usable / 8);
   for (const BlockRec& f : t.frees) w.Mark(EntryType::kFree, f.offset / 8, f.bytes / 8);
+  for (const txn_detail::LogicalRec& l : t.logical) w.Logical(l.tag, l.bytes);
   const size_t written =
       w.Finish(RecordKind::kCommit, stamp, t.hot.epoch, store.BlockGen(log.tail));
   // 4. Copy the record into the log (CopyFlush: as stores + flush of its lines; non-temporal
@@ -1397,6 +1445,11 @@ void Engine::Impl::AbortAtThreadExit(ThreadTx& t) {
 }
 
 void Engine::Impl::RollBack(ThreadTx& t) {
+  // The layers above first, newest first: their undo may read words the transaction wrote.
+  for (auto it = t.logical.rbegin(); it != t.logical.rend(); ++it) {
+    if (it->undo) it->undo();
+  }
+  t.logical.clear();
   // From the volatile copies: every declared word gets its value from before the transaction.
   // Their records (or snapshots) stay the newest, and say the same; the lines are written back
   // when the words go cold or at close, like any hot word's.

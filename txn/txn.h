@@ -67,6 +67,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -157,6 +159,15 @@ extern constinit thread_local Hot* tls_hot;
 absl::Status AddGeneral(const void* p, size_t n);
 }  // namespace txn_detail
 
+// A logical operation of a layer above the engine, as its transaction's commit record holds it
+// (log_logical): the layer's tag (< 2^46), the commit-order stamp of its transaction, and the
+// layer's bytes.
+struct LogicalOp {
+  uint64_t tag;
+  uint64_t stamp;
+  std::string bytes;
+};
+
 struct Options {
   // Log bytes the reclaimer aims to stay under; a cycle runs once the log holds more than
   // `reclaim_trigger` of it. Capped at 4/7 of the thread logs' block limit (below; so at most
@@ -196,6 +207,12 @@ struct Options {
   // the stall size. A log still full then cannot drain (the reclaimer's cycles fail, or the
   // epoch they need cannot complete): the pool enters its failed mode (docs/durability.md).
   std::chrono::milliseconds max_log_wait{10000};
+  // Recovery of a crashed pool calls this with the logical operations (log_logical) of the
+  // committed transactions whose epochs were rolled back, in commit order, after their words and
+  // allocations are replayed and in the same epoch (so that they become durable with them). An
+  // error fails Open. A crashed pool whose log holds such operations and an engine without this
+  // handler: Open fails (kFailedPrecondition), since they would be lost.
+  std::function<absl::Status(const std::vector<LogicalOp>&)> replay_logical;
 };
 
 struct Stats {
@@ -278,6 +295,7 @@ class Engine {
   friend bool txn_detail::BeginFast();  // the default engine's: straight to Impl
   friend bool txn_detail::CommitFast();
   friend absl::Status txn_detail::CommitGeneral();
+  friend absl::Status log_logical(uint64_t tag, std::string_view bytes, std::function<void()> undo);
   Engine(Pool& pool, epoch::Manager& epochs, alloc::Heap& heap, Options options);
 
   Pool& pool_;
@@ -387,6 +405,14 @@ template <class T>
   return st;
 }
 bool in_transaction();
+
+// Adds a logical operation to the calling thread's transaction on the default engine: `bytes`
+// go into its commit record under `tag` (< 2^46), to be handed to Options::replay_logical if the
+// transaction commits and its epoch is rolled back by a crash. The caller has already applied
+// the operation (on the epoch scope); `undo` reverts it, and runs (newest first, before the
+// declared words are restored) if the transaction aborts. Errors: kFailedPrecondition (no
+// transaction), kInvalidArgument (the record could not hold it: the transaction is doomed).
+absl::Status log_logical(uint64_t tag, std::string_view bytes, std::function<void()> undo);
 
 // A hint that a transaction will soon declare [p, p+n) (add or write): starts loading the data's
 // cache lines and the word index's slots for them, as a declaration's first steps would, without

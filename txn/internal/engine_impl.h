@@ -138,6 +138,13 @@ inline constexpr size_t kSmallCommitWrites = 64;
 // at twice its compacted size.
 inline constexpr size_t kCompactWritesAt = 256;
 
+// A logical operation of the open transaction (txn::log_logical) and how to revert it.
+struct LogicalRec {
+  uint64_t tag;
+  std::string bytes;
+  std::function<void()> undo;
+};
+
 struct BlockRec {
   uint64_t offset;
   uint64_t bytes;   // allocations: the requested size rounded up to 8 (recorded whole);
@@ -180,6 +187,7 @@ struct alignas(64) ThreadTx final : alloc::TxScope {
   void GrowWrites();
   std::vector<BlockRec> allocs;
   std::vector<BlockRec> frees;
+  std::vector<LogicalRec> logical;
   std::vector<uint64_t> cold;         // scratch: words to snapshot
   std::vector<uint64_t> words;        // scratch: the record's words
   std::unique_ptr<uint64_t[]> stage;  // scratch: the commit record, copied to the log
@@ -255,6 +263,8 @@ class Engine::Impl {
   void AbortAtThreadExit(txn_detail::ThreadTx& t);
   absl::Status Add(txn_detail::ThreadTx& t, const void* p, size_t n);
   void* TxAllocate(txn_detail::ThreadTx& t, size_t size, size_t align);
+  absl::Status AddLogical(txn_detail::ThreadTx& t, uint64_t tag, std::string_view bytes,
+                          std::function<void()> undo);
   absl::Status TxFree(txn_detail::ThreadTx& t, void* p);
 
   // ---- recovery (recovery.cc) ----

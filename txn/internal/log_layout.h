@@ -116,7 +116,11 @@ struct RecordHeader {
 };
 static_assert(sizeof(RecordHeader) == 32 && std::is_trivially_copyable_v<RecordHeader>);
 
-enum class EntryType : uint64_t { kData = 0, kAlloc = 1, kFree = 2 };
+// kLogical: an operation of a layer above (a named index's put or remove, say), opaque to the
+// engine: the head's word field holds the layer's tag, its count the payload words that follow
+// (the first the payload's length in bytes, then the bytes, zero-padded to a word). Replayed
+// through Options::replay_logical when its transaction's epoch is rolled back.
+enum class EntryType : uint64_t { kData = 0, kAlloc = 1, kFree = 2, kLogical = 3 };
 inline constexpr uint64_t kMaxEntryWords = (uint64_t{1} << 16) - 1;
 inline constexpr uint64_t kWordIndexMask = (uint64_t{1} << 46) - 1;
 

@@ -80,6 +80,10 @@ const RecordHeader* ValidRecord(const uint8_t* block, size_t block_size, uint64_
       const uint64_t n = EntryWords(head);
       if (n == 0 || n > static_cast<uint64_t>(end - p)) return nullptr;
       p += n;
+    } else if (t == EntryType::kLogical) {
+      const uint64_t n = EntryWords(head);
+      if (n == 0 || n > static_cast<uint64_t>(end - p) || p[0] > 8 * (n - 1)) return nullptr;
+      p += n;
     } else if (t != EntryType::kAlloc && t != EntryType::kFree) {
       return nullptr;
     }

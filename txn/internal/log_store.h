@@ -84,8 +84,8 @@ inline const RecordHeader* KnownRecord(const uint8_t* block, size_t pos, size_t 
   return bytes >= sizeof(RecordHeader) && pos + bytes <= end ? h : nullptr;
 }
 
-// Calls fn(head, values) for each entry of a valid record (values is null for kAlloc/kFree);
-// pad words are skipped.
+// Calls fn(head, values) for each entry of a valid record (values is null for kAlloc/kFree; a
+// kLogical entry's are its payload words); pad words are skipped.
 template <class F>
 void ForEachEntry(const RecordHeader* h, F&& fn) {
   const auto* p = reinterpret_cast<const uint64_t*>(h + 1);
@@ -93,7 +93,7 @@ void ForEachEntry(const RecordHeader* h, F&& fn) {
   while (p < end) {
     const uint64_t head = *p++;
     if (head == kPadWord) continue;  // padding: no entry
-    if (EntryTypeOf(head) == EntryType::kData) {
+    if (const EntryType t = EntryTypeOf(head); t == EntryType::kData || t == EntryType::kLogical) {
       fn(head, p);
       p += EntryWords(head);
     } else {

@@ -1,0 +1,414 @@
+#include "runtime/runtime.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace pmrt {
+namespace {
+
+// The root region the runtime binds: its header, then the program's root.
+struct RegionBytes {
+  uint8_t bytes[4096];
+};
+constexpr size_t kUserRootBytes = sizeof(RegionBytes) - kRuntimeHeaderBytes;
+static_assert(sizeof(RuntimeHeader) <= kRuntimeHeaderBytes);
+
+// A logged index operation: tag = index id << 1 | op; bytes = the key's length (4 bytes), the
+// key, then (a put) the value.
+constexpr uint64_t kOpPut = 0;
+constexpr uint64_t kOpRemove = 1;
+constexpr uint64_t kMaxIndexId = (uint64_t{1} << 45) - 1;
+
+std::string EncodeOp(std::string_view key, std::string_view value) {
+  std::string out(4, '\0');
+  const auto n = static_cast<uint32_t>(key.size());
+  std::memcpy(out.data(), &n, 4);
+  out.append(key);
+  out.append(value);
+  return out;
+}
+
+bool DecodeOp(std::string_view bytes, std::string_view* key, std::string_view* value) {
+  if (bytes.size() < 4) return false;
+  uint32_t n;
+  std::memcpy(&n, bytes.data(), 4);
+  if (n > bytes.size() - 4) return false;
+  *key = bytes.substr(4, n);
+  *value = bytes.substr(4 + n);
+  return true;
+}
+
+// A catalog value: the index tree's descriptor offset and the index's id.
+std::string EncodeEntry(uint64_t descriptor, uint64_t id) {
+  std::string out(16, '\0');
+  std::memcpy(out.data(), &descriptor, 8);
+  std::memcpy(out.data() + 8, &id, 8);
+  return out;
+}
+
+bool DecodeEntry(std::string_view v, uint64_t* descriptor, uint64_t* id) {
+  if (v.size() != 16) return false;
+  std::memcpy(descriptor, v.data(), 8);
+  std::memcpy(id, v.data() + 8, 8);
+  return true;
+}
+
+absl::Status NoRoom(std::string_view what, std::string_view name) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "index ", std::string(name), ": ", std::string(what),
+      " found no room (the pool is full, or the undo log is full inside the caller's own "
+      "epoch guard); nothing changed"));
+}
+
+}  // namespace
+
+// ---- Index ----------------------------------------------------------------------------------
+
+std::string Index::Ref(const void* object) const {
+  const uint64_t off = rt_.pool_->offset_of(object);
+  return std::string(reinterpret_cast<const char*>(&off), 8);
+}
+
+absl::StatusOr<ds::PutResult> Index::put(std::string_view key, std::string_view value) {
+  if (!txn::in_transaction()) {
+    const ds::PutResult r = tree_->put(key, value);
+    if (r == ds::PutResult::kNoMemory) return NoRoom("put", name_);
+    return r;
+  }
+  // In a transaction: applied now (the transaction reads its own writes), logged in its record,
+  // reverted by its abort.
+  std::optional<std::string> old = tree_->get(key);
+  const ds::PutResult r = tree_->put(key, value);
+  if (r == ds::PutResult::kNoMemory) return NoRoom("put", name_);
+  ds::DurableMasstree* tree = tree_.get();
+  auto undo = [tree, k = std::string(key), old = std::move(old)] {
+    if (old.has_value() ? tree->put(k, *old) == ds::PutResult::kNoMemory : !tree->remove(k)) {
+      std::fprintf(stderr, "pmrt: an aborted transaction's index put could not be undone\n");
+    }
+  };
+  if (absl::Status st = txn::log_logical(id_ << 1 | kOpPut, EncodeOp(key, value), undo);
+      !st.ok()) {
+    undo();
+    return st;
+  }
+  return r;
+}
+
+absl::StatusOr<ds::InsertResult> Index::insert_if_absent(std::string_view key,
+                                                         std::string_view value) {
+  const ds::InsertResult r = tree_->insert_if_absent(key, value);
+  if (r == ds::InsertResult::kNoMemory) return NoRoom("insert_if_absent", name_);
+  if (r == ds::InsertResult::kExists || !txn::in_transaction()) return r;
+  ds::DurableMasstree* tree = tree_.get();
+  auto undo = [tree, k = std::string(key)] { (void)tree->remove(k); };
+  if (absl::Status st = txn::log_logical(id_ << 1 | kOpPut, EncodeOp(key, value), undo);
+      !st.ok()) {
+    undo();
+    return st;
+  }
+  return r;
+}
+
+absl::StatusOr<bool> Index::remove(std::string_view key) {
+  if (!txn::in_transaction()) return tree_->remove(key);
+  std::optional<std::string> old = tree_->get(key);
+  if (!old.has_value()) return false;
+  if (!tree_->remove(key)) return NoRoom("remove", name_);
+  ds::DurableMasstree* tree = tree_.get();
+  auto undo = [tree, k = std::string(key), old = std::move(*old)] {
+    if (tree->put(k, old) == ds::PutResult::kNoMemory) {
+      std::fprintf(stderr, "pmrt: an aborted transaction's index remove could not be undone\n");
+    }
+  };
+  if (absl::Status st = txn::log_logical(id_ << 1 | kOpRemove, EncodeOp(key, {}), undo);
+      !st.ok()) {
+    undo();
+    return st;
+  }
+  return true;
+}
+
+absl::Status Index::Apply(uint64_t op, std::string_view bytes) {
+  std::string_view key, value;
+  if (!DecodeOp(bytes, &key, &value)) {
+    return absl::DataLossError(absl::StrCat("index ", name_, ": a logged operation of ",
+                                            bytes.size(), " bytes does not decode"));
+  }
+  if (op == kOpPut) {
+    if (tree_->put(key, value) == ds::PutResult::kNoMemory) return NoRoom("replay of a put", name_);
+  } else {
+    (void)tree_->remove(key);  // absent already: the same end state
+  }
+  return absl::OkStatus();
+}
+
+// ---- Runtime --------------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Open(const std::string& path,
+                                                       RuntimeOptions options) {
+  if (options.txn.replay_logical) {
+    return absl::InvalidArgumentError(
+        "Runtime::Open: options.txn.replay_logical is the runtime's own; leave it empty");
+  }
+  std::unique_ptr<Runtime> rt(new Runtime());
+  struct stat sb;
+  bool created = false;
+  if (options.create_size != 0 && stat(path.c_str(), &sb) != 0 && errno == ENOENT) {
+    auto pool = Pool::Create(path, options.create_size, options.layout, options.pool);
+    if (!pool.ok()) return pool.status();
+    rt->pool_ = std::move(*pool);
+    created = true;
+  } else {
+    auto pool = Pool::Open(path, options.layout, options.pool);
+    if (!pool.ok()) return pool.status();
+    rt->pool_ = std::move(*pool);
+  }
+  // Recovery in the contract's order: the epochs (external log), the heap, then the catalog and
+  // the engine, whose replay of committed transactions hands their index operations to Replay.
+  auto epochs = epoch::Manager::Open(*rt->pool_, options.epochs);
+  if (!epochs.ok()) return epochs.status();
+  rt->epochs_ = std::move(*epochs);
+  auto heap = alloc::Heap::Open(*rt->pool_, *rt->epochs_);
+  if (!heap.ok()) return heap.status();
+  rt->heap_ = std::move(*heap);
+  if (auto st = rt->OpenCatalog(); !st.ok()) return st;
+  options.txn.replay_logical = [p = rt.get()](const std::vector<txn::LogicalOp>& ops) {
+    return p->Replay(ops);
+  };
+  auto engine = txn::Engine::Open(*rt->pool_, *rt->epochs_, *rt->heap_, options.txn);
+  if (!engine.ok()) return engine.status();
+  rt->engine_ = std::move(*engine);
+  if (created) {
+    if (auto st = rt->epochs_->Sync(); !st.ok()) return st;
+  }
+  return rt;
+}
+
+RuntimeHeader& Runtime::header() {
+  return *reinterpret_cast<RuntimeHeader*>(pool_->region_base(PoolRegion::kRoot));
+}
+
+void* Runtime::user_root() {
+  return static_cast<uint8_t*>(pool_->region_base(PoolRegion::kRoot)) + kRuntimeHeaderBytes;
+}
+
+absl::Status Runtime::OpenCatalog() {
+  auto region = pool_->root<RegionBytes>();
+  if (!region.ok()) {
+    return absl::Status(region.status().code(),
+                        absl::StrCat(pool_->path(), ": not a runtime pool (root region): ",
+                                     std::string(region.status().message())));
+  }
+  RuntimeHeader& h = header();
+  if (h.magic == RuntimeHeader::kMagic) {
+    auto tree = ds::DurableMasstree::Open(*pool_, *epochs_, *heap_, h.catalog);
+    if (!tree.ok()) return tree.status();
+    catalog_ = std::move(*tree);
+    return absl::OkStatus();
+  }
+  if (h.magic != 0 || h.catalog != 0) {
+    return absl::DataLossError(absl::StrCat(pool_->path(), ": the root region at offset ",
+                                            pool_->offset_of(&h),
+                                            " holds no runtime header (bad magic)"));
+  }
+  // A fresh pool: the catalog's creation and its publication in one epoch (the header is
+  // undo-logged first), so a crash keeps both or neither.
+  epoch::Guard g(*epochs_);
+  auto tree = ds::DurableMasstree::Create(*pool_, *epochs_, *heap_);
+  if (!tree.ok()) return tree.status();
+  if (auto st = epochs_->log().Snapshot(&h, sizeof(h), &h.logged_epoch); !st.ok()) return st;
+  h.catalog = (*tree)->descriptor();
+  h.next_index_id = 1;
+  h.magic = RuntimeHeader::kMagic;
+  catalog_ = std::move(*tree);
+  return absl::OkStatus();
+}
+
+absl::Status Runtime::Replay(const std::vector<txn::LogicalOp>& ops) {
+  // Index ids of the catalog (an index dropped since has no entry: its operations are dropped
+  // with it).
+  std::map<uint64_t, std::pair<std::string, uint64_t>> by_id;
+  catalog_->scan("", ~size_t{0}, [&](std::string_view name, std::string_view v) {
+    uint64_t desc, id;
+    if (DecodeEntry(v, &desc, &id)) by_id[id] = {std::string(name), desc};
+    return true;
+  });
+  std::lock_guard<std::mutex> l(mu_);
+  for (const txn::LogicalOp& op : ops) {
+    auto it = by_id.find(op.tag >> 1);
+    if (it == by_id.end()) continue;
+    auto index = OpenIndexLocked(it->second.first, it->first, it->second.second);
+    if (!index.ok()) return index.status();
+    if (auto st = (*index)->Apply(op.tag & 1, op.bytes); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Index*> Runtime::OpenIndexLocked(const std::string& name, uint64_t id,
+                                                uint64_t descriptor) {
+  if (auto it = open_.find(name); it != open_.end()) return it->second.get();
+  auto tree = ds::DurableMasstree::Open(*pool_, *epochs_, *heap_, descriptor);
+  if (!tree.ok()) {
+    return absl::Status(tree.status().code(),
+                        absl::StrCat("index ", name, ": ", std::string(tree.status().message())));
+  }
+  std::unique_ptr<Index> index(new Index(*this, name, id, std::move(*tree)));
+  Index* p = index.get();
+  open_.emplace(name, std::move(index));
+  return p;
+}
+
+absl::StatusOr<Index*> Runtime::FindLocked(std::string_view name) {
+  if (auto it = open_.find(name); it != open_.end()) return it->second.get();
+  std::string v;
+  uint64_t desc, id;
+  if (!catalog_->get(name, &v)) {
+    return absl::NotFoundError(absl::StrCat(pool_->path(), ": no index named '", std::string(name), "'"));
+  }
+  if (!DecodeEntry(v, &desc, &id)) {
+    return absl::DataLossError(absl::StrCat(pool_->path(), ": the catalog entry of index '", std::string(name),
+                                            "' is ", v.size(), " bytes, not 16"));
+  }
+  return OpenIndexLocked(std::string(name), id, desc);
+}
+
+absl::StatusOr<Index*> Runtime::find_index(std::string_view name) {
+  std::lock_guard<std::mutex> l(mu_);
+  return FindLocked(name);
+}
+
+absl::StatusOr<Index*> Runtime::index(std::string_view name) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (auto found = FindLocked(name); found.ok() || found.status().code() != absl::StatusCode::kNotFound) {
+    return found;
+  }
+  // A new index must be durable before any transaction can log an operation on it (a replayed
+  // operation needs its index): created, published and synced here, outside any guard.
+  if (epochs_->LocalSlot().depth > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        pool_->path(), ": index '", std::string(name),
+        "' does not exist yet, and an index cannot be created inside a transaction or an "
+        "epoch guard (its creation is made durable before it is used); create it before"));
+  }
+  RuntimeHeader& h = header();
+  uint64_t desc, id;
+  {
+    epoch::Guard g(*epochs_);
+    if (h.next_index_id > kMaxIndexId) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(pool_->path(), ": every index id has been used"));
+    }
+    auto tree = ds::DurableMasstree::Create(*pool_, *epochs_, *heap_);
+    if (!tree.ok()) return tree.status();
+    if (auto st = epochs_->log().Snapshot(&h, sizeof(h), &h.logged_epoch); !st.ok()) return st;
+    desc = (*tree)->descriptor();
+    id = h.next_index_id++;
+    if (catalog_->put(name, EncodeEntry(desc, id)) == ds::PutResult::kNoMemory) {
+      return NoRoom("creation", name);  // (the tree and the id are rolled back with the epoch
+                                        // only by a crash; the id is simply skipped)
+    }
+    open_.emplace(std::string(name),
+                  std::unique_ptr<Index>(new Index(*this, std::string(name), id, std::move(*tree))));
+  }
+  if (auto st = epochs_->Sync(); !st.ok()) return st;
+  return open_.find(name)->second.get();
+}
+
+absl::Status Runtime::drop_index(std::string_view name) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto found = FindLocked(name);
+  if (!found.ok()) return found.status();
+  Index* index = *found;
+  epoch::Guard g(*epochs_);
+  // The catalog entry and the tree go in one epoch: a crash keeps both or neither.
+  if (!catalog_->remove(name)) return NoRoom("drop", name);
+  if (auto st = index->tree().Destroy(g); !st.ok()) {
+    (void)catalog_->put(name, EncodeEntry(index->tree().descriptor(), index->id()));
+    return st;
+  }
+  open_.erase(open_.find(name));
+  return absl::OkStatus();
+}
+
+std::vector<std::string> Runtime::indexes() {
+  std::vector<std::string> names;
+  catalog_->scan("", ~size_t{0}, [&](std::string_view name, std::string_view) {
+    names.emplace_back(name);
+    return true;
+  });
+  return names;
+}
+
+absl::Status Runtime::BindUserRoot(size_t size, size_t align) {
+  if (size > kUserRootBytes || align > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(pool_->path(), ": root type (", size, " bytes, alignment ", align,
+                     ") does not fit the runtime's ", kUserRootBytes, "-byte root"));
+  }
+  RuntimeHeader& h = header();
+  std::lock_guard<std::mutex> l(mu_);
+  if (h.user_root_size == size) return absl::OkStatus();
+  if (h.user_root_size != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        pool_->path(), ": root type size mismatch: the pool's root is a ", h.user_root_size,
+        "-byte type, root<T>() asks for ", size, " bytes"));
+  }
+  epoch::Guard g(*epochs_);
+  if (auto st = epochs_->log().Snapshot(&h, sizeof(h), &h.logged_epoch); !st.ok()) return st;
+  h.user_root_size = size;
+  return absl::OkStatus();
+}
+
+absl::Status Runtime::log_root(const epoch::Guard& g) {
+  if (!g.Of(*epochs_)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(pool_->path(), ": log_root needs a guard of this runtime's epoch manager"));
+  }
+  RuntimeHeader& h = header();
+  if (h.user_root_size == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(pool_->path(), ": log_root before root<T>() bound the root's type"));
+  }
+  return epochs_->log().Snapshot(user_root(), h.user_root_size, &h.user_logged_epoch);
+}
+
+RuntimeStats Runtime::stats() const {
+  RuntimeStats s;
+  s.epochs = epochs_->stats();
+  s.heap = heap_->Stats();
+  s.txn = engine_->stats();
+  {
+    std::lock_guard<std::mutex> l(const_cast<std::mutex&>(mu_));
+    s.indexes = catalog_->size();
+  }
+  s.health = pool_->health();
+  return s;
+}
+
+absl::Status Runtime::Close() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    open_.clear();
+  }
+  engine_.reset();
+  catalog_.reset();
+  heap_.reset();
+  epochs_.reset();
+  if (pool_ == nullptr) return absl::OkStatus();
+  absl::Status st = pool_->Close();
+  pool_.reset();
+  return st;
+}
+
+Runtime::~Runtime() {
+  if (absl::Status st = Close(); !st.ok()) {
+    std::fprintf(stderr, "pmrt: closing the runtime: %s\n", st.ToString().c_str());
+  }
+}
+
+}  // namespace pmrt

@@ -1,0 +1,213 @@
+// pmrt::Runtime: one object that opens a pool with every layer in the one correct order, recovers
+// it in the contract's order, and gives a program its typed root, named durable indexes and
+// transactions that span words, allocations and index operations.
+//
+//   auto rt = pmrt::Runtime::Open("/mnt/pmem/app.pool", {.create_size = 1 << 30});
+//   Root* root = *(*rt)->root<Root>();                     // zero at first use
+//   pmrt::Index* users = *(*rt)->index("users");           // created at first use, durable
+//   absl::Status st = pmrt::txn::Run([&]() -> absl::Status {
+//     Account* a = pmrt::alloc::pnew<Account>(100);        // allocated by the transaction
+//     RETURN_IF_ERROR(pmrt::txn::write(&root->accounts, root->accounts + 1));
+//     return users->put("alice", pmrt::Index::Ref(a)).status();  // part of the transaction
+//   });                                                    // durable when Run returns OK
+//   (*rt)->sync();                                         // epoch-scope work durable now
+//
+// Open order: Pool, epoch::Manager (rolls back the epochs a crash interrupted), alloc::Heap,
+// the runtime's catalog of indexes, txn::Engine (replays committed transactions: their words,
+// allocations and index operations). Close (or the destructor) tears them down in reverse.
+//
+// Durability (docs/durability.md, "Runtime"): inside a transaction, index operations are part
+// of it: durable when commit returns, undone by abort, replayed after a crash with the
+// transaction's word writes, in commit order. Outside a transaction they are epoch-scoped, as
+// every other write outside one: durable once the next epoch has begun (or at sync()).
+//
+// Thread safety: index(), find_index(), indexes(), stats(), sync() and the Index operations may
+// be called from any thread; drop_index() requires that no other thread uses that index; Close
+// requires that no other thread uses the runtime.
+#ifndef PMRT_RUNTIME_RUNTIME_H_
+#define PMRT_RUNTIME_RUNTIME_H_
+
+#include <atomic>
+#include <cstring>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "alloc/allocator.h"
+#include "ds/durable_masstree.h"
+#include "epoch/epoch.h"
+#include "epoch/pool.h"
+#include "txn/txn.h"
+
+namespace pmrt {
+
+struct RuntimeOptions {
+  // Create the pool with this size when the file does not exist (0: it must exist).
+  size_t create_size = 0;
+  std::string layout = "pmrt-runtime";
+  PoolOptions pool;
+  epoch::ManagerOptions epochs;
+  txn::Options txn;  // replay_logical is the runtime's own: leave it empty
+};
+
+struct RuntimeStats {
+  epoch::ManagerStats epochs;
+  alloc::HeapStats heap;
+  txn::Stats txn;
+  size_t indexes = 0;
+  absl::Status health;  // the pool's failed mode, or OK
+};
+
+// The runtime's header at the start of the pool's root region; the program's root follows it.
+struct RuntimeHeader {
+  static constexpr uint64_t kMagic = 0x31544e5552544d50ull;  // "PMRTRUN1"
+  std::atomic<uint64_t> logged_epoch;                        // its external-log mark
+  uint64_t magic;
+  uint64_t catalog;        // descriptor of the catalog tree (index name -> IndexEntry)
+  uint64_t next_index_id;   // ids are never reused
+  uint64_t user_root_size;  // sizeof the program's root type, bound at its first root<T>()
+  std::atomic<uint64_t> user_logged_epoch;  // the program root's external-log mark (log_root)
+};
+inline constexpr size_t kRuntimeHeaderBytes = 256;
+
+class Runtime;
+
+// A named durable Masstree of a Runtime. Keys and values are byte strings (as ds::Masstree).
+class Index {
+ public:
+  // Inside a transaction of the calling thread: part of it (see the header comment); the
+  // transaction is doomed by an error. Outside: epoch-scoped. Errors: kResourceExhausted (the
+  // pool is full, or the undo log is full inside the caller's own guard: nothing changed),
+  // kInvalidArgument (the operation does not fit in the transaction's log record).
+  absl::StatusOr<ds::PutResult> put(std::string_view key, std::string_view value);
+  absl::StatusOr<ds::InsertResult> insert_if_absent(std::string_view key, std::string_view value);
+  absl::StatusOr<bool> remove(std::string_view key);  // true when the key was present
+
+  // Reads see the calling transaction's own writes (they are applied in place).
+  std::optional<std::string> get(std::string_view key) const { return tree_->get(key); }
+  bool get(std::string_view key, std::string* value) const { return tree_->get(key, value); }
+  size_t scan(std::string_view from, size_t count, ds::ScanCallback cb) const {
+    return tree_->scan(from, count, cb);
+  }
+  size_t size() const { return tree_->size(); }
+
+  // A value naming a persistent object of this runtime's pool (its pool offset, 8 bytes), and
+  // back (null when the value names no object of that size in the pool).
+  std::string Ref(const void* object) const;
+  template <class T>
+  T* Deref(std::string_view value) const;
+
+  const std::string& name() const { return name_; }
+  uint64_t id() const { return id_; }
+  ds::DurableMasstree& tree() { return *tree_; }
+  const ds::DurableMasstree& tree() const { return *tree_; }
+
+ private:
+  friend class Runtime;
+  Index(Runtime& rt, std::string name, uint64_t id, std::unique_ptr<ds::DurableMasstree> tree)
+      : rt_(rt), name_(std::move(name)), id_(id), tree_(std::move(tree)) {}
+  // Replays one logged operation (recovery).
+  absl::Status Apply(uint64_t op, std::string_view bytes);
+
+  Runtime& rt_;
+  std::string name_;
+  uint64_t id_;
+  std::unique_ptr<ds::DurableMasstree> tree_;
+};
+
+class Runtime {
+ public:
+  // Opens (or creates, with options.create_size) the pool at `path` and every layer. Errors:
+  // the pool's (kNotFound, kFailedPrecondition for another layout, kDataLoss for a corrupt
+  // header, kUnavailable for a pool in use), each layer's recovery errors, kDataLoss when the
+  // root region holds no runtime header of this format, kInvalidArgument for options.
+  static absl::StatusOr<std::unique_ptr<Runtime>> Open(const std::string& path,
+                                                       RuntimeOptions options = {});
+  ~Runtime();  // Close(), reporting an error on stderr
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // Closes the indexes, the engine (writing its hot words back), the heap, the epoch manager
+  // (completing the running epoch) and the pool. Idempotent. Returns the pool's close status.
+  absl::Status Close();
+
+  // The program's root: zero at first use; sizeof(T) is bound at the first call (a later call
+  // with another size is kFailedPrecondition). Update it in a transaction (txn::write), or
+  // under an epoch::Guard after log_root() (epoch scope).
+  template <class T>
+  absl::StatusOr<T*> root();
+  // Epoch-scope update of the root: undo-logs the whole user root before the caller's stores,
+  // in the calling thread's guard `g` (durable once the epoch completes; a crash before rolls
+  // back the stores together).
+  absl::Status log_root(const epoch::Guard& g);
+
+  // The index named `name`, created (empty, durable before this returns) at first use.
+  // Creation cannot run inside a transaction or an epoch guard (kFailedPrecondition).
+  absl::StatusOr<Index*> index(std::string_view name);
+  // The existing index named `name` (kNotFound).
+  absl::StatusOr<Index*> find_index(std::string_view name);
+  // Removes the index and frees its tree, epoch-scoped (a crash before the epoch completes keeps
+  // it). REQUIRES: no other thread uses it; Index pointers to it become invalid.
+  absl::Status drop_index(std::string_view name);
+  std::vector<std::string> indexes();
+
+  // Everything done before the call is durable when it returns OK.
+  absl::Status sync() { return epochs_->Sync(); }
+  RuntimeStats stats() const;
+
+  Pool& pool() { return *pool_; }
+  epoch::Manager& epochs() { return *epochs_; }
+  alloc::Heap& heap() { return *heap_; }
+  txn::Engine& engine() { return *engine_; }
+
+ private:
+  friend class Index;
+  struct Region;
+  Runtime() = default;
+  absl::Status OpenCatalog();
+  absl::Status Replay(const std::vector<txn::LogicalOp>& ops);
+  absl::StatusOr<Index*> OpenIndexLocked(const std::string& name, uint64_t id,
+                                         uint64_t descriptor);
+  absl::StatusOr<Index*> FindLocked(std::string_view name);
+  RuntimeHeader& header();
+  void* user_root();
+  absl::Status BindUserRoot(size_t size, size_t align);
+
+  std::unique_ptr<Pool> pool_;
+  std::unique_ptr<epoch::Manager> epochs_;
+  std::unique_ptr<alloc::Heap> heap_;
+  std::unique_ptr<ds::DurableMasstree> catalog_;
+  std::unique_ptr<txn::Engine> engine_;
+  std::mutex mu_;  // the open indexes
+  std::map<std::string, std::unique_ptr<Index>, std::less<>> open_;
+};
+
+template <class T>
+absl::StatusOr<T*> Runtime::root() {
+  static_assert(std::is_trivially_copyable_v<T> && std::is_standard_layout_v<T>,
+                "a persistent root must be trivially copyable and standard layout");
+  if (auto st = BindUserRoot(sizeof(T), alignof(T)); !st.ok()) return st;
+  return static_cast<T*>(user_root());
+}
+
+template <class T>
+T* Index::Deref(std::string_view value) const {
+  if (value.size() != 8) return nullptr;
+  uint64_t off;
+  std::memcpy(&off, value.data(), 8);
+  return rt_.pool_->contains_offset(off, sizeof(T)) ? static_cast<T*>(rt_.pool_->at(off))
+                                                    : nullptr;
+}
+
+}  // namespace pmrt
+
+#endif  // PMRT_RUNTIME_RUNTIME_H_
