@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <utility>
@@ -58,6 +59,13 @@ bool DecodeEntry(std::string_view v, uint64_t* descriptor, uint64_t* id) {
   return true;
 }
 
+// What an abort runs (nothing under the gate's no-undo mutant).
+template <class F>
+std::function<void()> UndoOf(const F& undo) {
+  if (mutation::Swapped(runtime_internal::kNoUndoMutant)) return nullptr;
+  return undo;
+}
+
 absl::Status NoRoom(std::string_view what, std::string_view name) {
   return absl::ResourceExhaustedError(absl::StrCat(
       "index ", std::string(name), ": ", std::string(what),
@@ -75,7 +83,7 @@ std::string Index::Ref(const void* object) const {
 }
 
 absl::StatusOr<ds::PutResult> Index::put(std::string_view key, std::string_view value) {
-  if (!txn::in_transaction()) {
+  if (!rt_.engine_->InTransaction()) {
     const ds::PutResult r = tree_->put(key, value);
     if (r == ds::PutResult::kNoMemory) return NoRoom("put", name_);
     return r;
@@ -91,7 +99,7 @@ absl::StatusOr<ds::PutResult> Index::put(std::string_view key, std::string_view 
       std::fprintf(stderr, "pmrt: an aborted transaction's index put could not be undone\n");
     }
   };
-  if (absl::Status st = txn::log_logical(id_ << 1 | kOpPut, EncodeOp(key, value), undo);
+  if (absl::Status st = rt_.engine_->LogLogical(id_ << 1 | kOpPut, EncodeOp(key, value), UndoOf(undo));
       !st.ok()) {
     undo();
     return st;
@@ -103,10 +111,10 @@ absl::StatusOr<ds::InsertResult> Index::insert_if_absent(std::string_view key,
                                                          std::string_view value) {
   const ds::InsertResult r = tree_->insert_if_absent(key, value);
   if (r == ds::InsertResult::kNoMemory) return NoRoom("insert_if_absent", name_);
-  if (r == ds::InsertResult::kExists || !txn::in_transaction()) return r;
+  if (r == ds::InsertResult::kExists || !rt_.engine_->InTransaction()) return r;
   ds::DurableMasstree* tree = tree_.get();
   auto undo = [tree, k = std::string(key)] { (void)tree->remove(k); };
-  if (absl::Status st = txn::log_logical(id_ << 1 | kOpPut, EncodeOp(key, value), undo);
+  if (absl::Status st = rt_.engine_->LogLogical(id_ << 1 | kOpPut, EncodeOp(key, value), UndoOf(undo));
       !st.ok()) {
     undo();
     return st;
@@ -115,7 +123,7 @@ absl::StatusOr<ds::InsertResult> Index::insert_if_absent(std::string_view key,
 }
 
 absl::StatusOr<bool> Index::remove(std::string_view key) {
-  if (!txn::in_transaction()) return tree_->remove(key);
+  if (!rt_.engine_->InTransaction()) return tree_->remove(key);
   std::optional<std::string> old = tree_->get(key);
   if (!old.has_value()) return false;
   if (!tree_->remove(key)) return NoRoom("remove", name_);
@@ -125,7 +133,7 @@ absl::StatusOr<bool> Index::remove(std::string_view key) {
       std::fprintf(stderr, "pmrt: an aborted transaction's index remove could not be undone\n");
     }
   };
-  if (absl::Status st = txn::log_logical(id_ << 1 | kOpRemove, EncodeOp(key, {}), undo);
+  if (absl::Status st = rt_.engine_->LogLogical(id_ << 1 | kOpRemove, EncodeOp(key, {}), UndoOf(undo));
       !st.ok()) {
     undo();
     return st;
@@ -151,23 +159,24 @@ absl::Status Index::Apply(uint64_t op, std::string_view bytes) {
 
 absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Open(const std::string& path,
                                                        RuntimeOptions options) {
+  struct stat sb;
+  absl::StatusOr<std::unique_ptr<Pool>> pool =
+      options.create_size != 0 && stat(path.c_str(), &sb) != 0 && errno == ENOENT
+          ? Pool::Create(path, options.create_size, options.layout, options.pool)
+          : Pool::Open(path, options.layout, options.pool);
+  if (!pool.ok()) return pool.status();
+  return Attach(std::move(*pool), std::move(options));
+}
+
+absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Attach(std::unique_ptr<Pool> pool,
+                                                         RuntimeOptions options) {
   if (options.txn.replay_logical) {
     return absl::InvalidArgumentError(
         "Runtime::Open: options.txn.replay_logical is the runtime's own; leave it empty");
   }
   std::unique_ptr<Runtime> rt(new Runtime());
-  struct stat sb;
+  rt->pool_ = std::move(pool);
   bool created = false;
-  if (options.create_size != 0 && stat(path.c_str(), &sb) != 0 && errno == ENOENT) {
-    auto pool = Pool::Create(path, options.create_size, options.layout, options.pool);
-    if (!pool.ok()) return pool.status();
-    rt->pool_ = std::move(*pool);
-    created = true;
-  } else {
-    auto pool = Pool::Open(path, options.layout, options.pool);
-    if (!pool.ok()) return pool.status();
-    rt->pool_ = std::move(*pool);
-  }
   // Recovery in the contract's order: the epochs (external log), the heap, then the catalog and
   // the engine, whose replay of committed transactions hands their index operations to Replay.
   auto epochs = epoch::Manager::Open(*rt->pool_, options.epochs);
@@ -176,7 +185,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Open(const std::string& path,
   auto heap = alloc::Heap::Open(*rt->pool_, *rt->epochs_);
   if (!heap.ok()) return heap.status();
   rt->heap_ = std::move(*heap);
-  if (auto st = rt->OpenCatalog(); !st.ok()) return st;
+  if (auto st = rt->OpenCatalog(&created); !st.ok()) return st;
   options.txn.replay_logical = [p = rt.get()](const std::vector<txn::LogicalOp>& ops) {
     return p->Replay(ops);
   };
@@ -197,7 +206,7 @@ void* Runtime::user_root() {
   return static_cast<uint8_t*>(pool_->region_base(PoolRegion::kRoot)) + kRuntimeHeaderBytes;
 }
 
-absl::Status Runtime::OpenCatalog() {
+absl::Status Runtime::OpenCatalog(bool* created) {
   auto region = pool_->root<RegionBytes>();
   if (!region.ok()) {
     return absl::Status(region.status().code(),
@@ -226,6 +235,7 @@ absl::Status Runtime::OpenCatalog() {
   h.next_index_id = 1;
   h.magic = RuntimeHeader::kMagic;
   catalog_ = std::move(*tree);
+  *created = true;
   return absl::OkStatus();
 }
 
@@ -239,7 +249,14 @@ absl::Status Runtime::Replay(const std::vector<txn::LogicalOp>& ops) {
     return true;
   });
   std::lock_guard<std::mutex> l(mu_);
-  for (const txn::LogicalOp& op : ops) {
+  if (mutation::Swapped(runtime_internal::kSkipReplayMutant)) return absl::OkStatus();
+  std::vector<const txn::LogicalOp*> order;
+  for (const txn::LogicalOp& op : ops) order.push_back(&op);
+  if (mutation::Swapped(runtime_internal::kReplayOrderMutant)) {
+    std::reverse(order.begin(), order.end());
+  }
+  for (const txn::LogicalOp* o : order) {
+    const txn::LogicalOp& op = *o;
     auto it = by_id.find(op.tag >> 1);
     if (it == by_id.end()) continue;
     auto index = OpenIndexLocked(it->second.first, it->first, it->second.second);

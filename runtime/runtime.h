@@ -81,6 +81,15 @@ inline constexpr size_t kRuntimeHeaderBytes = 256;
 
 class Runtime;
 
+namespace runtime_internal {
+// Logic mutants of the runtime's crash suite's gate (tests/runtime/runtime_crash_test.cc): a
+// recovery that replays no index operation, one that replays them newest first, and an index
+// operation inside a transaction that an abort does not undo. Each must make the suite fail.
+inline constexpr Site kSkipReplayMutant{"runtime.mutant.skip_replay"};
+inline constexpr Site kReplayOrderMutant{"runtime.mutant.replay_order"};
+inline constexpr Site kNoUndoMutant{"runtime.mutant.no_undo"};
+}  // namespace runtime_internal
+
 // A named durable Masstree of a Runtime. Keys and values are byte strings (as ds::Masstree).
 class Index {
  public:
@@ -132,6 +141,10 @@ class Runtime {
   // root region holds no runtime header of this format, kInvalidArgument for options.
   static absl::StatusOr<std::unique_ptr<Runtime>> Open(const std::string& path,
                                                        RuntimeOptions options = {});
+  // The same on a pool opened by the caller (an in-memory pool, say); create_size, layout and
+  // pool options are not used. The runtime owns the pool from now on, also on error.
+  static absl::StatusOr<std::unique_ptr<Runtime>> Attach(std::unique_ptr<Pool> pool,
+                                                         RuntimeOptions options = {});
   ~Runtime();  // Close(), reporting an error on stderr
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -168,12 +181,14 @@ class Runtime {
   epoch::Manager& epochs() { return *epochs_; }
   alloc::Heap& heap() { return *heap_; }
   txn::Engine& engine() { return *engine_; }
+  // The catalog: index name -> (tree descriptor, id), 16 bytes (for checks and tools).
+  ds::DurableMasstree& catalog() { return *catalog_; }
 
  private:
   friend class Index;
   struct Region;
   Runtime() = default;
-  absl::Status OpenCatalog();
+  absl::Status OpenCatalog(bool* created);
   absl::Status Replay(const std::vector<txn::LogicalOp>& ops);
   absl::StatusOr<Index*> OpenIndexLocked(const std::string& name, uint64_t id,
                                          uint64_t descriptor);

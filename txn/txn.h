@@ -261,6 +261,8 @@ class Engine {
   absl::Status Abort();
   absl::Status Add(const void* p, size_t n);
   bool InTransaction();
+  // txn::log_logical on this engine's transaction of the calling thread.
+  absl::Status LogLogical(uint64_t tag, std::string_view bytes, std::function<void()> undo);
 
   // Runs one reclamation cycle now (advancing the epoch first when `advance` and nothing new
   // is durable). REQUIRES: the calling thread has no transaction open and holds no Guard (with
@@ -295,7 +297,6 @@ class Engine {
   friend bool txn_detail::BeginFast();  // the default engine's: straight to Impl
   friend bool txn_detail::CommitFast();
   friend absl::Status txn_detail::CommitGeneral();
-  friend absl::Status log_logical(uint64_t tag, std::string_view bytes, std::function<void()> undo);
   Engine(Pool& pool, epoch::Manager& epochs, alloc::Heap& heap, Options options);
 
   Pool& pool_;

@@ -63,6 +63,9 @@ inline constexpr Site kHeadMoveFence{"txn.reclaim.head.fence"};
 inline constexpr Site kOrderMutant{"txn.mutant.recovery_order"};
 inline constexpr Site kRuleMutant{"txn.mutant.reclaim_rule"};
 inline constexpr Site kSlackMutant{"txn.mutant.touch_slack"};
+// And a commit record that leaves out the transaction's logical operations (log_logical): the
+// runtime's crash suite must fail with it.
+inline constexpr Site kDropLogicalMutant{"txn.mutant.drop_logical"};
 // And a small commit that takes its block's next stamp without looking at its words' keys
 // (a commit can then replay before an earlier one of the same word: SmallCommitStamp).
 inline constexpr Site kStampMutant{"txn.mutant.small_commit_stamp"};
