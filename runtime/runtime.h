@@ -2,7 +2,9 @@
 // it in the contract's order, and gives a program its typed root, named durable indexes and
 // transactions that span words, allocations and index operations.
 //
-//   auto rt = pmrt::Runtime::Open("/mnt/pmem/app.pool", {.create_size = 1 << 30});
+//   pmrt::RuntimeOptions options;
+//   options.create_size = 1 << 30;                         // created if missing
+//   auto rt = pmrt::Runtime::Open("/mnt/pmem/app.pool", options);
 //   Root* root = *(*rt)->root<Root>();                     // zero at first use
 //   pmrt::Index* users = *(*rt)->index("users");           // created at first use, durable
 //   absl::Status st = pmrt::txn::Run([&]() -> absl::Status {
