@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 
 namespace pmrt {
@@ -240,6 +242,11 @@ absl::Status Runtime::OpenCatalog(bool* created) {
 }
 
 absl::Status Runtime::Replay(const std::vector<txn::LogicalOp>& ops) {
+  const auto start = std::chrono::steady_clock::now();
+  absl::Cleanup timed = [&] {
+    replay_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                      .count();
+  };
   // Index ids of the catalog (an index dropped since has no entry: its operations are dropped
   // with it).
   std::map<uint64_t, std::pair<std::string, uint64_t>> by_id;
@@ -262,6 +269,7 @@ absl::Status Runtime::Replay(const std::vector<txn::LogicalOp>& ops) {
     auto index = OpenIndexLocked(it->second.first, it->first, it->second.second);
     if (!index.ok()) return index.status();
     if (auto st = (*index)->Apply(op.tag & 1, op.bytes); !st.ok()) return st;
+    ++replayed_;
   }
   return absl::OkStatus();
 }
@@ -403,6 +411,8 @@ RuntimeStats Runtime::stats() const {
     std::lock_guard<std::mutex> l(const_cast<std::mutex&>(mu_));
     s.indexes = catalog_->size();
   }
+  s.replayed_index_ops = replayed_;
+  s.replay_ms = replay_ms_;
   s.health = pool_->health();
   return s;
 }

@@ -66,7 +66,9 @@ struct RuntimeStats {
   alloc::HeapStats heap;
   txn::Stats txn;
   size_t indexes = 0;
-  absl::Status health;  // the pool's failed mode, or OK
+  uint64_t replayed_index_ops = 0;  // index operations of committed transactions replayed at open
+  double replay_ms = 0;             // the time their replay took (inside the engine's recovery)
+  absl::Status health;              // the pool's failed mode, or OK
 };
 
 // The runtime's header at the start of the pool's root region; the program's root follows it.
@@ -206,6 +208,8 @@ class Runtime {
   std::unique_ptr<txn::Engine> engine_;
   std::mutex mu_;  // the open indexes
   std::map<std::string, std::unique_ptr<Index>, std::less<>> open_;
+  uint64_t replayed_ = 0;
+  double replay_ms_ = 0;
 };
 
 template <class T>

@@ -1,0 +1,454 @@
+// Index updates in transactions: a YCSB-A-like mix (50% reads, 50% updates, Zipfian 0.99 or
+// uniform over a preloaded key set) where each update is one transaction that writes the key's
+// value in an index and one counter word. Systems, each durable as stated:
+//
+//   pmrt-tx     pmrt::Runtime: txn::Run { index->put(key, value); txn::write(&counter[t], +1) }
+//               durable when Run returns (the index operation is logged in the commit record)
+//   pmrt-epoch  the same put outside a transaction, the counter by a one-word transaction:
+//               the put durable at the next epoch boundary (not like for like with the others;
+//               shown for the cost of the transaction)
+//   pmrt-word   only the one-word transaction (the floor of pmrt-tx)
+//   pmdk        libpmemobj: a persistent open-addressing hash map (8-byte keys and values) in a
+//               pmemobj pool, each update pmemobj_tx_begin; tx_add_range(value), value = v;
+//               tx_add_range(counter), counter += 1; pmemobj_tx_end: durable when it returns
+//
+// Every system: the same keys (8-byte scrambled), the same loop and generator, T threads with
+// their own counter words, updates of one key serialized by a striped lock (both designs update
+// in place and need it), reads without locks, pools on /dev/shm with PMEM_IS_PMEM_FORCE=1
+// (clwb + sfence). A hash map is the faster index; pmrt's is ordered (Masstree).
+//
+//   pmrt-index-txbench --system pmrt-tx|pmrt-epoch|pmrt-word|pmdk [--keys N] [--seconds S]
+//                      [--threads T] [--dist zipf|uniform] [--dir DIR] [--json FILE]
+//   pmrt-index-txbench --restart [--keys N] [--dir DIR] [--json FILE]
+//
+// --restart: a child loads N keys through a Runtime, then runs transactional index updates with
+// an epoch boundary every 64 ms (the default interval) and is SIGKILLed 60 ms after one, so that
+// recovery rolls back ~60 ms of work and replays each committed transaction's index operation;
+// the parent reopens the pool with Runtime::Open and times it to the first get.
+//
+// Printed: ops/s (wall and per process-CPU-second x threads, background threads included),
+// fences per update (pmrt: every fence of the process).
+#include <libpmemobj.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/workload_gen.h"
+#include "epoch/persist.h"
+#include "runtime/runtime.h"
+
+namespace {
+
+struct Args {
+  std::string system = "pmrt-tx";
+  uint64_t keys = 1000000;
+  double seconds = 3;
+  int threads = 2;
+  std::string dist = "zipf";
+  std::string dir = "/dev/shm";
+  std::string json;
+  bool restart = false;
+};
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "pmrt-index-txbench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+double ProcessCpuSeconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+uint64_t KeyOf(uint64_t item) { return pmrt::bench::Scramble(item) | 1; }  // never 0 (empty)
+
+constexpr int kStripes = 4096;
+struct Stripes {
+  std::mutex mu[kStripes];
+  std::mutex& For(uint64_t key) { return mu[key % kStripes]; }
+};
+
+class System {
+ public:
+  virtual ~System() = default;
+  virtual void Load(uint64_t keys) = 0;
+  virtual bool Update(int t, uint64_t key, uint64_t value) = 0;
+  virtual bool Read(uint64_t key, uint64_t* value) = 0;
+  virtual bool CountsFences() const { return true; }
+};
+
+// ---- pmrt ----------------------------------------------------------------------------------
+
+struct PmrtRoot {
+  uint64_t counter[64 * 7];  // thread t's counter at [t * 8]: a line each (56 threads)
+};
+
+class PmrtSystem : public System {
+ public:
+  PmrtSystem(const Args& a, bool tx, bool put) : tx_(tx), put_(put) {
+    path_ = a.dir + "/pmrt-index-txbench.pool";
+    ::unlink(path_.c_str());
+    pmrt::RuntimeOptions o;
+    o.create_size = size_t{4} << 30;
+    auto rt = pmrt::Runtime::Open(path_, o);
+    if (!rt.ok()) Die(rt.status().ToString());
+    rt_ = std::move(*rt);
+    root_ = *rt_->root<PmrtRoot>();
+    auto index = rt_->index("ycsb");
+    if (!index.ok()) Die(index.status().ToString());
+    index_ = *index;
+  }
+  ~PmrtSystem() override {
+    (void)rt_->Close();
+    ::unlink(path_.c_str());
+  }
+  void Load(uint64_t keys) override {
+    for (uint64_t i = 0; i < keys; ++i) {
+      const uint64_t k = KeyOf(i);
+      if (!index_->put(pmrt::ds::U64Key(k).view(), std::string_view(
+                                                        reinterpret_cast<const char*>(&k), 8))
+               .ok()) {
+        Die("load");
+      }
+    }
+    if (!rt_->sync().ok()) Die("sync");
+  }
+  bool Update(int t, uint64_t key, uint64_t value) override {
+    const std::string_view v(reinterpret_cast<const char*>(&value), 8);
+    uint64_t* counter = &root_->counter[t * 8];
+    std::lock_guard<std::mutex> l(stripes_.For(key));
+    if (!put_) {
+      return pmrt::txn::Run([&] { return pmrt::txn::write(counter, *counter + 1); }).ok();
+    }
+    if (!tx_) {
+      if (!index_->put(pmrt::ds::U64Key(key).view(), v).ok()) return false;
+      return pmrt::txn::Run([&] { return pmrt::txn::write(counter, *counter + 1); }).ok();
+    }
+    return pmrt::txn::Run([&]() -> absl::Status {
+             if (auto r = index_->put(pmrt::ds::U64Key(key).view(), v); !r.ok()) return r.status();
+             return pmrt::txn::write(counter, *counter + 1);
+           })
+        .ok();
+  }
+  bool Read(uint64_t key, uint64_t* value) override {
+    std::string v;
+    if (!index_->get(pmrt::ds::U64Key(key).view(), &v) || v.size() != 8) return false;
+    std::memcpy(value, v.data(), 8);
+    return true;
+  }
+
+ private:
+  bool tx_, put_;
+  std::string path_;
+  std::unique_ptr<pmrt::Runtime> rt_;
+  PmrtRoot* root_ = nullptr;
+  pmrt::Index* index_ = nullptr;
+  Stripes stripes_;
+};
+
+// ---- PMDK ----------------------------------------------------------------------------------
+
+struct PmdkSlot {
+  uint64_t key;
+  uint64_t value;
+};
+
+class PmdkSystem : public System {
+ public:
+  explicit PmdkSystem(const Args& a) {
+    path_ = a.dir + "/pmdk-index-txbench.pool";
+    ::unlink(path_.c_str());
+    slots_n_ = 1;
+    while (slots_n_ < 2 * a.keys) slots_n_ <<= 1;
+    const size_t bytes = slots_n_ * sizeof(PmdkSlot) + 64 * 64 * 8;
+    pop_ = pmemobj_create(path_.c_str(), "pmrt-index-txbench", bytes + (size_t{256} << 20), 0600);
+    if (pop_ == nullptr) Die(path_ + ": pmemobj_create: " + pmemobj_errormsg());
+    PMEMoid root = pmemobj_root(pop_, bytes);
+    if (OID_IS_NULL(root)) Die(std::string("pmemobj_root: ") + pmemobj_errormsg());
+    counters_ = static_cast<uint64_t*>(pmemobj_direct(root));
+    slots_ = reinterpret_cast<PmdkSlot*>(counters_ + 64 * 8);
+  }
+  ~PmdkSystem() override {
+    pmemobj_close(pop_);
+    ::unlink(path_.c_str());
+  }
+  bool CountsFences() const override { return false; }
+  void Load(uint64_t keys) override {
+    for (uint64_t i = 0; i < keys; ++i) {
+      const uint64_t k = KeyOf(i);
+      PmdkSlot* s = Find(k, /*insert=*/true);
+      s->key = k;
+      s->value = k;
+    }
+    pmemobj_persist(pop_, slots_, slots_n_ * sizeof(PmdkSlot));
+  }
+  bool Update(int t, uint64_t key, uint64_t value) override {
+    PmdkSlot* s = Find(key, false);
+    if (s == nullptr) return false;
+    uint64_t* counter = &counters_[t * 8];
+    std::lock_guard<std::mutex> l(stripes_.For(key));
+    if (pmemobj_tx_begin(pop_, nullptr, TX_PARAM_NONE) != 0) return false;
+    if (pmemobj_tx_add_range_direct(&s->value, 8) != 0 ||
+        pmemobj_tx_add_range_direct(counter, 8) != 0) {
+      pmemobj_tx_abort(EINVAL);
+      pmemobj_tx_end();
+      return false;
+    }
+    s->value = value;
+    *counter += 1;
+    pmemobj_tx_commit();
+    return pmemobj_tx_end() == 0;
+  }
+  bool Read(uint64_t key, uint64_t* value) override {
+    PmdkSlot* s = Find(key, false);
+    if (s == nullptr) return false;
+    *value = __atomic_load_n(&s->value, __ATOMIC_RELAXED);
+    return true;
+  }
+
+ private:
+  PmdkSlot* Find(uint64_t key, bool insert) {
+    for (uint64_t i = pmrt::bench::Scramble(key) & (slots_n_ - 1);; i = (i + 1) & (slots_n_ - 1)) {
+      PmdkSlot* s = &slots_[i];
+      if (s->key == key) return s;
+      if (s->key == 0) return insert ? s : nullptr;
+    }
+  }
+
+  std::string path_;
+  PMEMobjpool* pop_ = nullptr;
+  uint64_t* counters_ = nullptr;
+  PmdkSlot* slots_ = nullptr;
+  uint64_t slots_n_ = 0;
+  Stripes stripes_;
+};
+
+// ---- runs ----------------------------------------------------------------------------------
+
+void AppendJson(const std::string& file, const std::string& line) {
+  if (file.empty()) return;
+  FILE* f = std::fopen(file.c_str(), "a");
+  if (f == nullptr) Die(file + ": cannot append");
+  std::fprintf(f, "%s\n", line.c_str());
+  std::fclose(f);
+}
+
+void RunMix(const Args& a) {
+  std::unique_ptr<System> sys;
+  if (a.system == "pmdk") {
+    sys = std::make_unique<PmdkSystem>(a);
+  } else if (a.system == "pmrt-tx") {
+    sys = std::make_unique<PmrtSystem>(a, /*tx=*/true, /*put=*/true);
+  } else if (a.system == "pmrt-epoch") {
+    sys = std::make_unique<PmrtSystem>(a, /*tx=*/false, /*put=*/true);
+  } else if (a.system == "pmrt-word") {
+    sys = std::make_unique<PmrtSystem>(a, /*tx=*/true, /*put=*/false);
+  } else {
+    Die("--system must be pmrt-tx, pmrt-epoch, pmrt-word or pmdk");
+  }
+  sys->Load(a.keys);
+  const pmrt::bench::ScrambledZipfian zipf(a.keys, 0.99);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> updates{0}, reads{0}, failures{0};
+  auto worker = [&](int t, double seconds, bool count) {
+    pmrt::bench::XorShift64 rng(0x9e3779b97f4a7c15ull * (t + 1) + 1);
+    uint64_t u = 0, r = 0, f = 0;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (!stop.load(std::memory_order_relaxed)) {
+      for (int i = 0; i < 64; ++i) {
+        const uint64_t item = a.dist == "zipf" ? zipf.Next(rng) : rng.Next() % a.keys;
+        const uint64_t key = KeyOf(item);
+        if (rng.Next() & 1) {
+          f += sys->Update(t, key, rng.Next()) ? 0 : 1;
+          ++u;
+        } else {
+          uint64_t v;
+          f += sys->Read(key, &v) ? 0 : 1;
+          ++r;
+        }
+      }
+      if (std::chrono::steady_clock::now() >= end) break;
+    }
+    if (count) {
+      updates += u;
+      reads += r;
+      failures += f;
+    }
+  };
+  // Warm-up (every system the same), then the timed run.
+  {
+    std::vector<std::thread> ts;
+    for (int t = 0; t < a.threads; ++t) ts.emplace_back(worker, t, 0.5, false);
+    for (auto& th : ts) th.join();
+  }
+  const pmrt::PersistCounts c0 = pmrt::CountersSnapshotAll();
+  const double cpu0 = ProcessCpuSeconds();
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    std::vector<std::thread> ts;
+    for (int t = 0; t < a.threads; ++t) ts.emplace_back(worker, t, a.seconds, true);
+    for (auto& th : ts) th.join();
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double cpu = ProcessCpuSeconds() - cpu0;
+  const pmrt::PersistCounts dc = pmrt::CountersSnapshotAll() - c0;
+  const double ops = static_cast<double>(updates + reads);
+  std::string fences = "null";
+  if (sys->CountsFences() && updates > 0) {
+    fences = std::to_string(static_cast<double>(dc.fences) / static_cast<double>(updates.load()));
+  }
+  std::printf(
+      "%-10s %-7s keys=%lu T=%d: %9.0f ops/s wall, %9.0f per process-cpu-s x T (%lu updates, %lu "
+      "reads, %lu failures); fences/update %s\n",
+      a.system.c_str(), a.dist.c_str(), a.keys, a.threads, ops / secs,
+      cpu > 0 ? ops / cpu * a.threads : 0, updates.load(), reads.load(), failures.load(),
+      fences.c_str());
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "{\"bench\": \"index-txbench\", \"system\": \"%s\", \"dist\": \"%s\", \"keys\": "
+                "%lu, \"threads\": %d, \"seconds\": %.3f, \"updates\": %lu, \"reads\": %lu, "
+                "\"failures\": %lu, \"ops_per_sec\": %.0f, \"ops_per_cpu_sec\": %.0f, "
+                "\"process_cpu_seconds\": %.3f, \"fences_per_update\": %s}",
+                a.system.c_str(), a.dist.c_str(), a.keys, a.threads, secs, updates.load(),
+                reads.load(), failures.load(), ops / secs, cpu > 0 ? ops / cpu * a.threads : 0,
+                cpu, fences.c_str());
+  AppendJson(a.json, buf);
+  if (failures.load() != 0) Die("operations failed");
+}
+
+void RunRestart(const Args& a) {
+  const std::string path = a.dir + "/pmrt-index-restart.pool";
+  ::unlink(path.c_str());
+  int ready[2];
+  if (pipe(ready) != 0) Die("pipe");
+  const pid_t pid = fork();
+  if (pid < 0) Die("fork");
+  if (pid == 0) {
+    pmrt::RuntimeOptions o;
+    o.create_size = size_t{2} << 30;
+    o.epochs.interval = std::chrono::milliseconds(0);  // boundaries by the loop below
+    auto rt = pmrt::Runtime::Open(path, o);
+    if (!rt.ok()) _exit(2);
+    pmrt::Index* index = *(*rt)->index("ycsb");
+    for (uint64_t i = 0; i < a.keys; ++i) {
+      const uint64_t k = KeyOf(i);
+      (void)index->put(pmrt::ds::U64Key(k).view(),
+                       std::string_view(reinterpret_cast<const char*>(&k), 8));
+    }
+    if (!(*rt)->sync().ok()) _exit(3);
+    (void)!write(ready[1], "x", 1);
+    // Transactions until killed, with a boundary every 64 ms (the default epoch), each one
+    // reported: the parent kills 60 ms after one, so that recovery rolls back an epoch of 60 ms
+    // of transactions and replays every one of them (the worst case of the default interval).
+    pmrt::bench::XorShift64 rng(7);
+    for (;;) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(64);
+      while (std::chrono::steady_clock::now() < until) {
+        for (int i = 0; i < 64; ++i) {
+          const uint64_t k = KeyOf(rng.Next() % a.keys), v = rng.Next();
+          (void)pmrt::txn::Run([&] {
+            return index
+                ->put(pmrt::ds::U64Key(k).view(),
+                      std::string_view(reinterpret_cast<const char*>(&v), 8))
+                .status();
+          });
+        }
+      }
+      if (!(*rt)->sync().ok()) _exit(4);
+      (void)!write(ready[1], "s", 1);
+    }
+  }
+  close(ready[1]);
+  char c;
+  if (read(ready[0], &c, 1) != 1) Die("the child failed to load");
+  for (int i = 0; i < 3; ++i) {
+    if (read(ready[0], &c, 1) != 1) Die("the child failed");
+  }
+  usleep(60 * 1000);
+  kill(pid, SIGKILL);
+  int status;
+  waitpid(pid, &status, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto rt = pmrt::Runtime::Open(path, {});
+  if (!rt.ok()) Die(rt.status().ToString());
+  const double open_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  pmrt::Index* index = *(*rt)->find_index("ycsb");
+  const uint64_t k = KeyOf(1);
+  const bool found = index->get(pmrt::ds::U64Key(k).view()).has_value();
+  const double first_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const pmrt::RuntimeStats s = (*rt)->stats();
+  std::printf(
+      "restart keys=%lu: open %.2f ms, first get %.2f ms (%s); %lu undo-log entries and %lu "
+      "index operations of committed transactions replayed (in %.2f ms)\n",
+      a.keys, open_ms, first_ms, found ? "found" : "MISSING",
+      static_cast<unsigned long>(s.epochs.log_entries_replayed),
+      static_cast<unsigned long>(s.replayed_index_ops), s.replay_ms);
+  char buf[256];
+  std::snprintf(buf, sizeof(buf),
+                "{\"bench\": \"index-restart\", \"keys\": %lu, \"open_ms\": %.3f, "
+                "\"first_get_ms\": %.3f, \"found\": %s, \"replayed_index_ops\": %lu}",
+                a.keys, open_ms, first_ms, found ? "true" : "false",
+                static_cast<unsigned long>(s.replayed_index_ops));
+  AppendJson(a.json, buf);
+  (void)(*rt)->Close();
+  ::unlink(path.c_str());
+  if (!found) Die("the first get missed");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) Die(f + " needs a value");
+      return argv[++i];
+    };
+    if (f == "--system") {
+      a.system = next();
+    } else if (f == "--keys") {
+      a.keys = std::strtoull(next().c_str(), nullptr, 10);
+    } else if (f == "--seconds") {
+      a.seconds = std::strtod(next().c_str(), nullptr);
+    } else if (f == "--threads") {
+      a.threads = std::atoi(next().c_str());
+    } else if (f == "--dist") {
+      a.dist = next();
+    } else if (f == "--dir") {
+      a.dir = next();
+    } else if (f == "--json") {
+      a.json = next();
+    } else if (f == "--restart") {
+      a.restart = true;
+    } else {
+      Die("unknown flag " + f + " (see the top of bench/index_txbench.cc)");
+    }
+  }
+  if (a.threads < 1 || a.threads > 56 || a.keys == 0 || (a.dist != "zipf" && a.dist != "uniform")) {
+    Die("bad --threads, --keys or --dist");
+  }
+  if (a.restart) {
+    RunRestart(a);
+  } else {
+    RunMix(a);
+  }
+  return 0;
+}
