@@ -143,16 +143,60 @@ absl::StatusOr<bool> Index::remove(std::string_view key) {
   return true;
 }
 
-absl::Status Index::Apply(uint64_t op, std::string_view bytes) {
-  std::string_view key, value;
-  if (!DecodeOp(bytes, &key, &value)) {
-    return absl::DataLossError(absl::StrCat("index ", name_, ": a logged operation of ",
-                                            bytes.size(), " bytes does not decode"));
-  }
-  if (op == kOpPut) {
-    if (tree_->put(key, value) == ds::PutResult::kNoMemory) return NoRoom("replay of a put", name_);
-  } else {
-    (void)tree_->remove(key);  // absent already: the same end state
+// ---- recovery ------------------------------------------------------------------------------
+
+std::vector<runtime_internal::CatalogEntry> runtime_internal::ReadCatalog(
+    const ds::DurableMasstree& catalog) {
+  std::vector<CatalogEntry> out;
+  catalog.scan("", ~size_t{0}, [&](std::string_view name, std::string_view v) {
+    uint64_t desc = 0, id = 0;
+    if (!DecodeEntry(v, &desc, &id)) desc = id = 0;
+    out.push_back({std::string(name), desc, id});
+    return true;
+  });
+  return out;
+}
+
+absl::Status runtime_internal::ReplayIndexOps(Pool& pool, epoch::Manager& epochs,
+                                              alloc::Heap& heap,
+                                              const ds::DurableMasstree& catalog,
+                                              const std::vector<txn::LogicalOp>& ops,
+                                              uint64_t* applied) {
+  if (mutation::Swapped(kSkipReplayMutant)) return absl::OkStatus();
+  std::map<uint64_t, CatalogEntry> by_id;
+  for (CatalogEntry& e : ReadCatalog(catalog))
+    if (e.descriptor != 0) by_id[e.id] = std::move(e);
+  std::map<uint64_t, std::unique_ptr<ds::DurableMasstree>> trees;
+  std::vector<const txn::LogicalOp*> order;
+  for (const txn::LogicalOp& op : ops) order.push_back(&op);
+  if (mutation::Swapped(kReplayOrderMutant)) std::reverse(order.begin(), order.end());
+  for (const txn::LogicalOp* op : order) {
+    const uint64_t id = op->tag >> 1;
+    auto entry = by_id.find(id);
+    if (entry == by_id.end()) continue;
+    auto& tree = trees[id];
+    if (tree == nullptr) {
+      auto t = ds::DurableMasstree::Open(pool, epochs, heap, entry->second.descriptor);
+      if (!t.ok()) {
+        return absl::Status(t.status().code(), absl::StrCat("index ", entry->second.name, ": ",
+                                                            std::string(t.status().message())));
+      }
+      tree = std::move(*t);
+    }
+    std::string_view key, value;
+    if (!DecodeOp(op->bytes, &key, &value)) {
+      return absl::DataLossError(absl::StrCat("index ", entry->second.name,
+                                              ": a logged operation of ", op->bytes.size(),
+                                              " bytes does not decode"));
+    }
+    if ((op->tag & 1) == kOpPut) {
+      if (tree->put(key, value) == ds::PutResult::kNoMemory) {
+        return NoRoom("replay of a put", entry->second.name);
+      }
+    } else {
+      (void)tree->remove(key);  // absent already: the same end state
+    }
+    ++*applied;
   }
   return absl::OkStatus();
 }
@@ -247,31 +291,7 @@ absl::Status Runtime::Replay(const std::vector<txn::LogicalOp>& ops) {
     replay_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                       .count();
   };
-  // Index ids of the catalog (an index dropped since has no entry: its operations are dropped
-  // with it).
-  std::map<uint64_t, std::pair<std::string, uint64_t>> by_id;
-  catalog_->scan("", ~size_t{0}, [&](std::string_view name, std::string_view v) {
-    uint64_t desc, id;
-    if (DecodeEntry(v, &desc, &id)) by_id[id] = {std::string(name), desc};
-    return true;
-  });
-  std::lock_guard<std::mutex> l(mu_);
-  if (mutation::Swapped(runtime_internal::kSkipReplayMutant)) return absl::OkStatus();
-  std::vector<const txn::LogicalOp*> order;
-  for (const txn::LogicalOp& op : ops) order.push_back(&op);
-  if (mutation::Swapped(runtime_internal::kReplayOrderMutant)) {
-    std::reverse(order.begin(), order.end());
-  }
-  for (const txn::LogicalOp* o : order) {
-    const txn::LogicalOp& op = *o;
-    auto it = by_id.find(op.tag >> 1);
-    if (it == by_id.end()) continue;
-    auto index = OpenIndexLocked(it->second.first, it->first, it->second.second);
-    if (!index.ok()) return index.status();
-    if (auto st = (*index)->Apply(op.tag & 1, op.bytes); !st.ok()) return st;
-    ++replayed_;
-  }
-  return absl::OkStatus();
+  return runtime_internal::ReplayIndexOps(*pool_, *epochs_, *heap_, *catalog_, ops, &replayed_);
 }
 
 absl::StatusOr<Index*> Runtime::OpenIndexLocked(const std::string& name, uint64_t id,

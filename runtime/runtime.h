@@ -52,10 +52,13 @@
 
 namespace pmrt {
 
+// The layout name of a runtime's pool (RuntimeOptions::layout's default).
+inline constexpr char kRuntimeLayout[] = "pmrt-runtime";
+
 struct RuntimeOptions {
   // Create the pool with this size when the file does not exist (0: it must exist).
   size_t create_size = 0;
-  std::string layout = "pmrt-runtime";
+  std::string layout = kRuntimeLayout;
   PoolOptions pool;
   epoch::ManagerOptions epochs;
   txn::Options txn;  // replay_logical is the runtime's own: leave it empty
@@ -92,7 +95,25 @@ namespace runtime_internal {
 inline constexpr Site kSkipReplayMutant{"runtime.mutant.skip_replay"};
 inline constexpr Site kReplayOrderMutant{"runtime.mutant.replay_order"};
 inline constexpr Site kNoUndoMutant{"runtime.mutant.no_undo"};
+
+// A named index as the catalog holds it.
+struct CatalogEntry {
+  std::string name;
+  uint64_t descriptor;  // of its tree
+  uint64_t id;
+};
+// Every entry of `catalog`, in name order; an entry that does not decode is returned with
+// descriptor 0 (tools report it).
+std::vector<CatalogEntry> ReadCatalog(const ds::DurableMasstree& catalog);
+// Replays the index operations `ops` (in commit order) on the trees `catalog` names: Runtime's
+// recovery, and that of a tool that opens a runtime pool's layers itself (tools/pool_view.cc).
+// An operation whose index has no entry (dropped since) is dropped with it. *applied counts the
+// operations applied.
+absl::Status ReplayIndexOps(Pool& pool, epoch::Manager& epochs, alloc::Heap& heap,
+                            const ds::DurableMasstree& catalog,
+                            const std::vector<txn::LogicalOp>& ops, uint64_t* applied);
 }  // namespace runtime_internal
+
 
 // A named durable Masstree of a Runtime. Keys and values are byte strings (as ds::Masstree).
 class Index {
@@ -128,8 +149,6 @@ class Index {
   friend class Runtime;
   Index(Runtime& rt, std::string name, uint64_t id, std::unique_ptr<ds::DurableMasstree> tree)
       : rt_(rt), name_(std::move(name)), id_(id), tree_(std::move(tree)) {}
-  // Replays one logged operation (recovery).
-  absl::Status Apply(uint64_t op, std::string_view bytes);
 
   Runtime& rt_;
   std::string name_;

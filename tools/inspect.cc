@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "alloc/size_class.h"
+#include "runtime/runtime.h"
 #include "tools/bytes_format.h"
 #include "tools/json_writer.h"
 #include "tools/kv_store.h"
@@ -20,9 +21,11 @@
 namespace pmrt::tools {
 
 const char kInspectUsage[] =
-    "       pmrt info POOL [--json] [--layout NAME]\n"
+    "       pmrt info POOL [--json] [--layout NAME] [--index NAME]\n"
     "       pmrt check POOL [--layout NAME]\n"
-    "       pmrt dump POOL [--limit N] [--from KEY] [--hex | --json] [--layout NAME]\n";
+    "       pmrt dump POOL [--limit N] [--from KEY] [--hex | --json] [--layout NAME] "
+    "[--index NAME]\n"
+    "  (--layout pmrt-runtime: a pmrt::Runtime pool; --index names one of its indexes)\n";
 
 namespace {
 
@@ -30,6 +33,7 @@ namespace {
 struct Args {
   std::string pool;
   std::string layout = kKvLayout;
+  std::string index;
   bool json = false, hex = false;
   uint64_t limit = 100;
   std::optional<std::string> from;
@@ -60,7 +64,8 @@ std::optional<Args> Parse(const char* cmd, const std::vector<std::string>& args,
       continue;
     }
     if (!allows(arg)) return usage(absl::StrCat("unknown option ", arg));
-    const bool takes_value = arg == "--layout" || arg == "--limit" || arg == "--from";
+    const bool takes_value =
+        arg == "--layout" || arg == "--limit" || arg == "--from" || arg == "--index";
     if (takes_value && i + 1 == args.size()) return usage(absl::StrCat(arg, " needs a value"));
     if (arg == "--json") {
       a.json = true;
@@ -68,6 +73,8 @@ std::optional<Args> Parse(const char* cmd, const std::vector<std::string>& args,
       a.hex = true;
     } else if (arg == "--layout") {
       a.layout = args[++i];
+    } else if (arg == "--index") {
+      a.index = args[++i];
     } else if (arg == "--limit") {
       if (!absl::SimpleAtoi(args[++i], &a.limit)) {
         return usage(absl::StrCat("--limit needs a number, not ", args[i]));
@@ -87,7 +94,7 @@ std::optional<Args> Parse(const char* cmd, const std::vector<std::string>& args,
 
 // Opens the pool; on failure prints the one-line error and sets *exit_status.
 std::unique_ptr<PoolView> OpenOrReport(const char* cmd, const Args& a, int* exit_status) {
-  auto view = PoolView::Open(a.pool, a.layout);
+  auto view = PoolView::Open(a.pool, a.layout, a.index);
   if (view.ok()) return std::move(*view);
   // Pool errors already start with the path; others (none today) get it prepended.
   std::string msg(view.status().message());
@@ -196,7 +203,18 @@ void PrintText(const PoolReport& r) {
         "transactions    directory at offset %lu (committed transactions replayed at open)\n",
         static_cast<unsigned long>(r.txn_directory));
   }
-  if (!r.kv) return;
+  if (r.runtime) {
+    std::string list;
+    for (const auto& [name, keys] : r.indexes) {
+      absl::StrAppend(&list, list.empty() ? "" : ", ", EscapeBytes(name), " (", keys, " keys)");
+    }
+    std::printf("indexes         %zu%s%s\n", r.indexes.size(), list.empty() ? "" : ": ",
+                list.c_str());
+    if (!r.has_tree) return;
+    std::printf("index           %s\n", EscapeBytes(r.index).c_str());
+  } else if (!r.kv) {
+    return;
+  }
   if (!r.has_tree) {
     std::printf("tree            none yet (a key-value pool gets its tree at its first write)\n");
     return;
@@ -270,6 +288,16 @@ std::string Json(const PoolReport& r) {
   } else {
     j.Null();
   }
+  j.Key("indexes");
+  if (r.runtime) {
+    j.BeginArray();
+    for (const auto& [name, keys] : r.indexes) {
+      j.BeginObject().Key("name").Str(name).Key("keys").Uint(keys).EndObject();
+    }
+    j.EndArray();
+  } else {
+    j.Null();
+  }
   j.Key("tree");
   if (r.has_tree) {
     j.BeginObject().Key("keys").Uint(r.keys).Key("height").Int(r.shape.height);
@@ -301,7 +329,7 @@ int Finish(const char* cmd, PoolView& view, int status) {
 }  // namespace
 
 int InfoCommand(const std::vector<std::string>& args) {
-  const auto a = Parse("info", args, "--json --layout");
+  const auto a = Parse("info", args, "--json --layout --index");
   if (!a.has_value()) return kExitUsage;
   int status = kExitOk;
   auto view = OpenOrReport("info", *a, &status);
@@ -336,15 +364,22 @@ int CheckCommand(const std::vector<std::string>& args) {
 }
 
 int DumpCommand(const std::vector<std::string>& args) {
-  const auto a = Parse("dump", args, "--limit --from --hex --json --layout");
+  const auto a = Parse("dump", args, "--limit --from --hex --json --layout --index");
   if (!a.has_value()) return kExitUsage;
   int status = kExitOk;
   auto view = OpenOrReport("dump", *a, &status);
   if (view == nullptr) return status;
-  if (!view->kv()) {
-    std::fprintf(stderr, "pmrt dump: %s: layout \"%s\" is not a key-value pool (layout \"%s\")\n",
-                 a->pool.c_str(), a->layout.c_str(), kKvLayout);
+  if (!view->kv() && a->layout != kRuntimeLayout) {
+    std::fprintf(stderr,
+                 "pmrt dump: %s: layout \"%s\" is not a key-value pool (layout \"%s\") or a "
+                 "runtime's (layout \"%s\")\n",
+                 a->pool.c_str(), a->layout.c_str(), kKvLayout, kRuntimeLayout);
     return Finish("dump", *view, kExitFailed);
+  }
+  if (view->tree() == nullptr && a->layout == kRuntimeLayout) {
+    std::fprintf(stderr, "pmrt dump: %s: name the index to dump (--index NAME; pmrt info lists "
+                 "them)\n", a->pool.c_str());
+    return Finish("dump", *view, kExitUsage);
   }
   if (view->tree() == nullptr) {
     std::fprintf(stderr, "pmrt dump: %s: the pool holds no key-value tree yet\n", a->pool.c_str());

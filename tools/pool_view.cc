@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "epoch/epoch_layout.h"
 #include "tools/bytes_format.h"
+#include "runtime/runtime.h"
 #include "tools/kv_store.h"
 
 namespace pmrt::tools {
@@ -101,12 +102,15 @@ int ExitStatusForOpenError(const absl::Status& st) {
 }
 
 absl::StatusOr<std::unique_ptr<PoolView>> PoolView::Open(const std::string& path,
-                                                         const std::string& layout) {
+                                                         const std::string& layout,
+                                                         const std::string& index) {
   std::unique_ptr<PoolView> v(new PoolView());
   auto pool = Pool::Open(path, layout);
   if (!pool.ok()) return pool.status();
   v->pool_ = std::move(*pool);
   v->kv_ = layout == kKvLayout;
+  v->runtime_ = layout == kRuntimeLayout;
+  v->index_ = index;
   if (absl::Status st = v->OpenLayers(); !st.ok()) return st;
   return v;
 }
@@ -135,6 +139,7 @@ absl::Status PoolView::OpenLayers() {
   // 3. Transactions, if the pool has a directory (0: no Engine ever attached; opening one would
   //    create it): committed transactions are replayed right after the heap's rollback, before
   //    anything allocates, as Engine::Open requires.
+  if (runtime_) return OpenRuntime();
   if (pool_->state().txn_directory.value.load(std::memory_order_relaxed) != 0) {
     auto engine = txn::Engine::Open(*pool_, *epochs_, *heap_);
     if (!engine.ok()) return engine.status();
@@ -167,8 +172,62 @@ absl::Status PoolView::OpenTree() {
   return absl::OkStatus();
 }
 
+absl::Status PoolView::OpenRuntime() {
+  // A root never bound holds no runtime header yet (binding it would write the pool).
+  const RuntimeHeader* h = nullptr;
+  if (pool_->state().root_type_size.value.load(std::memory_order_relaxed) != 0) {
+    h = static_cast<const RuntimeHeader*>(pool_->region_base(PoolRegion::kRoot));
+    if (h->magic != RuntimeHeader::kMagic) {
+      return absl::DataLossError(absl::StrCat(pool_->path(), ": the root region at offset ",
+                                              pool_->offset_of(h),
+                                              " holds no runtime header (bad magic)"));
+    }
+    auto catalog = ds::DurableMasstree::Open(*pool_, *epochs_, *heap_, h->catalog);
+    if (!catalog.ok()) return catalog.status();
+    catalog_ = std::move(*catalog);
+  }
+  if (pool_->state().txn_directory.value.load(std::memory_order_relaxed) != 0) {
+    txn::Options o;
+    o.background = false;
+    o.replay_logical = [this](const std::vector<txn::LogicalOp>& ops) -> absl::Status {
+      if (catalog_ == nullptr) {
+        return absl::DataLossError(absl::StrCat(
+            pool_->path(), ": index operations to replay, and no catalog of indexes"));
+      }
+      uint64_t applied = 0;
+      return runtime_internal::ReplayIndexOps(*pool_, *epochs_, *heap_, *catalog_, ops, &applied);
+    };
+    auto engine = txn::Engine::Open(*pool_, *epochs_, *heap_, o);
+    if (!engine.ok()) return engine.status();
+    txn_ = std::move(*engine);
+  }
+  if (catalog_ == nullptr) {
+    if (!index_.empty()) {
+      return absl::NotFoundError(absl::StrCat(pool_->path(), ": no index named '", index_,
+                                              "' (the pool holds no index yet)"));
+    }
+    return absl::OkStatus();
+  }
+  const auto entries = runtime_internal::ReadCatalog(*catalog_);
+  if (index_.empty() && entries.size() == 1) index_ = entries[0].name;
+  if (index_.empty()) return absl::OkStatus();
+  for (const auto& e : entries) {
+    if (e.name != index_) continue;
+    auto tree = ds::DurableMasstree::Open(*pool_, *epochs_, *heap_, e.descriptor);
+    if (!tree.ok()) {
+      return absl::Status(tree.status().code(),
+                          absl::StrCat(pool_->path(), ": index '", index_,
+                                       "': ", std::string(tree.status().message())));
+    }
+    tree_ = std::move(*tree);
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrCat(pool_->path(), ": no index named '", index_, "'"));
+}
+
 absl::Status PoolView::Close() {
   tree_.reset();
+  catalog_.reset();
   txn_.reset();
   heap_.reset();
   epochs_.reset();
@@ -222,6 +281,18 @@ PoolReport PoolView::Report() const {
     r.txn_directory = pool_->state().txn_directory.value.load(std::memory_order_relaxed);
   }
   r.kv = kv_;
+  r.runtime = runtime_;
+  r.index = index_;
+  if (catalog_ != nullptr) {
+    for (const auto& e : runtime_internal::ReadCatalog(*catalog_)) {
+      uint64_t keys = 0;
+      if (e.descriptor != 0) {
+        auto tree = ds::DurableMasstree::Open(*pool_, *epochs_, *heap_, e.descriptor);
+        if (tree.ok()) keys = (*tree)->size();
+      }
+      r.indexes.emplace_back(e.name, keys);
+    }
+  }
   if (tree_ != nullptr) {
     r.has_tree = true;
     r.tree_descriptor = tree_->descriptor();
@@ -309,6 +380,10 @@ void PoolView::CheckHeapAndTree(CheckReport& r) const {
       r.passed.push_back(
           absl::StrCat("heap walk: ", blocks.size(), " live blocks, in the region, no overlaps"));
     }
+  }
+  if (runtime_) {
+    CheckIndexes(r);
+    return;
   }
   if (!kv_) {
     r.skipped.push_back("tree, reachability: not a key-value pool");
@@ -403,6 +478,56 @@ void PoolView::CheckHeapAndTree(CheckReport& r) const {
     r.passed.push_back(absl::StrCat("reachability: ", objects.objects().size(),
                                     " tree objects are live heap blocks, and all ", blocks.size(),
                                     " live blocks are reachable (no leaks)"));
+  }
+}
+
+void PoolView::CheckIndexes(CheckReport& r) const {
+  // A runtime's pool: the catalog and every index tree pass their structural checks, and every
+  // object they link to is a live heap block. Leaks are not looked for: the program's own
+  // objects (pnew) are reachable only through its own pointers, which the tool cannot follow.
+  r.skipped.push_back(
+      "leaks: a runtime's pool holds the program's objects, reachable only through its pointers");
+  if (catalog_ == nullptr) {
+    r.skipped.push_back("indexes: the pool holds no catalog yet");
+    return;
+  }
+  std::vector<std::pair<std::string, const ds::DurableMasstree*>> trees = {
+      {"catalog", catalog_.get()}};
+  std::vector<std::unique_ptr<ds::DurableMasstree>> opened;
+  for (const auto& e : runtime_internal::ReadCatalog(*catalog_)) {
+    if (e.descriptor == 0) {
+      r.problems.push_back(absl::StrCat("catalog: the entry of index '", EscapeBytes(e.name),
+                                        "' is not 16 bytes"));
+      continue;
+    }
+    auto tree = ds::DurableMasstree::Open(*pool_, *epochs_, *heap_, e.descriptor);
+    if (!tree.ok()) {
+      r.problems.push_back(absl::StrCat("index '", EscapeBytes(e.name), "': ",
+                                        std::string(tree.status().message())));
+      continue;
+    }
+    opened.push_back(std::move(*tree));
+    trees.emplace_back(absl::StrCat("index '", EscapeBytes(e.name), "'"), opened.back().get());
+  }
+  for (const auto& [name, tree] : trees) {
+    ObjectCollector objects(*pool_, /*values=*/true);
+    ds::TreeShape shape;
+    if (absl::Status st = tree->CheckInvariants(&shape, &objects); !st.ok()) {
+      r.problems.push_back(absl::StrCat(name, " (descriptor at offset ", tree->descriptor(),
+                                        "): ", st.message()));
+      continue;
+    }
+    Findings f(r.problems, name);
+    for (const auto& [off, o] : objects.objects()) {
+      if (heap_->UsableSize(pool_->at(off)) < o.bytes) {
+        f.Add(absl::StrCat(name, ": ", KindName(o.kind), " at offset ", off, " of ", o.bytes,
+                           " bytes is not a live heap block of that size"));
+      }
+    }
+    if (f.count() == 0) {
+      r.passed.push_back(absl::StrCat(name, ": ", shape.keys, " keys, height ", shape.height,
+                                      ": structural invariants hold, every object is live"));
+    }
   }
 }
 

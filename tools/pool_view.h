@@ -14,7 +14,9 @@
 // point), txn::Engine::Open when the pool has a transaction directory (replays committed
 // transactions: a pool left half-recovered would be marked cleanly shut down at close) and,
 // for a key-value pool (layout "pmrt", tools/kv_store.h), the durable Masstree
-// named by the root object. Recovery writes to the pool, as any open does; it loses nothing
+// named by the root object; for a runtime's pool (layout "pmrt-runtime", runtime/runtime.h), the
+// catalog of named indexes (opened before the engine, whose recovery replays the committed
+// transactions' index operations into them) and the index named by `index`. Recovery writes to the pool, as any open does; it loses nothing
 // that was durable, and the report says what it did. A layer the pool does not hold yet (a pool
 // fresh from `pmrt create`, or one of another layout whose application does not use the heap)
 // is left uninitialized: inspecting a pool never formats anything in it, and never creates a
@@ -74,7 +76,12 @@ struct PoolReport {
   bool has_txn = false;
   uint64_t txn_directory = 0;
 
-  // Key-value tree (kv: the layout is the key-value layout; has_tree: it holds a tree).
+  // A runtime's pool: its named indexes (name, keys), and the one shown as the tree below.
+  bool runtime = false;
+  std::vector<std::pair<std::string, uint64_t>> indexes;
+  std::string index;
+  // Key-value tree (kv: the layout is the key-value layout; has_tree: it holds a tree, or the
+  // runtime's pool has the index asked for).
   bool kv = false, has_tree = false;
   uint64_t tree_descriptor = 0;
   uint64_t keys = 0;
@@ -97,8 +104,11 @@ class PoolView {
   // format or a pool in use, kDataLoss for a corrupt header or state page) and those of the
   // recovery of each layer (kDataLoss: corrupt epoch area, heap metadata or tree descriptor),
   // each naming the file.
+  // `index`: for a runtime's pool, the named index to show as the tree (none when empty, unless
+  // the pool has exactly one); kNotFound when it has no such index.
   static absl::StatusOr<std::unique_ptr<PoolView>> Open(const std::string& path,
-                                                        const std::string& layout);
+                                                        const std::string& layout,
+                                                        const std::string& index = "");
   ~PoolView();
   PoolView(const PoolView&) = delete;
   PoolView& operator=(const PoolView&) = delete;
@@ -122,6 +132,8 @@ class PoolView {
   PoolView() = default;
   absl::Status OpenLayers();
   absl::Status OpenTree();
+  absl::Status OpenRuntime();
+  void CheckIndexes(CheckReport& r) const;
   void CheckEpochs(CheckReport& r) const;
   void CheckHeapAndTree(CheckReport& r) const;
 
@@ -129,8 +141,11 @@ class PoolView {
   std::unique_ptr<epoch::Manager> epochs_;
   std::unique_ptr<alloc::Heap> heap_;
   std::unique_ptr<txn::Engine> txn_;
+  std::unique_ptr<ds::DurableMasstree> catalog_;  // a runtime's pool
   std::unique_ptr<ds::DurableMasstree> tree_;
   bool kv_ = false;
+  bool runtime_ = false;
+  std::string index_;
   uint64_t completed_before_ = 0;
   EpochRanges failed_before_;
 };
