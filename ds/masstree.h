@@ -120,6 +120,8 @@ class BasicMasstree {
   // epoch boundary (advancing the epoch themselves) and retry (see ds/durable_masstree.h for a
   // caller that holds its own epoch guard).
   PutResult put(std::string_view key, std::string_view value);
+  // The same; on kUpdated, *previous receives the value it replaced.
+  PutResult put(std::string_view key, std::string_view value, std::string* previous);
   template <class T>
   requires std::is_trivially_copyable_v<T> PutResult put_as(std::string_view key, const T& value) {
     return put(key, std::string_view(reinterpret_cast<const char*>(&value), sizeof(T)));
@@ -259,9 +261,15 @@ const {
 
 template <IsNodeAllocator A>
 PutResult BasicMasstree<A>::put(std::string_view key, std::string_view value) {
+  return put(key, value, nullptr);
+}
+
+template <IsNodeAllocator A>
+PutResult BasicMasstree<A>::put(std::string_view key, std::string_view value,
+                                std::string* previous) {
   using ds_internal::WriteOutcome;
   switch (Write([&](Writer& w) {
-    return ds_internal::PutKey(w, key, value, ds_internal::PutMode::kUpsert);
+    return ds_internal::PutKey(w, key, value, ds_internal::PutMode::kUpsert, previous);
   })) {
     case WriteOutcome::kInserted:
       return PutResult::kInserted;

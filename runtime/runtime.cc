@@ -91,10 +91,12 @@ absl::StatusOr<ds::PutResult> Index::put(std::string_view key, std::string_view 
     return r;
   }
   // In a transaction: applied now (the transaction reads its own writes), logged in its record,
-  // reverted by its abort.
-  std::optional<std::string> old = tree_->get(key);
-  const ds::PutResult r = tree_->put(key, value);
+  // reverted by its abort (to the value the put replaced, or by a remove).
+  std::string previous;
+  const ds::PutResult r = tree_->put(key, value, &previous);
   if (r == ds::PutResult::kNoMemory) return NoRoom("put", name_);
+  std::optional<std::string> old;
+  if (r == ds::PutResult::kUpdated) old = std::move(previous);
   ds::DurableMasstree* tree = tree_.get();
   auto undo = [tree, k = std::string(key), old = std::move(old)] {
     if (old.has_value() ? tree->put(k, *old) == ds::PutResult::kNoMemory : !tree->remove(k)) {

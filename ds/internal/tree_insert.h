@@ -83,9 +83,11 @@ bool InsertIntoLeaf(const P& p, uint64_t e, LeafNode* leaf, int pos, uint64_t sl
   return true;
 }
 
-// Inserts or updates `key`. See BasicMasstree::put for the contract.
+// Inserts or updates `key`. See BasicMasstree::put for the contract. `previous` (may be null)
+// receives the replaced value of an update.
 template <class A, class P>
-WriteOutcome PutKey(Writer<A, P>& w, std::string_view key, std::string_view value, PutMode mode) {
+WriteOutcome PutKey(Writer<A, P>& w, std::string_view key, std::string_view value, PutMode mode,
+                    std::string* previous = nullptr) {
   const P& p = w.p();
   KeyCursor k(key);
   NodeHeader* entry = w.tree.Root();
@@ -164,6 +166,8 @@ WriteOutcome PutKey(Writer<A, P>& w, std::string_view key, std::string_view valu
       return WriteOutcome::kNoLog;
     }
     leaf->version().Unlock();
+    // (The old object stays allocated until the writer's guard ends: retired, not freed.)
+    if (previous != nullptr) previous->assign(old->value());
     w.alloc.RetireValue(old, old->size());
     return WriteOutcome::kUpdated;
   }
