@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace pmrt {
@@ -172,6 +173,20 @@ absl::Status runtime_internal::ReplayIndexOps(Pool& pool, epoch::Manager& epochs
   std::vector<const txn::LogicalOp*> order;
   for (const txn::LogicalOp& op : ops) order.push_back(&op);
   if (mutation::Swapped(kReplayOrderMutant)) std::reverse(order.begin(), order.end());
+  // Only the last operation on each key (of each index) decides its final state, and nothing
+  // observes the ones before: the others are skipped (keys of an epoch's hot set are written
+  // many times).
+  {
+    absl::flat_hash_set<std::pair<uint64_t, std::string_view>> seen;
+    std::vector<const txn::LogicalOp*> last;
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      std::string_view key, value;
+      if (!DecodeOp((*it)->bytes, &key, &value) || seen.insert({(*it)->tag >> 1, key}).second) {
+        last.push_back(*it);
+      }
+    }
+    order.assign(last.rbegin(), last.rend());
+  }
   for (const txn::LogicalOp* op : order) {
     const uint64_t id = op->tag >> 1;
     auto entry = by_id.find(id);
