@@ -178,6 +178,7 @@ Heap::Heap(Pool& pool, epoch::Manager& epochs)
     : pool_(pool), epochs_(epochs), id_(g_next_heap_id.fetch_add(1)) {}
 
 Heap::~Heap() {
+  if (attached_) pool_.CheckNoLayerAbove(PoolLayer::kHeap, "the alloc::Heap");
   // Frees still in their grace period are retired batches that call back into this heap, and
   // the boundary must copy this epoch's bitmap changes: close the epoch now (Advance runs the
   // reclaimers under its lock, so none is still running when it returns).
@@ -1087,6 +1088,13 @@ absl::Status Heap::Walk(const std::function<void(const BlockInfo&)>& fn) const {
       if (BlockLive(i, b)) fn({ChunkOffset(i) + uint64_t{b} * size, size});
   }
   return absl::OkStatus();
+}
+
+uint64_t Heap::AllocationsSinceOpen() const {
+  uint64_t n = 0;
+  const_cast<PerThread<ThreadCache>&>(caches_).ForEach(
+      [&](const ThreadCache& tc) { n += tc.allocations.load(std::memory_order_relaxed); });
+  return n;
 }
 
 HeapStats Heap::Stats() const {

@@ -118,6 +118,8 @@ class Heap {
   // Every live block, in address order.
   absl::Status Walk(const std::function<void(const BlockInfo&)>& fn) const;
   HeapStats Stats() const;
+  // Allocate calls since Open (all threads; cheap: no heap walk).
+  uint64_t AllocationsSinceOpen() const;
   // Deep consistency check of the metadata: chunk states, extent runs, bitmap bits beyond a
   // chunk's blocks, free chunks with allocated bits. kDataLoss naming the chunk and offset.
   absl::Status Check() const;

@@ -85,6 +85,7 @@ absl::StatusOr<std::unique_ptr<Manager>> Manager::Open(Pool& pool, ManagerOption
 }
 
 Manager::~Manager() {
+  if (attached_) pool_.CheckNoLayerAbove(PoolLayer::kEpochs, "the epoch::Manager");
   {
     std::lock_guard<std::mutex> l(clock_mu_);
     stopping_ = true;

@@ -894,4 +894,17 @@ void Pool::DetachLayer(PoolLayer layer) {
   layers_.fetch_and(~static_cast<uint32_t>(layer), std::memory_order_acq_rel);
 }
 
+void Pool::CheckNoLayerAbove(PoolLayer layer, const char* who) const {
+  const uint32_t above = layers_.load(std::memory_order_acquire) & ~(2 * static_cast<uint32_t>(layer) - 1);
+  if (above == 0) return;
+  const char* open = (above & static_cast<uint32_t>(PoolLayer::kTransactions)) != 0
+                         ? "a txn::Engine"
+                         : "an alloc::Heap";
+  std::fprintf(stderr,
+               "pmrt: %s: %s destroyed while %s of this pool is still open; destroy the layers "
+               "in reverse order of their opening (engine, heap, epoch manager, pool)\n",
+               path_.c_str(), who, open);
+  std::abort();
+}
+
 }  // namespace pmrt

@@ -112,6 +112,10 @@ class Pool {
   }
   // True when Close would mark the pool cleanly shut down.
   bool recovery_acknowledged() const;
+  // True when `part` has been acknowledged in this run.
+  bool acknowledged(RecoveryPart part) const {
+    return (recovered_.load(std::memory_order_acquire) & part) != 0;
+  }
 
   // A txn::Engine is open on the pool: set by Engine::Open, cleared by the engine's close once
   // it has written back every word its log holds (a hot word's committed value may be only in
@@ -179,6 +183,10 @@ class Pool {
   // recovers and writes what the first is using): kFailedPrecondition naming the pool.
   absl::Status AttachLayer(PoolLayer layer);
   void DetachLayer(PoolLayer layer);
+  // A layer's destructor checks that no layer above it is still attached (a wrong teardown
+  // order): it reports `who` and the layer still open on stderr and aborts, since the layer
+  // above would go on using what is being torn down.
+  void CheckNoLayerAbove(PoolLayer layer, const char* who) const;
 
  private:
   Pool() = default;

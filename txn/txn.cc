@@ -173,6 +173,18 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(Pool& pool, epoch::Manager&
     return absl::InvalidArgumentError("txn: log_budget must be > 0 and reclaim_trigger in (0, 1]");
   }
   if (auto st = pool.AttachLayer(PoolLayer::kTransactions); !st.ok()) return st;
+  // The recovery of a crashed pool re-marks the allocations of committed transactions
+  // (MarkAllocated): a block the program allocated before could be one of them, and would then
+  // be handed out twice.
+  if (!pool.was_clean_shutdown() && !pool.acknowledged(Pool::kRecoveredTxn) &&
+      pool.state().txn_directory.value.load(std::memory_order_relaxed) != 0 &&
+      heap.AllocationsSinceOpen() != 0) {
+    pool.DetachLayer(PoolLayer::kTransactions);
+    return absl::FailedPreconditionError(absl::StrCat(
+        pool.path(), ": txn::Engine::Open after ", heap.AllocationsSinceOpen(),
+        " allocation(s) in this run; the pool has a transaction log to recover, which must run "
+        "before anything allocates: open the engine right after Heap::Open"));
+  }
   std::unique_ptr<Engine> e(new Engine(pool, epochs, heap, options));
   e->attached_ = true;
   e->impl_ = std::make_unique<Impl>(*e);

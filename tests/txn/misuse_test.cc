@@ -1,6 +1,7 @@
 // API misuse is an error naming the pool, never a hang or a damaged pool: a second epoch
 // manager, heap or transaction engine on one pool; Sync, Advance or Reclaim while the calling
-// thread holds an epoch guard (its own guard would keep the boundary waiting forever).
+// thread holds an epoch guard (its own guard would keep the boundary waiting forever); the
+// engine opened after something allocated; layers torn down in the wrong order.
 #include <string>
 
 #include "epoch/epoch.h"
@@ -74,6 +75,36 @@ TEST_F(MisuseTest, SyncInsideAGuardOrATransactionIsAnError) {
   EXPECT_OK(rt_.engine->Reclaim());
   EXPECT_TRUE(rt_.pool->health().ok());
   EXPECT_EQ(root->word, 7u);
+}
+
+TEST_F(MisuseTest, TheEngineOpensOnlyBeforeAnythingAllocates) {
+  Root* root = *rt_.pool->root<Root>();
+  ASSERT_OK(txn::Run([&] { return txn::write(&root->word, uint64_t{9}); }));
+  // A crash image (every store kept), opened without the engine: an allocation, then the
+  // engine, whose recovery could re-mark that very block, is refused.
+  testing::Buffer image(kPoolSize);
+  image.CopyFrom(buffer_.data());
+  auto pool = Pool::OpenInMemory(image.data(), kPoolSize, "txn-test", PoolOptions{}, "image");
+  ASSERT_OK(pool);
+  alloc::test_runtime::HeapRuntime layers;
+  ASSERT_OK(alloc::test_runtime::OpenHeapLayers(std::move(*pool), layers));
+  {
+    epoch::Guard g(*layers.epochs);
+    ASSERT_NE(layers.heap->Allocate(64), nullptr);
+  }
+  auto e = Engine::Open(*layers.pool, *layers.epochs, *layers.heap);
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kFailedPrecondition) << e.status();
+  EXPECT_NE(e.status().message().find("before anything allocates"), std::string::npos)
+      << e.status();
+}
+
+// A wrong teardown order (a lower layer destroyed while one above it is open) is reported and
+// stops the process, instead of leaving the layer above to use what was torn down.
+TEST_F(MisuseTest, AWrongTeardownOrderIsDetected) {
+  EXPECT_DEATH(rt_.epochs.reset(), "epoch::Manager destroyed while a txn::Engine");
+  EXPECT_DEATH(rt_.heap.reset(), "alloc::Heap destroyed while a txn::Engine");
+  rt_.engine.reset();
+  EXPECT_DEATH(rt_.epochs.reset(), "epoch::Manager destroyed while an alloc::Heap");
 }
 
 }  // namespace
