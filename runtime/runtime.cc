@@ -223,12 +223,16 @@ absl::Status runtime_internal::ReplayIndexOps(Pool& pool, epoch::Manager& epochs
 absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Open(const std::string& path,
                                                        RuntimeOptions options) {
   struct stat sb;
+  const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<std::unique_ptr<Pool>> pool =
       options.create_size != 0 && stat(path.c_str(), &sb) != 0 && errno == ENOENT
           ? Pool::Create(path, options.create_size, options.layout, options.pool)
           : Pool::Open(path, options.layout, options.pool);
   if (!pool.ok()) return pool.status();
-  return Attach(std::move(*pool), std::move(options));
+  const auto pool_time = std::chrono::steady_clock::now() - start;
+  auto rt = Attach(std::move(*pool), std::move(options));
+  if (rt.ok()) (*rt)->times_.pool = pool_time;
+  return rt;
 }
 
 absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Attach(std::unique_ptr<Pool> pool,
@@ -240,21 +244,31 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Attach(std::unique_ptr<Pool> p
   std::unique_ptr<Runtime> rt(new Runtime());
   rt->pool_ = std::move(pool);
   bool created = false;
+  auto t = std::chrono::steady_clock::now();
+  auto lap = [&t](std::chrono::nanoseconds* into) {
+    const auto now = std::chrono::steady_clock::now();
+    *into = now - t;
+    t = now;
+  };
   // Recovery in the contract's order: the epochs (external log), the heap, then the catalog and
   // the engine, whose replay of committed transactions hands their index operations to Replay.
   auto epochs = epoch::Manager::Open(*rt->pool_, options.epochs);
   if (!epochs.ok()) return epochs.status();
   rt->epochs_ = std::move(*epochs);
+  lap(&rt->times_.epochs);
   auto heap = alloc::Heap::Open(*rt->pool_, *rt->epochs_);
   if (!heap.ok()) return heap.status();
   rt->heap_ = std::move(*heap);
+  lap(&rt->times_.heap);
   if (auto st = rt->OpenCatalog(&created); !st.ok()) return st;
+  lap(&rt->times_.catalog);
   options.txn.replay_logical = [p = rt.get()](const std::vector<txn::LogicalOp>& ops) {
     return p->Replay(ops);
   };
   auto engine = txn::Engine::Open(*rt->pool_, *rt->epochs_, *rt->heap_, options.txn);
   if (!engine.ok()) return engine.status();
   rt->engine_ = std::move(*engine);
+  lap(&rt->times_.engine);
   if (created) {
     if (auto st = rt->epochs_->Sync(); !st.ok()) return st;
   }

@@ -30,6 +30,7 @@
 #define PMRT_RUNTIME_RUNTIME_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <cstddef>
 #include <cstdint>
@@ -199,6 +200,12 @@ class Runtime {
   // Everything done before the call is durable when it returns OK.
   absl::Status sync() { return epochs_->Sync(); }
   RuntimeStats stats() const;
+  // How long each step of the open took (Attach's steps; the pool's own open is the caller's
+  // in Attach, Open's in Open).
+  struct OpenTimes {
+    std::chrono::nanoseconds pool{0}, epochs{0}, heap{0}, catalog{0}, engine{0};
+  };
+  const OpenTimes& open_times() const { return times_; }
 
   Pool& pool() { return *pool_; }
   epoch::Manager& epochs() { return *epochs_; }
@@ -229,6 +236,7 @@ class Runtime {
   std::map<std::string, std::unique_ptr<Index>, std::less<>> open_;
   uint64_t replayed_ = 0;
   double replay_ms_ = 0;
+  OpenTimes times_;
 };
 
 template <class T>

@@ -1,7 +1,8 @@
 // `pmrt demo`: the README's main demonstration (tools/demo.h). The stages, in order:
 //
 //   1. create the pool fresh and print what it is;
-//   2. load a durable Masstree (tools::KvStore) with --keys keys, with a progress line;
+//   2. load a durable Masstree (the index "demo" of a pmrt::Runtime) with --keys keys, with a
+//      progress line;
 //   3. YCSB A (50% update, 50% read, Zipfian 0.99) on the durable tree and on the transient tree
 //      (ds::Masstree: per-thread node cache, durability compiled out) loaded with the same keys, in alternating
 //      chunks so that both meet the same background load; both throughputs and their ratio;
@@ -148,7 +149,7 @@ size_t PoolSizeFor(uint64_t keys) {
 }
 
 // Removes a previous demo pool at `path` so that the demo starts fresh; refuses to remove a
-// file that does not open as a pmrt key-value pool.
+// file that does not open as a pmrt pool of the runtime's or the key-value layout.
 absl::Status RemoveOldPool(const std::string& path) {
   struct stat sb;
   if (stat(path.c_str(), &sb) != 0) {
@@ -156,7 +157,9 @@ absl::Status RemoveOldPool(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": cannot stat the pool path"));
   }
   {
-    auto old = Pool::Open(path, kKvLayout);
+    // A runtime's pool (what the demo makes), or a key-value pool (what it made before).
+    auto old = Pool::Open(path, kRuntimeLayout);
+    if (!old.ok()) old = Pool::Open(path, kKvLayout);
     if (!old.ok()) {
       return absl::FailedPreconditionError(
           absl::StrCat(path, " exists and is not a pmrt pool that the demo may replace (",
@@ -319,13 +322,13 @@ absl::Status CompareYcsbA(ds::DurableMasstree& durable, ds::Masstree& transient,
 // Stages 2 and 3: creates the pool with its tree, loads both trees, compares them, and closes
 // the pool cleanly (every key at version 0).
 absl::Status LoadAndCompare(const DemoOptions& o) {
-  KvStoreOptions ko;
+  RuntimeOptions ko;
   ko.create_size = PoolSizeFor(o.keys);
   ko.pool.backend = o.backend;
   const auto start = Clock::now();
-  auto kv = KvStore::Open(o.pool, ko);
+  auto kv = DemoStore::Open(o.pool, ko);
   if (!kv.ok()) return kv.status();
-  const Pool& pool = (*kv)->pool();
+  const Pool& pool = kv->pool();
   std::printf("pool     %s, %lu MiB, created in %.1f ms\n", pool.path().c_str(),
               static_cast<unsigned long>(pool.size() >> 20), MsSince(start));
   std::printf("backend  %s %s\n", std::string(BackendName(pool.persister().kind())).c_str(),
@@ -344,11 +347,11 @@ absl::Status LoadAndCompare(const DemoOptions& o) {
 
   std::printf("\n== load: %lu keys (8-byte scrambled keys, 8-byte values), %d threads ==\n",
               static_cast<unsigned long>(o.keys), o.threads);
-  if (TimedLoad((*kv)->tree(), o, "durable Masstree") < 0) {
+  if (TimedLoad(kv->tree(), o, "durable Masstree") < 0) {
     return absl::ResourceExhaustedError(absl::StrCat(o.pool, ": the pool is full during load"));
   }
   const auto sync_start = Clock::now();
-  if (auto st = (*kv)->epochs().Sync(); !st.ok()) return st;
+  if (auto st = kv->epochs().Sync(); !st.ok()) return st;
   std::printf("  %-26s %.1f ms (everything above is durable now)\n", "Sync", MsSince(sync_start));
   auto transient = std::make_unique<ds::Masstree>();
   if (TimedLoad(*transient, o, "transient Masstree") < 0) {
@@ -356,9 +359,9 @@ absl::Status LoadAndCompare(const DemoOptions& o) {
   }
 
   std::printf("\n== YCSB A: 50%% update / 50%% read, same keys, same threads ==\n");
-  if (auto st = CompareYcsbA((*kv)->tree(), *transient, o); !st.ok()) return st;
+  if (auto st = CompareYcsbA(kv->tree(), *transient, o); !st.ok()) return st;
   transient.reset();
-  return (*kv)->Close();
+  return kv->Close();
 }
 
 // ---- stage 5: persistence cost and the crash simulator ---------------------------------------

@@ -163,13 +163,13 @@ void ChildWriter(const DemoOptions& o, int t, ds::DurableMasstree& tree, CrashSh
 
 // The child: opens the pool, starts the writers, and syncs in a loop until killed.
 [[noreturn]] void RunChild(const DemoOptions& o, CrashShared* shared) {
-  KvStoreOptions ko;
+  RuntimeOptions ko;
   ko.pool.backend = o.backend;
-  auto kv = KvStore::Open(o.pool, ko);
+  auto kv = DemoStore::Open(o.pool, ko);
   if (!kv.ok()) ChildFail(shared, "child: " + kv.status().ToString());
   std::vector<std::thread> writers;
   for (int t = 0; t < o.threads; ++t) {
-    writers.emplace_back([&, t] { ChildWriter(o, t, (*kv)->tree(), shared); });
+    writers.emplace_back([&, t] { ChildWriter(o, t, kv->tree(), shared); });
   }
   shared->state.store(CrashShared::kRunning, std::memory_order_release);
   uint64_t done[kMaxThreads];
@@ -179,7 +179,7 @@ void ChildWriter(const DemoOptions& o, int t, ds::DurableMasstree& tree, CrashSh
     for (int t = 0; t < o.threads; ++t) {
       done[t] = shared->writers[t].done.load(std::memory_order_acquire);
     }
-    if (auto st = (*kv)->epochs().Sync(); !st.ok())
+    if (auto st = kv->epochs().Sync(); !st.ok())
       ChildFail(shared, "child Sync: " + st.ToString());
     for (int t = 0; t < o.threads; ++t) {
       shared->writers[t].synced.store(done[t], std::memory_order_release);
@@ -369,8 +369,8 @@ double Ms(std::chrono::nanoseconds ns) {
 
 // The pool reopened after the kill, and how long it took.
 struct Reopened {
-  std::unique_ptr<KvStore> kv;
-  double open_ms = 0;       // KvStore::Open
+  std::optional<DemoStore> kv;
+  double open_ms = 0;       // Runtime::Open
   double first_get_ms = 0;  // from the start of the open to the first get's answer
   bool first_found = false;
 };
@@ -379,24 +379,24 @@ struct Reopened {
 absl::StatusOr<Reopened> ReopenTimed(const DemoOptions& o) {
   // The background advancer stays off while we verify: Heap::Check needs a heap that nothing
   // changes concurrently. It changes nothing in what Open does.
-  KvStoreOptions ko;
+  RuntimeOptions ko;
   ko.pool.backend = o.backend;
   ko.epochs.interval = std::chrono::milliseconds(0);
   Reopened r;
   const auto start = Clock::now();
-  auto kv = KvStore::Open(o.pool, ko);
+  auto kv = DemoStore::Open(o.pool, ko);
   if (!kv.ok()) return kv.status();
   r.open_ms = MsSince(start);
-  r.first_found = (*kv)->tree().get(KeyOf(0)).has_value();
+  r.first_found = kv->tree().get(KeyOf(0)).has_value();
   r.first_get_ms = MsSince(start);
   r.kv = std::move(*kv);
-  const KvStore::OpenTimes& ot = r.kv->open_times();
+  const Runtime::OpenTimes& ot = r.kv->rt->open_times();
   std::printf(
       "  reopened in %.2f ms: pool %.2f, epochs + undo-log replay %.2f (%lu entries), "
-      "heap %.2f, tree %.3f; last shutdown %s\n",
+      "heap %.2f, indexes %.3f, transactions %.3f; last shutdown %s\n",
       r.open_ms, Ms(ot.pool), Ms(ot.epochs),
       static_cast<unsigned long>(r.kv->epochs().stats().log_entries_replayed), Ms(ot.heap),
-      Ms(ot.tree), r.kv->pool().was_clean_shutdown() ? "clean" : "CRASH");
+      Ms(ot.catalog), Ms(ot.engine), r.kv->pool().was_clean_shutdown() ? "clean" : "CRASH");
   std::printf("  first get answered %.2f ms after the open began (key %s)\n", r.first_get_ms,
               r.first_found ? "found" : "MISSING");
   return r;
@@ -405,7 +405,7 @@ absl::StatusOr<Reopened> ReopenTimed(const DemoOptions& o) {
 // Checks every key, one oracle per writer, in parallel; prints each writer's prefix. The sum
 // of the writers' checks (keys the tree holds beyond theirs count as corrupt); *inconsistent
 // counts the writers whose keys fit no single prefix.
-WriterCheck VerifyKeys(const KvStore& kv, const DemoOptions& o, const uint64_t* synced,
+WriterCheck VerifyKeys(const DemoStore& kv, const DemoOptions& o, const uint64_t* synced,
                        const uint64_t* attempted, uint64_t* inconsistent) {
   std::vector<WriterCheck> checks(o.threads);
   {
@@ -451,7 +451,7 @@ WriterCheck VerifyKeys(const KvStore& kv, const DemoOptions& o, const uint64_t* 
 absl::Status Recover(const DemoOptions& o, const uint64_t* synced, const uint64_t* attempted) {
   auto r = ReopenTimed(o);
   if (!r.ok()) return r.status();
-  KvStore& kv = *r->kv;
+  DemoStore& kv = *r->kv;
   const auto verify_start = Clock::now();
   uint64_t inconsistent = 0;
   const WriterCheck total = VerifyKeys(kv, o, synced, attempted, &inconsistent);

@@ -15,6 +15,7 @@
 #include "bench/workload_gen.h"
 #include "ds/masstree.h"
 #include "epoch/persist.h"
+#include "runtime/runtime.h"
 
 namespace pmrt::tools::demo_internal {
 
@@ -104,6 +105,29 @@ class ProgressLine {
 // key checked. OK when every check passed; otherwise the first failure, after printing the
 // counts.
 absl::Status CrashAndRecover(const DemoOptions& o);
+
+// The demo's pool: a pmrt::Runtime whose index "demo" is the durable Masstree the demo loads,
+// writes and verifies (epoch scope: the demo's writes are not in transactions).
+struct DemoStore {
+  std::unique_ptr<Runtime> rt;
+  Index* index = nullptr;
+
+  static absl::StatusOr<DemoStore> Open(const std::string& path, const RuntimeOptions& options) {
+    DemoStore s;
+    auto rt = Runtime::Open(path, options);
+    if (!rt.ok()) return rt.status();
+    s.rt = std::move(*rt);
+    auto index = s.rt->index("demo");
+    if (!index.ok()) return index.status();
+    s.index = *index;
+    return s;
+  }
+  ds::DurableMasstree& tree() const { return index->tree(); }
+  epoch::Manager& epochs() const { return rt->epochs(); }
+  alloc::Heap& heap() const { return rt->heap(); }
+  Pool& pool() const { return rt->pool(); }
+  absl::Status Close() { return rt->Close(); }
+};
 
 }  // namespace pmrt::tools::demo_internal
 

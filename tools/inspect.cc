@@ -25,14 +25,15 @@ const char kInspectUsage[] =
     "       pmrt check POOL [--layout NAME]\n"
     "       pmrt dump POOL [--limit N] [--from KEY] [--hex | --json] [--layout NAME] "
     "[--index NAME]\n"
-    "  (--layout pmrt-runtime: a pmrt::Runtime pool; --index names one of its indexes)\n";
+    "  (without --layout: a key-value pool, or a pmrt::Runtime's; --index names one of a\n"
+    "   runtime's indexes)\n";
 
 namespace {
 
 // The parsed command line of one subcommand: the pool path and the flags it allows.
 struct Args {
   std::string pool;
-  std::string layout = kKvLayout;
+  std::string layout;  // empty: the key-value layout, or a runtime's when the pool has it
   std::string index;
   bool json = false, hex = false;
   uint64_t limit = 100;
@@ -94,7 +95,12 @@ std::optional<Args> Parse(const char* cmd, const std::vector<std::string>& args,
 
 // Opens the pool; on failure prints the one-line error and sets *exit_status.
 std::unique_ptr<PoolView> OpenOrReport(const char* cmd, const Args& a, int* exit_status) {
-  auto view = PoolView::Open(a.pool, a.layout, a.index);
+  auto view = PoolView::Open(a.pool, a.layout.empty() ? kKvLayout : a.layout, a.index);
+  if (!view.ok() && a.layout.empty() &&
+      view.status().message().find(absl::StrCat("pool layout is '", kRuntimeLayout, "'")) !=
+          std::string_view::npos) {
+    view = PoolView::Open(a.pool, kRuntimeLayout, a.index);  // a pmrt::Runtime's pool
+  }
   if (view.ok()) return std::move(*view);
   // Pool errors already start with the path; others (none today) get it prepended.
   std::string msg(view.status().message());
@@ -369,14 +375,14 @@ int DumpCommand(const std::vector<std::string>& args) {
   int status = kExitOk;
   auto view = OpenOrReport("dump", *a, &status);
   if (view == nullptr) return status;
-  if (!view->kv() && a->layout != kRuntimeLayout) {
+  if (!view->kv() && !view->runtime()) {
     std::fprintf(stderr,
                  "pmrt dump: %s: layout \"%s\" is not a key-value pool (layout \"%s\") or a "
                  "runtime's (layout \"%s\")\n",
                  a->pool.c_str(), a->layout.c_str(), kKvLayout, kRuntimeLayout);
     return Finish("dump", *view, kExitFailed);
   }
-  if (view->tree() == nullptr && a->layout == kRuntimeLayout) {
+  if (view->tree() == nullptr && view->runtime()) {
     std::fprintf(stderr, "pmrt dump: %s: name the index to dump (--index NAME; pmrt info lists "
                  "them)\n", a->pool.c_str());
     return Finish("dump", *view, kExitUsage);

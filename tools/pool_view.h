@@ -124,6 +124,7 @@ class PoolView {
   alloc::Heap* heap() const { return heap_.get(); }
   ds::DurableMasstree* tree() const { return tree_.get(); }
   bool kv() const { return kv_; }
+  bool runtime() const { return runtime_; }
 
   // Closes the layers in reverse order and the pool; the first error.
   absl::Status Close();
