@@ -165,6 +165,49 @@ TEST_F(ServerTest, ScanVisitsEveryKeyOnceInOrder) {
 // costs |pattern| x |key| per key, and a PMRT.RANGE over a million keys, run, epochs keep
 // completing and another client's writes keep being acknowledged. Counted, not timed: with a
 // guard held for the whole request no epoch would complete while it ran.
+// Reply amplification: a short request whose reply would pass --max-reply (MGET of one large
+// value many times, a range over large values) gets an error, the connection stays usable, and
+// the value itself still reads back.
+TEST(ServerLimits, RepliesPastTheLimitAreRefused) {
+  pmrt::testing::TempDir dir;
+  auto kv = tools::KvStore::Open(dir.File("reply.pool"), testing::CreatePoolOf(64 << 20));
+  ASSERT_THAT(kv, pmrt::testing::IsOk());
+  ServerOptions opt;
+  opt.port = 0;
+  opt.threads = 1;
+  opt.limits.max_bulk = 1 << 20;
+  opt.max_reply = 2 << 20;
+  auto server = Server::Create(**kv, opt);
+  ASSERT_THAT(server, pmrt::testing::IsOk());
+  ASSERT_THAT((*server)->Start(), pmrt::testing::IsOk());
+  Client c((*server)->port());
+  const std::string big(700 << 10, 'v');
+  for (int i = 0; i < 4; ++i) {
+    auto r = c.Call({"SET", absl::StrCat("big", i), big});
+    ASSERT_TRUE(r && r->ToString() == "+OK");
+  }
+  std::vector<std::string> mget = {"MGET"};
+  for (int i = 0; i < 100; ++i) mget.push_back("big0");
+  auto r = c.Call(mget);
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r->IsError());
+  EXPECT_THAT(r->str, StartsWith("ERR reply too large: MGET"));
+  r = c.Call({"PMRT.RANGE", "big", ""});
+  ASSERT_TRUE(r);
+  EXPECT_THAT(r->str, StartsWith("ERR reply too large: PMRT.RANGE"));
+  // Under the limit, and a value as large as a bulk string may be, both still work.
+  r = c.Call({"MGET", "big0", "big1"});
+  ASSERT_TRUE(r && r->type == '*' && r->elements.size() == 2u);
+  EXPECT_EQ(r->elements[1].str, big);
+  const std::string largest(1 << 20, 'w');
+  ASSERT_EQ(c.Call({"SET", "largest", largest})->ToString(), "+OK");
+  r = c.Call({"GET", "largest"});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->str, largest);
+  (*server)->Stop();
+  EXPECT_THAT((*kv)->Close(), pmrt::testing::IsOk());
+}
+
 TEST(ServerSlices, LongReadsLetEpochsAdvanceAndWritesGoOn) {
   pmrt::testing::TempDir dir;
   tools::KvStoreOptions ko = testing::CreatePoolOf(512 << 20);

@@ -333,6 +333,7 @@ After Executor::MSet(Args& a, std::string& out, uint64_t*) {
 }
 
 After Executor::MGet(Args& a, std::string& out, uint64_t*) {
+  const size_t start = out.size();
   AppendArrayHeader(out, a.size() - 1);
   std::string value;
   for (size_t i = 1; i < a.size(); ++i) {
@@ -341,8 +342,23 @@ After Executor::MGet(Args& a, std::string& out, uint64_t*) {
     } else {
       AppendNullBulk(out);
     }
+    if (out.size() - start > MaxReply()) {
+      out.resize(start);
+      ReplyTooLarge(out, "MGET", i);
+      return After::kNone;
+    }
   }
   return After::kNone;
+}
+
+size_t Executor::MaxReply() const {
+  return std::max(options_.max_reply, options_.limits.max_bulk + 64);
+}
+
+void Executor::ReplyTooLarge(std::string& out, std::string_view command, size_t elements) {
+  AppendError(out, absl::StrCat("ERR reply too large: ", std::string(command), " passed the ",
+                                MaxReply(), "-byte reply limit (--max-reply) after ", elements,
+                                " elements; ask for fewer"));
 }
 
 After Executor::DbSize(Args&, std::string& out, uint64_t*) {
@@ -415,6 +431,8 @@ After Executor::Scan(Args& a, std::string& out, uint64_t*) {
   std::string next;
   bool more = false;
   uint64_t seen = 0;
+  size_t key_bytes = 0;
+  bool too_large = false;
   SlicedScan(kv_.tree(), std::move(from), {}, /*values=*/false,
              [&](std::string_view k, std::string_view) {
                if (seen == count) {
@@ -423,9 +441,20 @@ After Executor::Scan(Args& a, std::string& out, uint64_t*) {
                  return false;
                }
                ++seen;
-               if (strings && (!match || GlobMatch(*match, k))) keys.emplace_back(k);
+               if (strings && (!match || GlobMatch(*match, k))) {
+                 keys.emplace_back(k);
+                 key_bytes += k.size() + 16;
+                 if (key_bytes > MaxReply()) {
+                   too_large = true;
+                   return false;
+                 }
+               }
                return true;
              });
+  if (too_large) {
+    ReplyTooLarge(out, "SCAN", keys.size());
+    return After::kNone;
+  }
   const uint64_t next_cursor = more ? SaveCursor(std::move(next)) : 0;
   AppendArrayHeader(out, 2);
   AppendBulk(out, std::to_string(next_cursor));
@@ -448,12 +477,21 @@ After Executor::Range(Args& a, std::string& out, uint64_t*) {
   // The pairs are encoded into a side buffer first: the array header needs their count.
   std::string body;
   uint64_t pairs = 0;
+  bool too_large = false;
   auto emit = [&](std::string_view k, std::string_view v) {
     AppendBulk(body, k);
     AppendBulk(body, v);
+    if (body.size() > MaxReply()) {
+      too_large = true;
+      return false;
+    }
     return ++pairs < limit;
   };
   SlicedScan(kv_.tree(), std::string(a[1]), a[2], /*values=*/true, emit);  // empty: no bound
+  if (too_large) {
+    ReplyTooLarge(out, "PMRT.RANGE", 2 * pairs);
+    return After::kNone;
+  }
   AppendArrayHeader(out, 2 * pairs);
   out.append(body);
   return After::kNone;

@@ -63,6 +63,10 @@ class Executor {
   After Exists(Args& a, std::string& out, uint64_t*);
   After MSet(Args& a, std::string& out, uint64_t*);
   After MGet(Args& a, std::string& out, uint64_t*);
+  // The reply limit in effect (ServerOptions::max_reply, never below a bulk string's), and the
+  // error that replaces a reply past it.
+  size_t MaxReply() const;
+  void ReplyTooLarge(std::string& out, std::string_view command, size_t elements);
   After DbSize(Args& a, std::string& out, uint64_t*);
   After Scan(Args& a, std::string& out, uint64_t*);
   After Range(Args& a, std::string& out, uint64_t*);

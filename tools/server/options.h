@@ -22,6 +22,10 @@ struct ServerOptions {
   size_t max_key = 64 << 10;       // bytes in a key
   size_t output_limit = 1 << 20;   // pending reply bytes that pause reading a connection
   size_t max_range = 1000000;      // elements of one PMRT.RANGE, keys of one SCAN COUNT
+  // Bytes of one reply of several elements (MGET, PMRT.RANGE, SCAN); a larger one is replaced
+  // by an error (the connection stays). Never below limits.max_bulk plus its framing, so that
+  // any value one SET stored can be read back by GET or a one-key MGET.
+  size_t max_reply = 512 << 20;
   int epoch_ms = 64;               // the store's epoch interval (reported by INFO and CONFIG)
 };
 

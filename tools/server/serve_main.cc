@@ -19,6 +19,7 @@ namespace {
 constexpr char kUsage[] =
     "usage: pmrt serve POOL [--port P] [--bind ADDR] [--create-size BYTES] [--epoch-ms N]\n"
     "                       [--threads N] [--max-clients N] [--max-bulk BYTES] [--max-key BYTES]\n"
+    "                       [--max-reply BYTES]\n"
     "\n"
     "Serves the key-value tree of POOL over RESP2 (the Redis protocol; redis-cli and\n"
     "redis-benchmark work) until SIGINT or SIGTERM, then closes the pool cleanly.\n"
@@ -31,6 +32,8 @@ constexpr char kUsage[] =
     "  --max-clients N     connections served at once (default 10000); more get an error\n"
     "  --max-bulk BYTES    largest bulk string in a request (default 512M)\n"
     "  --max-key BYTES     largest key (default 64K)\n"
+    "  --max-reply BYTES   largest reply of MGET, PMRT.RANGE, SCAN (default 512M; never below\n"
+    "                      the largest bulk string)\n"
     "\n"
     "Commands: PING ECHO SET [NX] SETNX GET DEL UNLINK EXISTS MSET MGET DBSIZE SCAN PMRT.RANGE\n"
     "CONFIG GET, INFO, COMMAND, PMRT.SYNC, SELECT 0, FLUSHALL, FLUSHDB, QUIT (docs/server.md).\n"
@@ -109,6 +112,9 @@ bool ParseFlags(const std::vector<std::string>& args, server::ServerOptions* opt
     } else if (name == "--max-bulk") {
       ok = ParseSize(v, &size) && size > 0 && size <= (1ull << 32);
       opt->limits.max_bulk = size;
+    } else if (name == "--max-reply") {
+      ok = ParseSize(v, &size) && size > 0;
+      opt->max_reply = size;
     } else if (name == "--max-key") {
       ok = ParseSize(v, &size) && size > 0 && size <= (1ull << 30);
       opt->max_key = size;
