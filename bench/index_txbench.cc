@@ -120,8 +120,9 @@ class PmrtSystem : public System {
   void Load(uint64_t keys) override {
     for (uint64_t i = 0; i < keys; ++i) {
       const uint64_t k = KeyOf(i);
-      if (!index_->put(pmrt::ds::U64Key(k).view(), std::string_view(
-                                                        reinterpret_cast<const char*>(&k), 8))
+      if (!index_
+               ->put(pmrt::ds::U64Key(k).view(),
+                     std::string_view(reinterpret_cast<const char*>(&k), 8))
                .ok()) {
         Die("load");
       }
@@ -325,8 +326,8 @@ void RunMix(const Args& a) {
                 "\"failures\": %lu, \"ops_per_sec\": %.0f, \"ops_per_cpu_sec\": %.0f, "
                 "\"process_cpu_seconds\": %.3f, \"fences_per_update\": %s}",
                 a.system.c_str(), a.dist.c_str(), a.keys, a.threads, secs, updates.load(),
-                reads.load(), failures.load(), ops / secs, cpu > 0 ? ops / cpu * a.threads : 0,
-                cpu, fences.c_str());
+                reads.load(), failures.load(), ops / secs, cpu > 0 ? ops / cpu * a.threads : 0, cpu,
+                fences.c_str());
   AppendJson(a.json, buf);
   if (failures.load() != 0) Die("operations failed");
 }

@@ -9,9 +9,9 @@
 //
 // The transient tree uses CachingNodeAllocator below (per-thread free lists of
 // ds/internal/node_cache.h + the volatile epoch-based reclamation in ds/internal/ebr.h);
-// MallocNodeAllocator is the same with aligned malloc. The durable tree will plug in the pool's allocator, with
-// pmrt::epoch::Guard as the critical section and pmrt::epoch::Manager::Retire for deferred
-// frees; nothing in the tree's algorithms changes.
+// MallocNodeAllocator is the same with aligned malloc. The durable tree will plug in the pool's
+// allocator, with pmrt::epoch::Guard as the critical section and pmrt::epoch::Manager::Retire for
+// deferred frees; nothing in the tree's algorithms changes.
 #ifndef PMRT_DS_NODE_ALLOCATOR_H_
 #define PMRT_DS_NODE_ALLOCATOR_H_
 
@@ -89,9 +89,7 @@ class CachingNodeAllocator {
   }
   void RetireNode(void* p, size_t size) { ds_internal::Ebr::Global().Retire(p, &FreeNode, size); }
   void* AllocateValue(size_t size) { return ds_internal::NodeCache::Global().Allocate(size); }
-  void RetireValue(void* p, size_t size) {
-    ds_internal::Ebr::Global().Retire(p, &FreeValue, size);
-  }
+  void RetireValue(void* p, size_t size) { ds_internal::Ebr::Global().Retire(p, &FreeValue, size); }
 
  private:
   static size_t RoundNode(size_t size) { return (size + 63) / 64 * 64; }

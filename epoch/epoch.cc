@@ -341,10 +341,11 @@ void Manager::FlushRanges(std::vector<Range>& ranges) {
 absl::Status Manager::Advance() {
   // The boundary waits for every guard of the running epoch: the caller's own would never end.
   if (LocalSlot().depth > 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        pool_.path(), ": Advance/Sync called while this thread holds an epoch guard (an "
-                      "epoch::Guard, a transaction, a tree operation's callback): the boundary "
-                      "would wait for it forever"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(pool_.path(),
+                     ": Advance/Sync called while this thread holds an epoch guard (an "
+                     "epoch::Guard, a transaction, a tree operation's callback): the boundary "
+                     "would wait for it forever"));
   }
   std::vector<std::pair<void*, std::function<void(void*)>>> reclaim;
   absl::Status failed;

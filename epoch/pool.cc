@@ -886,8 +886,9 @@ absl::Status Pool::AttachLayer(PoolLayer layer) {
                      : layer == PoolLayer::kHeap ? "a heap"
                                                  : "a transaction engine";
   return absl::FailedPreconditionError(
-      absl::StrCat(path_, ": ", name, " is already open on this pool in this process; use that "
-                          "one (a second one would recover and overwrite what the first uses)"));
+      absl::StrCat(path_, ": ", name,
+                   " is already open on this pool in this process; use that "
+                   "one (a second one would recover and overwrite what the first uses)"));
 }
 
 void Pool::DetachLayer(PoolLayer layer) {
@@ -895,7 +896,8 @@ void Pool::DetachLayer(PoolLayer layer) {
 }
 
 void Pool::CheckNoLayerAbove(PoolLayer layer, const char* who) const {
-  const uint32_t above = layers_.load(std::memory_order_acquire) & ~(2 * static_cast<uint32_t>(layer) - 1);
+  const uint32_t above =
+      layers_.load(std::memory_order_acquire) & ~(2 * static_cast<uint32_t>(layer) - 1);
   if (above == 0) return;
   const char* open = (above & static_cast<uint32_t>(PoolLayer::kTransactions)) != 0
                          ? "a txn::Engine"

@@ -206,7 +206,7 @@ class Pool {
   bool was_clean_shutdown_ = true;
   std::atomic<uint32_t> recovered_{0};  // RecoveryPart bits acknowledged in this run
   std::atomic<bool> txn_engine_open_{false};
-  std::atomic<uint32_t> layers_{0};  // PoolLayer bits attached
+  std::atomic<uint32_t> layers_{0};                                      // PoolLayer bits attached
   std::unique_ptr<PoolHealth> health_ = std::make_unique<PoolHealth>();  // persister_ points here
   Persister persister_;
 };

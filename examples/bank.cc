@@ -100,12 +100,13 @@ int Check(pmrt::Runtime& rt, Root* root, pmrt::Index* accounts, pmrt::Index* jou
     ok = e != nullptr && e->seq == seq && e->from != e->to && e->amount > 0;
   }
   const absl::Status heap = rt.heap().Check();
-  std::printf("bank: %lu transfers, total %lu (want %lu), journal %zu entries (want %lu), "
-              "heap %s: %s\n",
-              static_cast<unsigned long>(n), static_cast<unsigned long>(total),
-              static_cast<unsigned long>(kAccounts * kInitial), journal->size(),
-              static_cast<unsigned long>(kept), heap.ok() ? "ok" : heap.ToString().c_str(),
-              ok && heap.ok() ? "ok" : "BROKEN");
+  std::printf(
+      "bank: %lu transfers, total %lu (want %lu), journal %zu entries (want %lu), "
+      "heap %s: %s\n",
+      static_cast<unsigned long>(n), static_cast<unsigned long>(total),
+      static_cast<unsigned long>(kAccounts * kInitial), journal->size(),
+      static_cast<unsigned long>(kept), heap.ok() ? "ok" : heap.ToString().c_str(),
+      ok && heap.ok() ? "ok" : "BROKEN");
   return ok && heap.ok() ? 0 : 1;
 }
 

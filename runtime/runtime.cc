@@ -104,7 +104,8 @@ absl::StatusOr<ds::PutResult> Index::put(std::string_view key, std::string_view 
       std::fprintf(stderr, "pmrt: an aborted transaction's index put could not be undone\n");
     }
   };
-  if (absl::Status st = rt_.engine_->LogLogical(id_ << 1 | kOpPut, EncodeOp(key, value), UndoOf(undo));
+  if (absl::Status st =
+          rt_.engine_->LogLogical(id_ << 1 | kOpPut, EncodeOp(key, value), UndoOf(undo));
       !st.ok()) {
     undo();
     return st;
@@ -119,7 +120,8 @@ absl::StatusOr<ds::InsertResult> Index::insert_if_absent(std::string_view key,
   if (r == ds::InsertResult::kExists || !rt_.engine_->InTransaction()) return r;
   ds::DurableMasstree* tree = tree_.get();
   auto undo = [tree, k = std::string(key)] { (void)tree->remove(k); };
-  if (absl::Status st = rt_.engine_->LogLogical(id_ << 1 | kOpPut, EncodeOp(key, value), UndoOf(undo));
+  if (absl::Status st =
+          rt_.engine_->LogLogical(id_ << 1 | kOpPut, EncodeOp(key, value), UndoOf(undo));
       !st.ok()) {
     undo();
     return st;
@@ -138,7 +140,8 @@ absl::StatusOr<bool> Index::remove(std::string_view key) {
       std::fprintf(stderr, "pmrt: an aborted transaction's index remove could not be undone\n");
     }
   };
-  if (absl::Status st = rt_.engine_->LogLogical(id_ << 1 | kOpRemove, EncodeOp(key, {}), UndoOf(undo));
+  if (absl::Status st =
+          rt_.engine_->LogLogical(id_ << 1 | kOpRemove, EncodeOp(key, {}), UndoOf(undo));
       !st.ok()) {
     undo();
     return st;
@@ -160,8 +163,7 @@ std::vector<runtime_internal::CatalogEntry> runtime_internal::ReadCatalog(
   return out;
 }
 
-absl::Status runtime_internal::ReplayIndexOps(Pool& pool, epoch::Manager& epochs,
-                                              alloc::Heap& heap,
+absl::Status runtime_internal::ReplayIndexOps(Pool& pool, epoch::Manager& epochs, alloc::Heap& heap,
                                               const ds::DurableMasstree& catalog,
                                               const std::vector<txn::LogicalOp>& ops,
                                               uint64_t* applied) {
@@ -319,8 +321,8 @@ absl::Status Runtime::OpenCatalog(bool* created) {
 absl::Status Runtime::Replay(const std::vector<txn::LogicalOp>& ops) {
   const auto start = std::chrono::steady_clock::now();
   absl::Cleanup timed = [&] {
-    replay_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                      .count();
+    replay_ms_ +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   };
   return runtime_internal::ReplayIndexOps(*pool_, *epochs_, *heap_, *catalog_, ops, &replayed_);
 }
@@ -344,11 +346,13 @@ absl::StatusOr<Index*> Runtime::FindLocked(std::string_view name) {
   std::string v;
   uint64_t desc, id;
   if (!catalog_->get(name, &v)) {
-    return absl::NotFoundError(absl::StrCat(pool_->path(), ": no index named '", std::string(name), "'"));
+    return absl::NotFoundError(
+        absl::StrCat(pool_->path(), ": no index named '", std::string(name), "'"));
   }
   if (!DecodeEntry(v, &desc, &id)) {
-    return absl::DataLossError(absl::StrCat(pool_->path(), ": the catalog entry of index '", std::string(name),
-                                            "' is ", v.size(), " bytes, not 16"));
+    return absl::DataLossError(absl::StrCat(pool_->path(), ": the catalog entry of index '",
+                                            std::string(name), "' is ", v.size(),
+                                            " bytes, not 16"));
   }
   return OpenIndexLocked(std::string(name), id, desc);
 }
@@ -360,7 +364,8 @@ absl::StatusOr<Index*> Runtime::find_index(std::string_view name) {
 
 absl::StatusOr<Index*> Runtime::index(std::string_view name) {
   std::lock_guard<std::mutex> l(mu_);
-  if (auto found = FindLocked(name); found.ok() || found.status().code() != absl::StatusCode::kNotFound) {
+  if (auto found = FindLocked(name);
+      found.ok() || found.status().code() != absl::StatusCode::kNotFound) {
     return found;
   }
   // A new index must be durable before any transaction can log an operation on it (a replayed
@@ -388,8 +393,8 @@ absl::StatusOr<Index*> Runtime::index(std::string_view name) {
       return NoRoom("creation", name);  // (the tree and the id are rolled back with the epoch
                                         // only by a crash; the id is simply skipped)
     }
-    open_.emplace(std::string(name),
-                  std::unique_ptr<Index>(new Index(*this, std::string(name), id, std::move(*tree))));
+    open_.emplace(std::string(name), std::unique_ptr<Index>(new Index(*this, std::string(name), id,
+                                                                      std::move(*tree))));
   }
   if (auto st = epochs_->Sync(); !st.ok()) return st;
   return open_.find(name)->second.get();
@@ -430,9 +435,9 @@ absl::Status Runtime::BindUserRoot(size_t size, size_t align) {
   std::lock_guard<std::mutex> l(mu_);
   if (h.user_root_size == size) return absl::OkStatus();
   if (h.user_root_size != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        pool_->path(), ": root type size mismatch: the pool's root is a ", h.user_root_size,
-        "-byte type, root<T>() asks for ", size, " bytes"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(pool_->path(), ": root type size mismatch: the pool's root is a ",
+                     h.user_root_size, "-byte type, root<T>() asks for ", size, " bytes"));
   }
   epoch::Guard g(*epochs_);
   if (auto st = epochs_->log().Snapshot(&h, sizeof(h), &h.logged_epoch); !st.ok()) return st;

@@ -31,9 +31,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstring>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -80,7 +80,7 @@ struct RuntimeHeader {
   static constexpr uint64_t kMagic = 0x31544e5552544d50ull;  // "PMRTRUN1"
   std::atomic<uint64_t> logged_epoch;                        // its external-log mark
   uint64_t magic;
-  uint64_t catalog;        // descriptor of the catalog tree (index name -> IndexEntry)
+  uint64_t catalog;         // descriptor of the catalog tree (index name -> IndexEntry)
   uint64_t next_index_id;   // ids are never reused
   uint64_t user_root_size;  // sizeof the program's root type, bound at its first root<T>()
   std::atomic<uint64_t> user_logged_epoch;  // the program root's external-log mark (log_root)
@@ -114,7 +114,6 @@ absl::Status ReplayIndexOps(Pool& pool, epoch::Manager& epochs, alloc::Heap& hea
                             const ds::DurableMasstree& catalog,
                             const std::vector<txn::LogicalOp>& ops, uint64_t* applied);
 }  // namespace runtime_internal
-
 
 // A named durable Masstree of a Runtime. Keys and values are byte strings (as ds::Masstree).
 class Index {
@@ -220,8 +219,7 @@ class Runtime {
   Runtime() = default;
   absl::Status OpenCatalog(bool* created);
   absl::Status Replay(const std::vector<txn::LogicalOp>& ops);
-  absl::StatusOr<Index*> OpenIndexLocked(const std::string& name, uint64_t id,
-                                         uint64_t descriptor);
+  absl::StatusOr<Index*> OpenIndexLocked(const std::string& name, uint64_t id, uint64_t descriptor);
   absl::StatusOr<Index*> FindLocked(std::string_view name);
   RuntimeHeader& header();
   void* user_root();
@@ -252,8 +250,7 @@ T* Index::Deref(std::string_view value) const {
   if (value.size() != 8) return nullptr;
   uint64_t off;
   std::memcpy(&off, value.data(), 8);
-  return rt_.pool_->contains_offset(off, sizeof(T)) ? static_cast<T*>(rt_.pool_->at(off))
-                                                    : nullptr;
+  return rt_.pool_->contains_offset(off, sizeof(T)) ? static_cast<T*>(rt_.pool_->at(off)) : nullptr;
 }
 
 }  // namespace pmrt

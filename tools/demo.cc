@@ -4,8 +4,9 @@
 //   2. load a durable Masstree (the index "demo" of a pmrt::Runtime) with --keys keys, with a
 //      progress line;
 //   3. YCSB A (50% update, 50% read, Zipfian 0.99) on the durable tree and on the transient tree
-//      (ds::Masstree: per-thread node cache, durability compiled out) loaded with the same keys, in alternating
-//      chunks so that both meet the same background load; both throughputs and their ratio;
+//      (ds::Masstree: per-thread node cache, durability compiled out) loaded with the same keys, in
+//      alternating chunks so that both meet the same background load; both throughputs and their
+//      ratio;
 //   4. crash: a child process writes until SIGKILLed, the pool is reopened and every key
 //      verified (tools/demo_crash.cc);
 //   5. briefly, the cost of persisting a cache line on each backend, and the crash simulator

@@ -179,8 +179,7 @@ void ChildWriter(const DemoOptions& o, int t, ds::DurableMasstree& tree, CrashSh
     for (int t = 0; t < o.threads; ++t) {
       done[t] = shared->writers[t].done.load(std::memory_order_acquire);
     }
-    if (auto st = kv->epochs().Sync(); !st.ok())
-      ChildFail(shared, "child Sync: " + st.ToString());
+    if (auto st = kv->epochs().Sync(); !st.ok()) ChildFail(shared, "child Sync: " + st.ToString());
     for (int t = 0; t < o.threads; ++t) {
       shared->writers[t].synced.store(done[t], std::memory_order_release);
     }

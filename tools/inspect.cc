@@ -383,8 +383,10 @@ int DumpCommand(const std::vector<std::string>& args) {
     return Finish("dump", *view, kExitFailed);
   }
   if (view->tree() == nullptr && view->runtime()) {
-    std::fprintf(stderr, "pmrt dump: %s: name the index to dump (--index NAME; pmrt info lists "
-                 "them)\n", a->pool.c_str());
+    std::fprintf(stderr,
+                 "pmrt dump: %s: name the index to dump (--index NAME; pmrt info lists "
+                 "them)\n",
+                 a->pool.c_str());
     return Finish("dump", *view, kExitUsage);
   }
   if (view->tree() == nullptr) {

@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "epoch/epoch_layout.h"
-#include "tools/bytes_format.h"
 #include "runtime/runtime.h"
+#include "tools/bytes_format.h"
 #include "tools/kv_store.h"
 
 namespace pmrt::tools {
@@ -191,8 +191,8 @@ absl::Status PoolView::OpenRuntime() {
     o.background = false;
     o.replay_logical = [this](const std::vector<txn::LogicalOp>& ops) -> absl::Status {
       if (catalog_ == nullptr) {
-        return absl::DataLossError(absl::StrCat(
-            pool_->path(), ": index operations to replay, and no catalog of indexes"));
+        return absl::DataLossError(
+            absl::StrCat(pool_->path(), ": index operations to replay, and no catalog of indexes"));
       }
       uint64_t applied = 0;
       return runtime_internal::ReplayIndexOps(*pool_, *epochs_, *heap_, *catalog_, ops, &applied);
@@ -496,14 +496,14 @@ void PoolView::CheckIndexes(CheckReport& r) const {
   std::vector<std::unique_ptr<ds::DurableMasstree>> opened;
   for (const auto& e : runtime_internal::ReadCatalog(*catalog_)) {
     if (e.descriptor == 0) {
-      r.problems.push_back(absl::StrCat("catalog: the entry of index '", EscapeBytes(e.name),
-                                        "' is not 16 bytes"));
+      r.problems.push_back(
+          absl::StrCat("catalog: the entry of index '", EscapeBytes(e.name), "' is not 16 bytes"));
       continue;
     }
     auto tree = ds::DurableMasstree::Open(*pool_, *epochs_, *heap_, e.descriptor);
     if (!tree.ok()) {
-      r.problems.push_back(absl::StrCat("index '", EscapeBytes(e.name), "': ",
-                                        std::string(tree.status().message())));
+      r.problems.push_back(absl::StrCat("index '", EscapeBytes(e.name),
+                                        "': ", std::string(tree.status().message())));
       continue;
     }
     opened.push_back(std::move(*tree));
@@ -513,8 +513,8 @@ void PoolView::CheckIndexes(CheckReport& r) const {
     ObjectCollector objects(*pool_, /*values=*/true);
     ds::TreeShape shape;
     if (absl::Status st = tree->CheckInvariants(&shape, &objects); !st.ok()) {
-      r.problems.push_back(absl::StrCat(name, " (descriptor at offset ", tree->descriptor(),
-                                        "): ", st.message()));
+      r.problems.push_back(
+          absl::StrCat(name, " (descriptor at offset ", tree->descriptor(), "): ", st.message()));
       continue;
     }
     Findings f(r.problems, name);

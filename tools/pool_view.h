@@ -16,12 +16,13 @@
 // for a key-value pool (layout "pmrt", tools/kv_store.h), the durable Masstree
 // named by the root object; for a runtime's pool (layout "pmrt-runtime", runtime/runtime.h), the
 // catalog of named indexes (opened before the engine, whose recovery replays the committed
-// transactions' index operations into them) and the index named by `index`. Recovery writes to the pool, as any open does; it loses nothing
-// that was durable, and the report says what it did. A layer the pool does not hold yet (a pool
-// fresh from `pmrt create`, or one of another layout whose application does not use the heap)
-// is left uninitialized: inspecting a pool never formats anything in it, and never creates a
-// key-value tree. The background epoch advancer is not started; closing the view advances the
-// epoch twice (Manager's destructor) and marks the pool cleanly shut down.
+// transactions' index operations into them) and the index named by `index`. Recovery writes to the
+// pool, as any open does; it loses nothing that was durable, and the report says what it did. A
+// layer the pool does not hold yet (a pool fresh from `pmrt create`, or one of another layout whose
+// application does not use the heap) is left uninitialized: inspecting a pool never formats
+// anything in it, and never creates a key-value tree. The background epoch advancer is not started;
+// closing the view advances the epoch twice (Manager's destructor) and marks the pool cleanly shut
+// down.
 //
 // Thread safety: none; a PoolView is used by one thread, and holds the pool's lock (flock), so
 // no other process changes the pool while it is open.

@@ -208,9 +208,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(Pool& pool, epoch::Manager&
 absl::Status Engine::Reclaim(bool advance) {
   if (InTransaction() || impl_->epochs.LocalSlot().depth > 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat(pool_.path(), ": txn Reclaim called inside a transaction or while this "
-                                   "thread holds an epoch guard: its boundary would wait for it "
-                                   "forever"));
+        absl::StrCat(pool_.path(),
+                     ": txn Reclaim called inside a transaction or while this "
+                     "thread holds an epoch guard: its boundary would wait for it "
+                     "forever"));
   }
   return impl_->Reclaim(advance);
 }
@@ -307,8 +308,7 @@ absl::Status Engine::Impl::AddLogical(ThreadTx& t, uint64_t tag, std::string_vie
                                       std::function<void()> undo) {
   if (t.depth == 0) return NoTransaction("log_logical");
   if (t.aborted || !t.doom.ok()) {
-    return t.aborted ? absl::AbortedError("txn::log_logical: the transaction was aborted")
-                     : t.doom;
+    return t.aborted ? absl::AbortedError("txn::log_logical: the transaction was aborted") : t.doom;
   }
   if (tag > txn_internal::kWordIndexMask) {
     return Doom(t, absl::InvalidArgumentError(
@@ -318,10 +318,10 @@ absl::Status Engine::Impl::AddLogical(ThreadTx& t, uint64_t tag, std::string_vie
   for (const txn_detail::LogicalRec& l : t.logical)
     bytes_in_record += LogicalEntryBytes(l.bytes.size());
   if (bytes_in_record > store.max_record_bytes()) {
-    return Doom(t, absl::InvalidArgumentError(absl::StrCat(
-                       "txn::log_logical: the transaction's logical operations (", bytes_in_record,
-                       " bytes) exceed what one log record holds (", store.max_record_bytes(),
-                       " bytes)")));
+    return Doom(
+        t, absl::InvalidArgumentError(absl::StrCat(
+               "txn::log_logical: the transaction's logical operations (", bytes_in_record,
+               " bytes) exceed what one log record holds (", store.max_record_bytes(), " bytes)")));
   }
   t.logical.push_back({tag, std::string(bytes), std::move(undo)});
   // Its commit must take the general path (SmallCommitReady reads hot.words), as after an
@@ -382,7 +382,8 @@ Engine::Impl::Impl(Engine& e)
               : p.FlushesInline()                         ? OnePath::kClwb
                                                           : OnePath::kNone;
   sim_seam_ = persist_internal::SimModelsPmem(p.kind(), p.sim());
-  if (sim_seam_) one_path_ = one_path_ == OnePath::kStream ? OnePath::kSimStream : OnePath::kSimClwb;
+  if (sim_seam_)
+    one_path_ = one_path_ == OnePath::kStream ? OnePath::kSimStream : OnePath::kSimClwb;
 #endif
 }
 
@@ -691,7 +692,8 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
     // On kPmem the streamed writer checks no site (PmemOps): with one disabled, the plain one,
     // which checks each. Under the simulator every call checks its own (SimOps).
     if (pool.persister().StreamsRecords(sizeof(RecordHeader) + 16 * t.writes_size())) {
-      if (sim_seam_) [[unlikely]] return WriteSmallCommitStreamSim(t);
+      if (sim_seam_) [[unlikely]]
+        return WriteSmallCommitStreamSim(t);
       if (!mutation::AnyDisabled()) return WriteSmallCommitStream(t);
     }
     return WriteSmallCommitCrc(t);
@@ -935,8 +937,7 @@ absl::Status Engine::Impl::WriteSmallCommitPortable(ThreadTx& t) {
 [[gnu::target("sse4.2")]] absl::Status Engine::Impl::WriteSmallCommitStreamSim(ThreadTx& t) {
   return WriteSmallCommitBody<true, true, false, false, SimOps>(t);
 }
-[[gnu::target("sse4.2")]] bool Engine::Impl::CommitOneSim(ThreadTx& t, uint8_t* at,
-                                                          OnePath path) {
+[[gnu::target("sse4.2")]] bool Engine::Impl::CommitOneSim(ThreadTx& t, uint8_t* at, OnePath path) {
   switch (path) {
     case OnePath::kSimStream:
       return WriteSmallCommitBody<true, true, true, false, SimOps>(t, at).ok();
@@ -1584,10 +1585,10 @@ absl::Status Engine::Impl::WaitForRoom() {
     std::lock_guard<std::mutex> l(reclaim_error_mu_);
     why = reclaim_error_;
   }
-  std::string cause = absl::StrCat(
-      "the transaction log has been full (", store.blocks_in_use(), " blocks of ",
-      store.block_size(), " bytes, stall size ", stall, ") for ", options.max_log_wait.count(),
-      " ms and cannot drain: ");
+  std::string cause =
+      absl::StrCat("the transaction log has been full (", store.blocks_in_use(), " blocks of ",
+                   store.block_size(), " bytes, stall size ", stall, ") for ",
+                   options.max_log_wait.count(), " ms and cannot drain: ");
   if (!why.ok()) {
     absl::StrAppend(&cause, "reclamation fails: ", why.ToString());
   } else {

@@ -39,9 +39,9 @@ using pmrt::testing::EnvOr;
 using pmrt::testing::Next;
 
 constexpr size_t kPoolSize = 8 << 20;
-constexpr int kW = 16;      // words
-constexpr int kO = 4;       // object slots, each named in the index as "obj<k>"
-constexpr int kKeys = 8;    // plain keys "key<i>"
+constexpr int kW = 16;    // words
+constexpr int kO = 4;     // object slots, each named in the index as "obj<k>"
+constexpr int kKeys = 8;  // plain keys "key<i>"
 constexpr char kLayout[] = "pmrt-runtime";
 
 struct Obj {
@@ -418,8 +418,8 @@ void Report(const char* what, const Outcome& r) {
   std::printf(
       "%s: %lu crash points (and %lu in nested recoveries), %lu images in %.2f s (%lu commits, "
       "%lu aborts)\n",
-      what, r.stats.crash_points, r.stats.nested_crash_points, r.stats.images, r.seconds,
-      r.commits, r.aborts);
+      what, r.stats.crash_points, r.stats.nested_crash_points, r.stats.images, r.seconds, r.commits,
+      r.aborts);
 }
 
 // The negative controls: each logic mutant must make the suite fail. A recovery that replays no
@@ -445,8 +445,7 @@ TEST(RuntimeCrashTest, MutationGateKillsTheLogicMutants) {
 }
 
 TEST(RuntimeCrashTest, OneThread) {
-  const auto cfg =
-      pmrt::testing::MainRunConfig<Config>(1, EnvOr("PMRT_RUNTIME_SEED", 1), 70000);
+  const auto cfg = pmrt::testing::MainRunConfig<Config>(1, EnvOr("PMRT_RUNTIME_SEED", 1), 70000);
   const Outcome r = RunCrash(cfg);
   ASSERT_NO_FATAL_FAILURE(pmrt::testing::ExpectFinishedRun(
       r, cfg.target_images, [](const Outcome& o) { Report("runtime, 1 thread", o); }));
@@ -455,8 +454,7 @@ TEST(RuntimeCrashTest, OneThread) {
 }
 
 TEST(RuntimeCrashTest, TwoThreads) {
-  const auto cfg =
-      pmrt::testing::MainRunConfig<Config>(2, EnvOr("PMRT_RUNTIME_SEED", 2), 70000);
+  const auto cfg = pmrt::testing::MainRunConfig<Config>(2, EnvOr("PMRT_RUNTIME_SEED", 2), 70000);
   const Outcome r = RunCrash(cfg);
   ASSERT_NO_FATAL_FAILURE(pmrt::testing::ExpectFinishedRun(
       r, cfg.target_images, [](const Outcome& o) { Report("runtime, 2 threads", o); }));

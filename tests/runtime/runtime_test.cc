@@ -110,11 +110,13 @@ TEST_F(RuntimeTest, AnAbortedTransactionLeavesNoIndexChangeAndNoBlock) {
   EXPECT_FALSE(users->get("dave").has_value());
   EXPECT_EQ(users->get("bob"), "old");
   ASSERT_OK(txn::Run([&]() -> absl::Status {
-    auto r = users->remove("bob");
-    if (!r.ok()) return r.status();
-    EXPECT_TRUE(*r);
-    return absl::AbortedError("again");
-  }).code() == absl::StatusCode::kAborted ? absl::OkStatus() : absl::InternalError("not aborted"));
+              auto r = users->remove("bob");
+              if (!r.ok()) return r.status();
+              EXPECT_TRUE(*r);
+              return absl::AbortedError("again");
+            }).code() == absl::StatusCode::kAborted
+                ? absl::OkStatus()
+                : absl::InternalError("not aborted"));
   EXPECT_EQ(users->get("bob"), "old") << "the aborted remove stayed";
   ASSERT_OK(rt->sync());
   EXPECT_EQ(rt->heap().Stats().live_blocks, live) << "the aborted allocation leaked";

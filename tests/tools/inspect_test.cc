@@ -13,9 +13,9 @@
 #include "epoch/epoch.h"
 #include "epoch/pool.h"
 #include "gtest/gtest.h"
+#include "runtime/runtime.h"
 #include "tests/tools/tool_test_util.h"
 #include "tests/util/test_util.h"
-#include "runtime/runtime.h"
 #include "txn/txn.h"
 
 namespace pmrt::testing {

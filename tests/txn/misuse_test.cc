@@ -41,8 +41,7 @@ class MisuseTest : public ::testing::Test {
 TEST_F(MisuseTest, ASecondLayerOnOnePoolIsRefused) {
   ExpectPrecondition(epoch::Manager::Open(*rt_.pool, testing::ManualEpochs()).status(),
                      "an epoch manager is already open");
-  ExpectPrecondition(alloc::Heap::Open(*rt_.pool, *rt_.epochs).status(),
-                     "a heap is already open");
+  ExpectPrecondition(alloc::Heap::Open(*rt_.pool, *rt_.epochs).status(), "a heap is already open");
   ExpectPrecondition(Engine::Open(*rt_.pool, *rt_.epochs, *rt_.heap).status(),
                      "a transaction engine is already open");
   // The first ones are unharmed.

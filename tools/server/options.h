@@ -26,7 +26,7 @@ struct ServerOptions {
   // by an error (the connection stays). Never below limits.max_bulk plus its framing, so that
   // any value one SET stored can be read back by GET or a one-key MGET.
   size_t max_reply = 512 << 20;
-  int epoch_ms = 64;               // the store's epoch interval (reported by INFO and CONFIG)
+  int epoch_ms = 64;  // the store's epoch interval (reported by INFO and CONFIG)
 };
 
 // A snapshot of ServerCounters.
