@@ -85,6 +85,13 @@ std::string Index::Ref(const void* object) const {
   return std::string(reinterpret_cast<const char*>(&off), 8);
 }
 
+absl::Status Index::Log(uint64_t op, std::string_view key, std::string_view value,
+                        std::function<void()> undo) {
+  absl::Status st = rt_.engine_->LogLogical(id_ << 1 | op, EncodeOp(key, value), UndoOf(undo));
+  if (!st.ok()) undo();  // not in the transaction: reverted now
+  return st;
+}
+
 absl::StatusOr<ds::PutResult> Index::put(std::string_view key, std::string_view value) {
   if (!rt_.engine_->InTransaction()) {
     const ds::PutResult r = tree_->put(key, value);
@@ -104,12 +111,7 @@ absl::StatusOr<ds::PutResult> Index::put(std::string_view key, std::string_view 
       std::fprintf(stderr, "pmrt: an aborted transaction's index put could not be undone\n");
     }
   };
-  if (absl::Status st =
-          rt_.engine_->LogLogical(id_ << 1 | kOpPut, EncodeOp(key, value), UndoOf(undo));
-      !st.ok()) {
-    undo();
-    return st;
-  }
+  if (absl::Status st = Log(kOpPut, key, value, std::move(undo)); !st.ok()) return st;
   return r;
 }
 
@@ -120,12 +122,7 @@ absl::StatusOr<ds::InsertResult> Index::insert_if_absent(std::string_view key,
   if (r == ds::InsertResult::kExists || !rt_.engine_->InTransaction()) return r;
   ds::DurableMasstree* tree = tree_.get();
   auto undo = [tree, k = std::string(key)] { (void)tree->remove(k); };
-  if (absl::Status st =
-          rt_.engine_->LogLogical(id_ << 1 | kOpPut, EncodeOp(key, value), UndoOf(undo));
-      !st.ok()) {
-    undo();
-    return st;
-  }
+  if (absl::Status st = Log(kOpPut, key, value, std::move(undo)); !st.ok()) return st;
   return r;
 }
 
@@ -140,12 +137,7 @@ absl::StatusOr<bool> Index::remove(std::string_view key) {
       std::fprintf(stderr, "pmrt: an aborted transaction's index remove could not be undone\n");
     }
   };
-  if (absl::Status st =
-          rt_.engine_->LogLogical(id_ << 1 | kOpRemove, EncodeOp(key, {}), UndoOf(undo));
-      !st.ok()) {
-    undo();
-    return st;
-  }
+  if (absl::Status st = Log(kOpRemove, key, {}, std::move(undo)); !st.ok()) return st;
   return true;
 }
 

@@ -34,6 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -149,6 +150,10 @@ class Index {
   friend class Runtime;
   Index(Runtime& rt, std::string name, uint64_t id, std::unique_ptr<ds::DurableMasstree> tree)
       : rt_(rt), name_(std::move(name)), id_(id), tree_(std::move(tree)) {}
+  // Logs operation `op` on `key` in the calling thread's transaction, with `undo` for its
+  // abort; on error runs `undo` at once (the change was applied before).
+  absl::Status Log(uint64_t op, std::string_view key, std::string_view value,
+                   std::function<void()> undo);
 
   Runtime& rt_;
   std::string name_;

@@ -6,15 +6,32 @@
 #define PMRT_TESTS_ALLOC_HEAP_RUNTIME_H_
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
+#include <set>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "alloc/allocator.h"
 #include "epoch/epoch.h"
 #include "epoch/pool.h"
 
 namespace pmrt::alloc::test_runtime {
+
+// The heap's metadata checks out and its live blocks are exactly `want` (pool offsets): a block
+// not in `want` leaked, one of `want` not live is lost.
+inline absl::Status CheckBlocksAre(const Heap& heap, const std::set<uint64_t>& want) {
+  if (auto st = heap.Check(); !st.ok()) return st;
+  std::set<uint64_t> got;
+  (void)heap.Walk([&](const BlockInfo& b) { got.insert(b.offset); });
+  for (uint64_t b : got)
+    if (!want.count(b)) return absl::DataLossError(absl::StrCat("heap block at ", b, " leaked"));
+  for (uint64_t b : want)
+    if (!got.count(b))
+      return absl::DataLossError(absl::StrCat("block at ", b, " is not allocated"));
+  return absl::OkStatus();
+}
 
 struct HeapRuntime {
   std::unique_ptr<Pool> pool;

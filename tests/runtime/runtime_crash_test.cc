@@ -26,6 +26,7 @@
 #include "epoch/sim.h"
 #include "gtest/gtest.h"
 #include "runtime/runtime.h"
+#include "tests/alloc/heap_runtime.h"
 #include "tests/util/crash_suite.h"
 #include "tests/util/lockstep.h"
 #include "tests/util/test_util.h"
@@ -194,7 +195,6 @@ class Blocks : public ds::TreeVisitor {
 
 // The heap holds exactly the objects, the two trees and the engine's blocks.
 absl::Status CheckHeap(Runtime& rt, const State& s) {
-  if (auto st = rt.heap().Check(); !st.ok()) return st;
   std::set<uint64_t> want;
   for (uint64_t b : rt.engine().OwnedBlocks()) want.insert(b);
   for (int k = 0; k < kO; ++k)
@@ -205,14 +205,7 @@ absl::Status CheckHeap(Runtime& rt, const State& s) {
   want.insert(index.descriptor());
   if (auto st = rt.catalog().CheckInvariants(nullptr, &blocks); !st.ok()) return st;
   want.insert(rt.catalog().descriptor());
-  std::set<uint64_t> got;
-  (void)rt.heap().Walk([&](const alloc::BlockInfo& b) { got.insert(b.offset); });
-  for (uint64_t b : got)
-    if (!want.count(b)) return absl::DataLossError(absl::StrCat("heap block at ", b, " leaked"));
-  for (uint64_t b : want)
-    if (!got.count(b))
-      return absl::DataLossError(absl::StrCat("block at ", b, " is not allocated"));
-  return absl::OkStatus();
+  return alloc::test_runtime::CheckBlocksAre(rt.heap(), want);
 }
 
 // Set when the live tree disagrees with the model during the workload.

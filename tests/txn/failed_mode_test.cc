@@ -249,6 +249,14 @@ absl::Status WriteUntilRefused(Words* words, std::vector<uint64_t>& expect, int*
   return absl::OkStatus();
 }
 
+// A log of 4 KiB blocks and a 256 KiB budget: it fills after a few hundred transactions.
+Options SmallLog() {
+  Options to;
+  to.block_size = 4096;
+  to.log_budget = 256 << 10;
+  return to;
+}
+
 // After the failed mode: sticky, reads keep working, the close reports it, and the next open
 // replays every committed transaction.
 void ExpectFailedThenRecovered(testing::Runtime rt, const std::string& path,
@@ -282,9 +290,7 @@ TEST(FailedModeTest, AnEpochThatCannotCompleteEntersTheFailedMode) {
   std::vector<uint64_t> expect(kWords, 0);
   auto pool = Pool::Create(path, kPoolSize, "failed-mode", Msync());
   ASSERT_OK(pool);
-  Options to;
-  to.block_size = 4096;
-  to.log_budget = 256 << 10;
+  Options to = SmallLog();
   epoch::ManagerOptions eo = testing::ManualEpochs();
   eo.max_guard_wait = std::chrono::milliseconds(200);
   auto rt = testing::Attach(std::move(*pool), to, eo);
@@ -318,9 +324,7 @@ TEST(FailedModeTest, ALogThatCannotDrainEntersTheFailedMode) {
   std::vector<uint64_t> expect(kWords, 0);
   auto pool = Pool::Create(path, kPoolSize, "failed-mode", Msync());
   ASSERT_OK(pool);
-  Options to;
-  to.block_size = 4096;
-  to.log_budget = 256 << 10;
+  Options to = SmallLog();
   to.max_log_wait = std::chrono::milliseconds(300);
   auto rt = testing::Attach(std::move(*pool), to);
   ASSERT_OK(rt);

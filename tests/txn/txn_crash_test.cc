@@ -149,19 +149,11 @@ State Read(Pool& pool) {
 
 // The heap holds exactly the state's objects and the engine's blocks.
 absl::Status CheckHeap(testing::Runtime& r, const State& s) {
-  if (auto st = r.heap->Check(); !st.ok()) return st;
   std::set<uint64_t> want;
   for (uint64_t b : r.engine->OwnedBlocks()) want.insert(b);
   for (int k = 0; k < kO; ++k)
     if (s.off[k] != 0) want.insert(s.off[k]);
-  std::set<uint64_t> got;
-  (void)r.heap->Walk([&](const alloc::BlockInfo& b) { got.insert(b.offset); });
-  for (uint64_t b : got)
-    if (!want.count(b)) return absl::DataLossError(absl::StrCat("heap block at ", b, " leaked"));
-  for (uint64_t b : want)
-    if (!got.count(b))
-      return absl::DataLossError(absl::StrCat("block at ", b, " is not allocated"));
-  return absl::OkStatus();
+  return alloc::test_runtime::CheckBlocksAre(*r.heap, want);
 }
 
 // Declares the word at p in e's open transaction: on the default engine, half the time through
