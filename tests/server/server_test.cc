@@ -161,26 +161,38 @@ TEST_F(ServerTest, ScanVisitsEveryKeyOnceInOrder) {
   EXPECT_THAT(Call(c, {"SCAN", "abc"}), StartsWith("-ERR invalid cursor"));
 }
 
-// Long reads work in slices and leave the epoch guard between them: while a SCAN whose MATCH
-// costs |pattern| x |key| per key, and a PMRT.RANGE over a million keys, run, epochs keep
-// completing and another client's writes keep being acknowledged. Counted, not timed: with a
-// guard held for the whole request no epoch would complete while it ran.
+// A key-value pool of `pool_bytes` in `dir` and a server on it with `opt` (port 0), started.
+struct Served {
+  std::unique_ptr<tools::KvStore> kv;
+  std::unique_ptr<Server> server;
+};
+Served Serve(const pmrt::testing::TempDir& dir, tools::KvStoreOptions ko, ServerOptions opt) {
+  Served s;
+  auto kv = tools::KvStore::Open(dir.File("served.pool"), ko);
+  EXPECT_THAT(kv, pmrt::testing::IsOk());
+  if (!kv.ok()) return s;
+  s.kv = std::move(*kv);
+  opt.port = 0;
+  auto server = Server::Create(*s.kv, opt);
+  EXPECT_THAT(server, pmrt::testing::IsOk());
+  if (!server.ok()) return s;
+  s.server = std::move(*server);
+  EXPECT_THAT(s.server->Start(), pmrt::testing::IsOk());
+  return s;
+}
+
 // Reply amplification: a short request whose reply would pass --max-reply (MGET of one large
 // value many times, a range over large values) gets an error, the connection stays usable, and
 // the value itself still reads back.
 TEST(ServerLimits, RepliesPastTheLimitAreRefused) {
   pmrt::testing::TempDir dir;
-  auto kv = tools::KvStore::Open(dir.File("reply.pool"), testing::CreatePoolOf(64 << 20));
-  ASSERT_THAT(kv, pmrt::testing::IsOk());
   ServerOptions opt;
-  opt.port = 0;
   opt.threads = 1;
   opt.limits.max_bulk = 1 << 20;
   opt.max_reply = 2 << 20;
-  auto server = Server::Create(**kv, opt);
-  ASSERT_THAT(server, pmrt::testing::IsOk());
-  ASSERT_THAT((*server)->Start(), pmrt::testing::IsOk());
-  Client c((*server)->port());
+  Served s = Serve(dir, testing::CreatePoolOf(64 << 20), opt);
+  ASSERT_NE(s.server, nullptr);
+  Client c(s.server->port());
   const std::string big(700 << 10, 'v');
   for (int i = 0; i < 4; ++i) {
     auto r = c.Call({"SET", absl::StrCat("big", i), big});
@@ -204,22 +216,24 @@ TEST(ServerLimits, RepliesPastTheLimitAreRefused) {
   r = c.Call({"GET", "largest"});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->str, largest);
-  (*server)->Stop();
-  EXPECT_THAT((*kv)->Close(), pmrt::testing::IsOk());
+  s.server->Stop();
+  EXPECT_THAT(s.kv->Close(), pmrt::testing::IsOk());
 }
 
+// Long reads work in slices and leave the epoch guard between them: while a SCAN whose MATCH
+// costs |pattern| x |key| per key, and a PMRT.RANGE over a million keys, run, epochs keep
+// completing and another client's writes keep being acknowledged. Counted, not timed: with a
+// guard held for the whole request no epoch would complete while it ran.
 TEST(ServerSlices, LongReadsLetEpochsAdvanceAndWritesGoOn) {
   pmrt::testing::TempDir dir;
   tools::KvStoreOptions ko = testing::CreatePoolOf(512 << 20);
   ko.epochs.interval = std::chrono::milliseconds(2);
-  auto kv = tools::KvStore::Open(dir.File("slices.pool"), ko);
-  ASSERT_THAT(kv, pmrt::testing::IsOk());
   ServerOptions opt;
-  opt.port = 0;
   opt.threads = 2;
-  auto server = Server::Create(**kv, opt);
-  ASSERT_THAT(server, pmrt::testing::IsOk());
-  ASSERT_THAT((*server)->Start(), pmrt::testing::IsOk());
+  Served s = Serve(dir, ko, opt);
+  ASSERT_NE(s.server, nullptr);
+  tools::KvStore* kv = s.kv.get();
+  Server* server = s.server.get();
   // 20 keys of 8 KiB of 'a' (a pattern "*aaa...ab" of 8 KiB tries every start: 8K x 8K steps
   // per key), and a million short keys after them.
   constexpr int kRangeKeys = 1'000'000;
@@ -227,10 +241,10 @@ TEST(ServerSlices, LongReadsLetEpochsAdvanceAndWritesGoOn) {
     std::string k(8 << 10, 'a');
     k.back() = static_cast<char>('a' + i % 2);
     k += absl::StrCat(i);
-    ASSERT_EQ((*kv)->tree().put(k, "v"), ds::PutResult::kInserted);
+    ASSERT_EQ(kv->tree().put(k, "v"), ds::PutResult::kInserted);
   }
   for (int i = 0; i < kRangeKeys; ++i) {
-    (*kv)->tree().put(absl::StrCat("r:", 10'000'000 + i), "12345678");
+    kv->tree().put(absl::StrCat("r:", 10'000'000 + i), "12345678");
   }
   const std::string pattern = "*" + std::string(8 << 10, 'a') + "b";
   const std::vector<std::vector<std::string>> reads = {
@@ -241,17 +255,17 @@ TEST(ServerSlices, LongReadsLetEpochsAdvanceAndWritesGoOn) {
     std::atomic<bool> reading{true};
     std::atomic<uint64_t> acked{0};
     std::thread writer([&] {
-      Client w((*server)->port());
+      Client w(server->port());
       for (uint64_t n = 0; reading.load(); ++n) {
         auto r = w.Call({"SET", absl::StrCat("w:", n % 100), "x"});
         ASSERT_TRUE(r && r->ToString() == "+OK");
         if (reading.load()) acked.fetch_add(1);
       }
     });
-    Client c((*server)->port());
-    const uint64_t before = (*kv)->epochs().completed();
+    Client c(server->port());
+    const uint64_t before = kv->epochs().completed();
     auto r = c.Call(read);
-    const uint64_t after = (*kv)->epochs().completed();
+    const uint64_t after = kv->epochs().completed();
     reading.store(false);
     writer.join();
     ASSERT_TRUE(r && r->type == '*') << read[0] << ": " << (r ? r->ToString() : "(no reply)");
@@ -263,8 +277,8 @@ TEST(ServerSlices, LongReadsLetEpochsAdvanceAndWritesGoOn) {
     EXPECT_GE(after - before, 5u) << read[0] << ": the epoch stood still while it ran";
     EXPECT_GE(acked.load(), 5u) << read[0] << ": writes waited for it";
   }
-  (*server)->Stop();
-  EXPECT_THAT((*kv)->Close(), pmrt::testing::IsOk());
+  server->Stop();
+  EXPECT_THAT(kv->Close(), pmrt::testing::IsOk());
 }
 
 TEST_F(ServerTest, PipelinedAndInline) {
