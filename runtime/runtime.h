@@ -10,7 +10,7 @@
 //   absl::Status st = pmrt::txn::Run([&]() -> absl::Status {
 //     Account* a = pmrt::alloc::pnew<Account>(100);        // allocated by the transaction
 //     RETURN_IF_ERROR(pmrt::txn::write(&root->accounts, root->accounts + 1));
-//     return users->put("alice", pmrt::Index::Ref(a)).status();  // part of the transaction
+//     return users->put("alice", users->Ref(a)).status();  // part of the transaction
 //   });                                                    // durable when Run returns OK
 //   (*rt)->sync();                                         // epoch-scope work durable now
 //
@@ -18,8 +18,8 @@
 // the runtime's catalog of indexes, txn::Engine (replays committed transactions: their words,
 // allocations and index operations). Close (or the destructor) tears them down in reverse.
 //
-// Durability (docs/durability.md, "Runtime"): inside a transaction, index operations are part
-// of it: durable when commit returns, undone by abort, replayed after a crash with the
+// Durability (docs/durability.md, item 5 and its table): inside a transaction, index operations are
+// part of it: durable when commit returns, undone by abort, replayed after a crash with the
 // transaction's word writes, in commit order. Outside a transaction they are epoch-scoped, as
 // every other write outside one: durable once the next epoch has begun (or at sync()).
 //
