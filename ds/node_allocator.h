@@ -42,16 +42,22 @@ concept IsNodeAllocator = requires(A& a, void* p, size_t n) {
   requires std::constructible_from<typename A::Guard, A&>;
 };
 
+// The read-side critical section of the transient allocators: a guard on Ebr::Global().
+class EbrAllocatorGuard {
+ public:
+  template <class A>
+  explicit EbrAllocatorGuard(A&) {
+    ds_internal::Ebr::Global().Enter();
+  }
+  ~EbrAllocatorGuard() { ds_internal::Ebr::Global().Exit(); }
+  EbrAllocatorGuard(const EbrAllocatorGuard&) = delete;
+  EbrAllocatorGuard& operator=(const EbrAllocatorGuard&) = delete;
+};
+
 // Transient allocator: aligned malloc, frees deferred through Ebr::Global().
 class MallocNodeAllocator {
  public:
-  class Guard {
-   public:
-    explicit Guard(MallocNodeAllocator&) { ds_internal::Ebr::Global().Enter(); }
-    ~Guard() { ds_internal::Ebr::Global().Exit(); }
-    Guard(const Guard&) = delete;
-    Guard& operator=(const Guard&) = delete;
-  };
+  using Guard = EbrAllocatorGuard;
 
   void* AllocateNode(size_t size, size_t align) {
     return std::aligned_alloc(align, (size + align - 1) / align * align);
@@ -72,13 +78,7 @@ static_assert(IsNodeAllocator<MallocNodeAllocator>);
 // Free returns a block of a class size to the class, a larger one to free()).
 class CachingNodeAllocator {
  public:
-  class Guard {
-   public:
-    explicit Guard(CachingNodeAllocator&) { ds_internal::Ebr::Global().Enter(); }
-    ~Guard() { ds_internal::Ebr::Global().Exit(); }
-    Guard(const Guard&) = delete;
-    Guard& operator=(const Guard&) = delete;
-  };
+  using Guard = EbrAllocatorGuard;
 
   void* AllocateNode(size_t size, size_t align) {
     const size_t n = RoundNode(size);
