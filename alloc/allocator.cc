@@ -1,6 +1,8 @@
 #include "alloc/allocator.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 
@@ -37,6 +39,7 @@ struct FreeBatch {
   std::vector<uint64_t> small[SizeClasses::kCount];    // block offsets by class
   std::vector<std::pair<uint64_t, uint64_t>> extents;  // (first chunk, chunk count)
   std::atomic<bool> ready{false};                      // the grace period has passed
+  uint64_t epoch = 0;                                  // of its frees
 };
 
 constexpr size_t kRefillBatch = 64;  // blocks moved from a central list per refill
@@ -76,6 +79,7 @@ struct alignas(64) ThreadCache {
   ThreadCache* out_owner[kOutboxes] = {};
   std::vector<uint64_t> out[kOutboxes];
   std::vector<uint32_t> dirty_chunks[2];  // chunks changed, per epoch parity
+  uint64_t seen_ops = 0;  // allocations + frees at the last boundary (Heap::Rebalance only)
 };
 
 // A small chunk in use this run. `live` is the truth about its blocks while the heap runs
@@ -167,11 +171,18 @@ const char* AllocErrorName(AllocError e) {
       return "alignment not a power of two <= 64 KiB";
     case AllocError::kNoHeap:
       return "no heap is open";
+    case AllocError::kPoolFullCannotWait:
+      return "pool full, and this call cannot wait for the frees of the running epoch (it runs "
+             "under an epoch guard or a transaction, or the epochs are advanced by hand): retry "
+             "outside it";
+    case AllocError::kOverflow:
+      return "the array's size in bytes overflows";
   }
   return "?";
 }
 
 AllocError Heap::LastError() { return tls_error; }
+void Heap::SetLastError(AllocError e) { tls_error = e; }
 Heap* Heap::Default() { return g_default.load(std::memory_order_acquire); }
 
 Heap::Heap(Pool& pool, epoch::Manager& epochs)
@@ -188,6 +199,7 @@ Heap::~Heap() {
   g_default.compare_exchange_strong(self, nullptr);
   if (vol_ != nullptr)
     for (uint64_t i = 0; i < chunks_; ++i) delete Vol(i);
+  for (ChunkVolatile* v : spare_vols_) delete v;
   for (FreeBatch* b : spare_batches_) delete b;  // every batch was released by the Advance
   caches_.ForEach([](ThreadCache& tc) {
     for (FreeBatch* b : tc.pending) delete b;
@@ -421,6 +433,17 @@ void Heap::SetChunkState(uint64_t chunk, uint64_t state, uint64_t e) {
   state_[chunk].store(state, std::memory_order_release);
 }
 
+void Heap::SetChunkStateAtBoundary(uint64_t chunk, uint64_t state, uint64_t e,
+                                   std::vector<Range>& out) {
+  const Persister& p = pool_.persister();
+  LineWriter w(HeaderLine(chunk), e, epochs_, p, [&out](const LoggedLine* line) {
+    if (!mutation::Swapped(alloc_internal::kDirtyChunkState)) out.push_back({line, sizeof(*line)});
+  });
+  w.Set(0, state, p);
+  small_class_[chunk].store(0, std::memory_order_release);
+  state_[chunk].store(state, std::memory_order_release);
+}
+
 inline void Heap::Touch(ThreadCache& tc, ChunkVolatile& v, uint64_t chunk, uint64_t e) {
   // The first change of a chunk in e lists it in the changing thread's cache for e's boundary.
   if (v.dirty_epoch.load(std::memory_order_relaxed) != e &&
@@ -480,6 +503,144 @@ void Heap::CollectDirty(uint64_t e, std::vector<Range>& out) {
     }
     tc.dirty_chunks[e & 1].clear();
   });
+  Rebalance(e, out);
+}
+
+ChunkVolatile* Heap::NewVol() {
+  if (spare_vols_.empty()) return new ChunkVolatile;
+  ChunkVolatile* v = spare_vols_.back();
+  spare_vols_.pop_back();
+  return v;
+}
+
+void Heap::Rebalance(uint64_t e, std::vector<Range>& out) {
+  // No guard is open (step 3 of the advance of e): every cache's lists may be touched, and
+  // nothing is allocated or freed until step 5.
+  const bool pressure = pressure_.exchange(false, std::memory_order_acq_rel);
+  if (pressure) pressure_epoch_.store(e, std::memory_order_relaxed);  // read by e's reclaimers
+  uint64_t moved = 0, frees = 0;
+  caches_.ForEach([&](ThreadCache& tc) {
+    frees += tc.frees.load(std::memory_order_relaxed);
+    // A cache that neither allocated nor freed for a whole epoch (an idle or exited thread, a
+    // consumer that went quiet) would strand its free blocks: they go to the central lists.
+    const uint64_t ops =
+        tc.allocations.load(std::memory_order_relaxed) + tc.frees.load(std::memory_order_relaxed);
+    const bool idle = ops == tc.seen_ops;
+    tc.seen_ops = ops;
+    if (idle || pressure) moved += DrainCache(tc);
+  });
+  if (!pressure) return;
+  const uint64_t returned = ReturnEmptyChunks(e, out);
+  frees_at_pressure_.store(frees, std::memory_order_release);
+  pressure_gain_.fetch_add(moved + returned, std::memory_order_release);
+}
+
+uint64_t Heap::DrainCache(ThreadCache& tc) {
+  // REQUIRES: no guard open (the boundary). Every free block the cache holds goes to the
+  // central lists: its lists, its inbox (blocks of its chunks freed by others), its outboxes,
+  // and its ready batches. Batches still in their grace period stay where they are.
+  uint64_t moved = 0;
+  auto give = [&](int c, std::vector<uint64_t>& v) {
+    if (v.empty()) return;
+    moved += v.size();
+    std::lock_guard<std::mutex> l(central_[c].mu);
+    central_[c].blocks.insert(central_[c].blocks.end(), v.begin(), v.end());
+    v.clear();
+  };
+  for (FreeBatch* b : TakeReady(tc)) {
+    for (int c = 0; c < SizeClasses::kCount; ++c) give(c, b->small[c]);
+    ReleaseBatch(b);
+  }
+  for (int c = 0; c < SizeClasses::kCount; ++c) give(c, tc.free[c]);
+  auto give_mixed = [&](std::vector<uint64_t>& v) {  // blocks of any class
+    for (uint64_t off : v) {
+      Central& cen = central_[LoadedClass(off)];
+      std::lock_guard<std::mutex> l(cen.mu);
+      cen.blocks.push_back(off);
+    }
+    moved += v.size();
+    v.clear();
+  };
+  {
+    std::lock_guard<std::mutex> l(tc.inbox_mu);
+    give_mixed(tc.inbox);
+  }
+  for (int slot = 0; slot < ThreadCache::kOutboxes; ++slot) give_mixed(tc.out[slot]);
+  return moved;
+}
+
+uint64_t Heap::ReturnEmptyChunks(uint64_t e, std::vector<Range>& out) {
+  // REQUIRES: no guard open, every cache drained (Rebalance under pressure): each free block
+  // of a chunk in use is in a central list, or in a batch still in its grace period. A chunk
+  // all of whose blocks are in the central list has none live and none pending: it goes back to
+  // the free runs. Its state change is logged in e; its bitmap lines already say "all free" as
+  // of e's end (CollectDirty ran first), so if e fails, the chunk comes back with the bitmap of
+  // e's start, whatever e freed in it still allocated: exactly e's rollback.
+  uint64_t returned = 0;
+  std::vector<uint64_t> to_return;
+  for (int c = 0; c < SizeClasses::kCount; ++c) {
+    const uint32_t per_chunk = SizeClasses::BlocksPerChunk(c);
+    Central& cen = central_[c];
+    std::lock_guard<std::mutex> l(cen.mu);
+    auto& v = cen.blocks;
+    if (v.size() < per_chunk) continue;
+    std::sort(v.begin(), v.end());
+    std::vector<uint64_t> keep;
+    keep.reserve(v.size());
+    for (size_t i = 0; i < v.size();) {
+      const uint64_t chunk = (v[i] - data_off_) >> alloc_internal::kChunkShift;
+      size_t j = i;
+      while (j < v.size() && ((v[j] - data_off_) >> alloc_internal::kChunkShift) == chunk) ++j;
+      const ChunkVolatile* vol = Vol(chunk, std::memory_order_relaxed);
+      bool empty = j - i == per_chunk && vol != nullptr;
+      for (size_t w = 0; w < kLiveWords && empty; ++w)
+        empty = vol->words[w].live.load(std::memory_order_relaxed) == 0;
+      if (empty) {
+        to_return.push_back(chunk);
+      } else {
+        keep.insert(keep.end(), v.begin() + static_cast<ptrdiff_t>(i),
+                    v.begin() + static_cast<ptrdiff_t>(j));
+      }
+      i = j;
+    }
+    // Lowest addresses handed out first (Take pops the back).
+    std::reverse(keep.begin(), keep.end());
+    v.swap(keep);
+  }
+  {
+    std::lock_guard<std::mutex> l(chunk_mu_);
+    // Chunks of an earlier run not read yet: empty when their recovered bitmap is all zero.
+    for (auto& list : unloaded_) {
+      std::erase_if(list, [&](uint64_t chunk) {
+        for (size_t line = 0; line < kBitmapLines; ++line) {
+          uint64_t w[kWordsPerLine];
+          alloc_internal::EffectiveWords(BitmapLines(chunk)[line], epochs_, w);
+          for (uint64_t x : w)
+            if (x != 0) return false;
+        }
+        to_return.push_back(chunk);
+        return true;
+      });
+    }
+    for (uint64_t chunk : to_return) {
+      SetChunkStateAtBoundary(chunk, MakeState(ChunkKind::kFree, 0, 0), e, out);
+      if (ChunkVolatile* v = Vol(chunk, std::memory_order_relaxed)) {
+        // Reset for reuse; kept (not deleted): UsableSize may read it without a guard.
+        v->dirty_epoch.store(0, std::memory_order_relaxed);
+        v->owner = nullptr;
+        for (auto& w : v->words) {
+          w.live.store(0, std::memory_order_relaxed);
+          w.media = 0;
+        }
+        spare_vols_.push_back(v);
+      }
+      vol_[chunk].store(0, std::memory_order_release);
+      ++returned;
+    }
+  }
+  for (uint64_t chunk : to_return) ReturnRun(chunk, 1);
+  chunks_returned_.fetch_add(returned, std::memory_order_relaxed);
+  return returned;
 }
 
 // ---- allocation -------------------------------------------------------------------------------
@@ -490,11 +651,10 @@ void* Heap::Allocate(size_t size, size_t align) {
   if (size - 1 < 1024 && align - 1 < 16 && (align & (align - 1)) == 0) {
     const int c = SizeClasses::kSmallTable[(size + 15) >> 4];
     const Context ctx = Local();
-    auto& fl = ctx.tc->free[c];
-    if (!fl.empty()) [[likely]] {
-      epoch::LeafGuard g(epochs_, *ctx.slot);  // Take opens no guard
+    // The list is read inside the guard: a boundary (no guard open) may drain it.
+    epoch::LeafGuard g(epochs_, *ctx.slot);  // Take opens no guard
+    if (!ctx.tc->free[c].empty()) [[likely]]
       return Take(*ctx.tc, c, g.epoch());
-    }
   }
   return AllocateSlow(size, align);
 }
@@ -512,13 +672,18 @@ void* Heap::AllocateSlow(size_t size, size_t align) {
       epoch::Guard g(epochs_, *ctx.slot);
       p = c >= 0 ? AllocateSmall(*ctx.tc, c, g.epoch()) : AllocateExtent(size, g.epoch());
     }
-    if (p != nullptr || tls_error != AllocError::kPoolFull || attempt == 2 || !WaitForFrees())
+    if (p != nullptr || tls_error != AllocError::kPoolFull || attempt == 2) return p;
+    if (!WaitForFrees(attempt > 0)) {
+      if (attempt == 0 && (!epochs_.clocked() || epochs_.LocalSlot().depth > 0))
+        tls_error = AllocError::kPoolFullCannotWait;
       return p;
+    }
   }
 }
 
-void Heap::SpillToCentral(std::vector<uint64_t>& fl, int c) {
-  const auto n = static_cast<ptrdiff_t>(SizeClasses::BlocksPerChunk(c));
+void Heap::SpillToCentral(std::vector<uint64_t>& fl, int c, size_t count) {
+  // The oldest `count` blocks (the front of the list).
+  const auto n = static_cast<ptrdiff_t>(count);
   {
     std::lock_guard<std::mutex> l(central_[c].mu);
     central_[c].blocks.insert(central_[c].blocks.end(), fl.begin(), fl.begin() + n);
@@ -526,15 +691,60 @@ void Heap::SpillToCentral(std::vector<uint64_t>& fl, int c) {
   fl.erase(fl.begin(), fl.begin() + n);
 }
 
-bool Heap::WaitForFrees() {
+bool Heap::WaitForFrees(bool again) {
   // Blocks freed in the running epoch (or the one before) become reusable at the end of the
-  // advance that closes their epoch: after at most two advances every free made before this
-  // call is back in a free list. Pointless when nothing awaits its grace period, impossible
-  // inside the caller's own guard (the advance would wait for it forever), and not ours to do
-  // when the caller clocks the epochs by hand.
-  if (!epochs_.clocked() || retired_batches_.load(std::memory_order_acquire) == 0) return false;
-  if (epochs_.LocalSlot().depth > 0) return false;
+  // advance that closes their epoch, and a boundary under pressure gathers the free blocks of
+  // every cache and returns empty chunks: after at most two advances every free made before
+  // this call is back where this thread finds it. The request stands even when this call
+  // cannot wait: impossible inside the caller's own guard (the advance would wait for it
+  // forever), and not ours to do when the caller clocks the epochs by hand.
+  //
+  // Nothing can come back when no free awaits its grace period and nothing was freed since a
+  // boundary gathered every free block (or, on the second try, when that boundary found
+  // nothing): a full heap then fails without a boundary per call.
+  if (retired_batches_.load(std::memory_order_acquire) == 0 &&
+      (again ? pressure_gain_.load(std::memory_order_acquire) == 0
+             : TotalFrees() == frees_at_pressure_.load(std::memory_order_acquire))) {
+    return false;
+  }
+  pressure_gain_.store(0, std::memory_order_relaxed);
+  pressure_.store(true, std::memory_order_release);
+  if (!epochs_.clocked() || epochs_.LocalSlot().depth > 0) return false;
   return epochs_.Advance().ok();
+}
+
+uint64_t Heap::TotalFrees() {
+  uint64_t n = 0;
+  caches_.ForEach([&](ThreadCache& tc) { n += tc.frees.load(std::memory_order_relaxed); });
+  return n;
+}
+
+void* Heap::AllocateZeroed(size_t n, size_t size, size_t align) {
+  if (size != 0 && n > SIZE_MAX / size) {
+    tls_error = AllocError::kOverflow;
+    return nullptr;
+  }
+  const size_t bytes = n * size;
+  void* p = Allocate(bytes == 0 ? 1 : bytes, align);
+  // A reused block holds its last owner's bytes. The zeroes reach media with the block's other
+  // data of this epoch (a new block is written back at the boundary).
+  if (p != nullptr) std::memset(p, 0, bytes);
+  return p;
+}
+
+void* Heap::Reallocate(void* p, size_t size, size_t align) {
+  if (p == nullptr) return Allocate(size, align);
+  const size_t have = UsableSize(p);
+  if (have == 0) {  // not a live block of this heap: nothing to move
+    tls_error = AllocError::kNone;
+    return nullptr;
+  }
+  if (size <= have && (reinterpret_cast<uintptr_t>(p) & (align - 1)) == 0) return p;
+  void* q = Allocate(size, align);
+  if (q == nullptr) return nullptr;
+  std::memcpy(q, p, std::min(have, size));
+  (void)FreeUnshared(p);  // live (checked above) and the caller's own
+  return q;
 }
 
 absl::StatusOr<void*> Heap::TryAllocate(size_t size, size_t align) {
@@ -608,7 +818,11 @@ bool Heap::RefillFromChunks(ThreadCache& tc, int c, uint64_t e) {
   //    together with every block handed out from it.
   uint64_t chunk;
   if (!TakeRun(1, &chunk)) return false;
-  auto* v = new ChunkVolatile;
+  ChunkVolatile* v;
+  {
+    std::lock_guard<std::mutex> l(chunk_mu_);
+    v = NewVol();
+  }
   v->owner = &tc;
   SetVol(chunk, v, c);
   SetChunkState(chunk, MakeState(ChunkKind::kSmall, static_cast<uint32_t>(c), 1), e);
@@ -623,7 +837,7 @@ ChunkVolatile* Heap::LoadChunk(uint64_t chunk, int c, std::vector<uint64_t>* out
                                ThreadCache* owner) {
   // REQUIRES: chunk_mu_. The recovered bitmap becomes the live map; its clear bits are free
   // blocks, in no free list yet (the chunk was untouched this run).
-  auto* v = new ChunkVolatile;
+  ChunkVolatile* v = NewVol();
   v->owner = owner;
   const uint32_t size = SizeClasses::Size(c), blocks = SizeClasses::BlocksPerChunk(c);
   for (size_t line = 0; line < kBitmapLines; ++line) {
@@ -715,6 +929,11 @@ bool Heap::FreeFast(void* p) {
   const uint64_t off = static_cast<uint64_t>(static_cast<uint8_t*>(p) - pool_.base());
   if (off - data_off_ >= (chunks_ << alloc_internal::kChunkShift)) return false;  // wraps below
   const uint64_t chunk = (off - data_off_) >> alloc_internal::kChunkShift;
+  const Context ctx = Local();
+  ThreadCache& tc = *ctx.tc;
+  // Nothing below opens a guard. Inside it the chunk cannot change hands: a boundary (no guard
+  // open) may return an empty chunk to the free runs.
+  epoch::LeafGuard g(epochs_, *ctx.slot);
   // One load: the chunk's volatile state and its class (tag 0: not a small chunk in use).
   const uintptr_t tagged = vol_[chunk].load(std::memory_order_acquire);
   if ((tagged & kVolTagMask) == 0) return false;
@@ -723,9 +942,6 @@ bool Heap::FreeFast(void* p) {
   const auto rel = static_cast<uint32_t>(off & (kChunkSize - 1));
   const uint32_t b = SizeClasses::BlockOf(rel, c);
   if (b * SizeClasses::Size(c) != rel || b >= SizeClasses::BlocksPerChunk(c)) return false;
-  const Context ctx = Local();
-  ThreadCache& tc = *ctx.tc;
-  epoch::LeafGuard g(epochs_, *ctx.slot);  // nothing below opens a guard
   const uint64_t e = g.epoch();
   ChunkVolatile::Word& word = v->words[b / 64];
   const uint64_t bit = uint64_t{1} << (b % 64);
@@ -781,22 +997,34 @@ void Heap::CollectInbox(ThreadCache& tc) {
 }
 
 absl::Status Heap::Free(void* p) {
+  if (p == nullptr) return absl::OkStatus();
   return FreeFast<false>(p) ? absl::OkStatus() : FreeImpl(p, FreeMode::kShared);
 }
 absl::Status Heap::FreeUnshared(void* p) {
+  if (p == nullptr) return absl::OkStatus();
   return FreeFast<true>(p) ? absl::OkStatus() : FreeImpl(p, FreeMode::kUnshared);
 }
 absl::Status Heap::FreeUnpublished(void* p) { return FreeImpl(p, FreeMode::kUnpublished); }
 
+absl::Status Heap::DoubleFreeOr(absl::Status st) {
+  if (st.code() != absl::StatusCode::kFailedPrecondition) return st;
+  double_frees_.fetch_add(1, std::memory_order_relaxed);
+#ifndef NDEBUG
+  std::fprintf(stderr, "pmrt: %s\n", std::string(st.message()).c_str());
+  std::abort();
+#endif
+  return st;
+}
+
 absl::Status Heap::FreeImpl(void* p, FreeMode mode) {
-  uint64_t chunk;
-  uint32_t block;
-  int c;
-  if (!Locate(p, &chunk, &block, &c)) return LocateError(p);
   const Context ctx = Local();
   ThreadCache& tc = *ctx.tc;
   epoch::Guard g(epochs_, *ctx.slot);
   const uint64_t e = g.epoch();
+  uint64_t chunk;
+  uint32_t block;
+  int c;
+  if (!Locate(p, &chunk, &block, &c)) return DoubleFreeOr(LocateError(p));
   const uint64_t off = pool_.offset_of(p);
   uint64_t run = 0;
   if (c >= 0) {
@@ -804,8 +1032,8 @@ absl::Status Heap::FreeImpl(void* p, FreeMode mode) {
     const uint64_t bit = uint64_t{1} << (block % 64);
     ChunkVolatile::Word& word = v.words[block / 64];
     if ((word.live.fetch_and(~bit, std::memory_order_relaxed) & bit) == 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(pool_.path(), ": double free: block at offset ", off, " is not allocated"));
+      return DoubleFreeOr(absl::FailedPreconditionError(
+          absl::StrCat(pool_.path(), ": double free: block at offset ", off, " is not allocated")));
     }
     Touch(tc, v, chunk, e);  // the boundary copies the cleared bit to media, logged in e
     if (mode == FreeMode::kUnshared && (word.media & bit) == 0) {
@@ -820,7 +1048,7 @@ absl::Status Heap::FreeImpl(void* p, FreeMode mode) {
   } else {
     uint64_t s = state_[chunk].load(std::memory_order_acquire);
     const uint64_t freeing = MakeState(ChunkKind::kFree, 0, 0);
-    if (!state_[chunk].compare_exchange_strong(s, freeing)) return LocateError(p);
+    if (!state_[chunk].compare_exchange_strong(s, freeing)) return DoubleFreeOr(LocateError(p));
     run = StateRun(s);
     SetChunkState(chunk, freeing, e);  // logged in e: if e fails the extent is live again
   }
@@ -851,6 +1079,7 @@ absl::Status Heap::FreeImpl(void* p, FreeMode mode) {
     }
     tc.batch = batch;
     tc.batch_epoch = e;
+    batch->epoch = e;
     retired_batches_.fetch_add(1, std::memory_order_relaxed);  // once per thread per epoch
     epochs_.Retire(batch, [this](void* b) {
       // Runs once e has closed. Extents return to the free runs now; small blocks wait in the
@@ -858,6 +1087,20 @@ absl::Status Heap::FreeImpl(void* p, FreeMode mode) {
       auto* fb = static_cast<FreeBatch*>(b);
       for (auto [first, n] : fb->extents) ReturnRun(first, n);
       fb->extents.clear();
+      if (pressure_epoch_.load(std::memory_order_relaxed) == fb->epoch) {
+        // A full heap waits for this advance: the blocks go where any thread finds them, and
+        // the next boundary under pressure can return their chunks.
+        uint64_t moved = 0;
+        for (int k = 0; k < SizeClasses::kCount; ++k) {
+          auto& v = fb->small[k];
+          if (v.empty()) continue;
+          moved += v.size();
+          std::lock_guard<std::mutex> l(central_[k].mu);
+          central_[k].blocks.insert(central_[k].blocks.end(), v.begin(), v.end());
+          v.clear();
+        }
+        pressure_gain_.fetch_add(moved, std::memory_order_release);
+      }
       fb->ready.store(true, std::memory_order_release);
       retired_batches_.fetch_sub(1, std::memory_order_release);
     });
@@ -899,7 +1142,8 @@ void Heap::MaybeSpill(ThreadCache& tc, int c) {
     tc.drained[c] = false;
     tc.spill_at[c] = static_cast<uint32_t>(std::min<size_t>(2 * fl.size(), uint32_t{1} << 30));
   } else {
-    SpillToCentral(fl, c);
+    // Down to a chunk's worth below the threshold at once: a ready batch can bring many.
+    SpillToCentral(fl, c, fl.size() - (tc.spill_at[c] - SizeClasses::BlocksPerChunk(c)));
   }
 }
 
@@ -1111,6 +1355,7 @@ HeapStats Heap::Stats() const {
       ++st.free_chunks;
     }
   }
+  uint64_t small_used = 0;
   (void)Walk([&](const BlockInfo& b) {
     ++st.live_blocks;
     st.used_bytes += b.size;
@@ -1119,9 +1364,13 @@ HeapStats Heap::Stats() const {
       ++st.live_extents;
     } else {
       ++st.live_per_class[StateClass(s)];
+      small_used += b.size;
     }
   });
   st.free_bytes = st.heap_bytes - st.used_bytes;
+  st.free_in_small_chunks = st.small_chunks * kChunkSize - small_used;
+  st.chunks_returned = chunks_returned_.load(std::memory_order_relaxed);
+  st.double_frees = double_frees_.load(std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> l(chunk_mu_);
     if (!by_length_.empty()) st.largest_free_extent = by_length_.rbegin()->first * kChunkSize;

@@ -25,6 +25,7 @@
 #ifndef PMRT_ALLOC_ALLOCATOR_H_
 #define PMRT_ALLOC_ALLOCATOR_H_
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -33,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -62,6 +64,11 @@ enum class AllocError : uint8_t {
   kTooLarge,      // larger than the whole heap
   kBadAlignment,  // not a power of two, or above 64 KiB
   kNoHeap,        // pnew with no open heap
+  // No free block, and the call could not wait for the epoch to end (it runs under an epoch
+  // guard or a transaction, or the epochs are advanced by hand): blocks freed in the running
+  // or previous epoch, or free blocks cached by other threads, may make room once it ends.
+  kPoolFullCannotWait,
+  kOverflow,  // an array whose byte size does not fit in size_t
 };
 const char* AllocErrorName(AllocError e);
 
@@ -80,6 +87,11 @@ struct HeapStats {
   std::array<uint64_t, SizeClasses::kCount> live_per_class{};
   uint64_t chunks = 0, free_chunks = 0, small_chunks = 0, extent_chunks = 0;
   uint64_t allocations = 0, frees = 0;  // since open
+  // Fragmentation: free bytes inside chunks that hold a size class (a large allocation
+  // cannot use them until every block of their chunk is free and the chunk returns).
+  uint64_t free_in_small_chunks = 0;
+  uint64_t chunks_returned = 0;  // empty small chunks given back to the free runs, since open
+  uint64_t double_frees = 0;     // refused frees of blocks that were not allocated, since open
 };
 
 class Heap {
@@ -92,25 +104,46 @@ class Heap {
   Heap& operator=(const Heap&) = delete;
 
   // Hot path: a block of at least `size` bytes aligned to `align` (a power of two <= 64 KiB),
-  // or null with LastError() set. No flush, no fence. When the heap is full but blocks freed
-  // with Free await their grace period, the epochs run on the background advancer
-  // (ManagerOptions::interval > 0) and the caller holds no epoch::Guard of its own, it advances
-  // the epoch (at most twice) so that they become reusable, then retries: under heavy churn a
-  // full heap waits for its frees instead of failing. Otherwise it fails with kPoolFull.
+  // or null with LastError() set. No flush, no fence.
+  //
+  // A full heap waits once for its frees before failing: blocks freed with Free in the running
+  // or previous epoch, free blocks cached by other threads (idle, busy or exited), and chunks
+  // whose blocks are all free (returned to the free runs, so any size class or a large
+  // allocation can use them) come back after at most two epoch boundaries. When the epochs run
+  // on the background advancer (ManagerOptions::interval > 0) and the caller holds no
+  // epoch::Guard (no transaction, no tree callback), the call drives those boundaries itself
+  // and retries; otherwise it cannot wait and fails with kPoolFullCannotWait (the next
+  // boundary still gathers the free blocks, so a retry outside the guard can succeed).
   void* Allocate(size_t size, size_t align = 16);
   // The same with an error naming the pool, the size and the reason.
   absl::StatusOr<void*> TryAllocate(size_t size, size_t align = 16);
-  // Frees a block (deferred reuse, see above). kInvalidArgument for a pointer that is not the
-  // start of a block of this heap, kFailedPrecondition for a block that is not allocated (a
-  // double free). On error nothing changes.
+  // calloc: n elements of `size` bytes, zero-filled (null with kOverflow when n * size does not
+  // fit in size_t).
+  void* AllocateZeroed(size_t n, size_t size, size_t align = 16);
+  // realloc for a block the caller owns outright: null p allocates; a size that fits the
+  // block's usable size returns p unchanged; otherwise the contents move to a new block and p
+  // is freed with FreeUnshared. On failure p is untouched and null is returned (LastError set;
+  // kInvalidArgument-style misuse, p not a live block, also returns null with kNone).
+  void* Reallocate(void* p, size_t size, size_t align = 16);
+
+  // Free and FreeUnshared: a null pointer is a no-op. kInvalidArgument for a pointer that is not
+  // the start of a block of this heap; kFailedPrecondition for a block that is not allocated (a
+  // double free: counted in HeapStats::double_frees; a debug build, without NDEBUG, aborts with
+  // the block's offset). On error nothing changes.
+  //
+  // Free: the block may still be read by other threads under their epoch guards (a node
+  // unlinked from a shared structure). It is reused only after the epoch of the free has closed
+  // (no guard can hold it) and is durable. pdelete uses Free.
   absl::Status Free(void* p);
-  // Frees a block the caller owns outright: no other thread can hold a reference to it (the
-  // malloc/free contract). A block allocated in the current epoch is reusable at once: its
-  // allocation was never durable, so no crash can need its old contents, and no reader can
+  // FreeUnshared: the caller owns the block outright, no other thread can hold a reference to
+  // it (the malloc/free contract). A block allocated in the current epoch is reusable at once:
+  // its allocation was never durable, so no crash can need its old contents, and no reader can
   // hold it. An older block waits for the epoch to close, as with Free (its free must be
-  // durable before the block is reused). Same errors as Free.
+  // durable before the block is reused).
   absl::Status FreeUnshared(void* p);
   static AllocError LastError();
+  // Sets the calling thread's LastError (for allocation wrappers such as pnew_array).
+  static void SetLastError(AllocError e);
 
   // Usable bytes of the live block starting at p; 0 when p is not one.
   size_t UsableSize(const void* p) const;
@@ -158,8 +191,11 @@ class Heap {
   void* AllocateSmall(alloc_detail::ThreadCache& tc, int c, uint64_t e);
   // Hands out the last block of the thread's (non-empty) list of class c in epoch e.
   void* Take(alloc_detail::ThreadCache& tc, int c, uint64_t e);
-  bool WaitForFrees();
-  void SpillToCentral(std::vector<uint64_t>& free_list, int c);
+  // Asks the next boundary to gather every free block and return empty chunks, and drives
+  // that boundary when the caller can wait; false when it cannot (or nothing can come back).
+  bool WaitForFrees(bool again);
+  uint64_t TotalFrees();  // frees since open, all threads
+  void SpillToCentral(std::vector<uint64_t>& free_list, int c, size_t count);
   void* AllocateExtent(size_t size, uint64_t e);
   bool Refill(alloc_detail::ThreadCache& tc, int c, uint64_t e);
   bool LoadNextChunk(int c, std::vector<uint64_t>* out, alloc_detail::ThreadCache* owner);
@@ -191,10 +227,22 @@ class Heap {
   bool TakeChunk(uint64_t chunk);  // REQUIRES: chunk_mu_; removes one chunk from the free runs
   void ReturnRun(uint64_t start, uint64_t n);
   void SetChunkState(uint64_t chunk, uint64_t state, uint64_t e);
+  // The same at the boundary: the logged line joins the boundary's flush ranges.
+  void SetChunkStateAtBoundary(uint64_t chunk, uint64_t state, uint64_t e, std::vector<Range>& out);
+  alloc_detail::ChunkVolatile* NewVol();  // REQUIRES: chunk_mu_
   void CollectDirty(uint64_t e, std::vector<Range>& out);
+  // Boundary work (step 3 of an advance, no guard open, so every thread cache may be touched):
+  // caches idle since the last boundary, or all of them under pressure, give their free blocks
+  // to the central lists; under pressure, chunks whose blocks are all free go back to the free
+  // runs (their state change logged in e, its line added to `out`).
+  void Rebalance(uint64_t e, std::vector<Range>& out);
+  uint64_t DrainCache(alloc_detail::ThreadCache& tc);
+  uint64_t ReturnEmptyChunks(uint64_t e, std::vector<Range>& out);
   // Chunk, block and class (-1: an extent) of the block starting at p; false if none.
   bool Locate(const void* p, uint64_t* chunk, uint32_t* block, int* cls) const;
   absl::Status LocateError(const void* p) const;
+  // Counts a double free (kFailedPrecondition) and, in a debug build, aborts naming it.
+  absl::Status DoubleFreeOr(absl::Status st);
   bool BlockLive(uint64_t chunk, uint32_t block) const;
   uint64_t ChunkOffset(uint64_t chunk) const { return data_off_ + (chunk << 16); }
   alloc_internal::LoggedLine& HeaderLine(uint64_t chunk) const;
@@ -239,6 +287,17 @@ class Heap {
   std::mutex batches_mu_;
   std::vector<alloc_detail::FreeBatch*> spare_batches_;  // reused: no allocation per epoch
   std::atomic<int64_t> retired_batches_{0};              // free batches awaiting their grace period
+  // Set by an allocation that found the heap full; the next boundary gathers every cache's
+  // free blocks and returns empty chunks, and records what came back (blocks + chunks).
+  std::atomic<bool> pressure_{false};
+  std::atomic<uint64_t> pressure_gain_{0};
+  std::atomic<uint64_t> pressure_epoch_{~uint64_t{0}};     // the last boundary under pressure
+  std::atomic<uint64_t> frees_at_pressure_{~uint64_t{0}};  // TotalFrees() at that boundary
+  std::atomic<uint64_t> chunks_returned_{0};
+  std::atomic<uint64_t> double_frees_{0};
+  // Volatile states of returned chunks, kept for reuse (REQUIRES: chunk_mu_): a reader that
+  // loaded the pointer just before the return (UsableSize outside a guard) reads valid memory.
+  std::vector<alloc_detail::ChunkVolatile*> spare_vols_;
   PerThread<alloc_detail::ThreadCache> caches_;
 };
 
@@ -280,6 +339,59 @@ absl::Status pdelete(T* p) {
   p->~T();
   if (TxScope* tx = tls_tx_scope) return tx->TxFree(p);
   return h->Free(p);
+}
+
+namespace alloc_detail {
+// Bytes in front of a pnew_array's elements: its element count, for a T whose destructors
+// pdelete_array must run (none for a trivially destructible T), padded to T's alignment.
+template <class T>
+constexpr size_t ArrayCookie() {
+  return std::is_trivially_destructible_v<T> ? 0 : std::max(alignof(T), sizeof(size_t));
+}
+}  // namespace alloc_detail
+
+// Constructs n value-initialized Ts in one block of the default heap (through the
+// transaction when one is open, as pnew). Null on failure with LastError set (kOverflow when
+// the bytes do not fit in size_t). n == 0 gives a valid block with no elements.
+template <class T>
+T* pnew_array(size_t n) {
+  Heap* h = Heap::Default();
+  if (h == nullptr) {
+    Heap::SetLastError(AllocError::kNoHeap);
+    return nullptr;
+  }
+  constexpr size_t cookie = alloc_detail::ArrayCookie<T>();
+  if (n > (SIZE_MAX - cookie) / sizeof(T)) {
+    Heap::SetLastError(AllocError::kOverflow);
+    return nullptr;
+  }
+  const size_t bytes = cookie + n * sizeof(T);
+  constexpr size_t align = std::max(alignof(T), alignof(size_t));
+  TxScope* tx = tls_tx_scope;
+  auto* base = static_cast<uint8_t*>(tx != nullptr ? tx->TxAllocate(bytes, align)
+                                                   : h->Allocate(bytes, align));
+  if (base == nullptr) return nullptr;
+  if constexpr (cookie != 0) new (base) size_t(n);
+  T* first = reinterpret_cast<T*>(base + cookie);
+  for (size_t i = 0; i < n; ++i) new (first + i) T();
+  return first;
+}
+
+// Destroys (last element first) and frees an array from pnew_array<T>. A pointer that is not
+// one is refused before anything is destroyed.
+template <class T>
+absl::Status pdelete_array(T* p) {
+  if (p == nullptr) return absl::OkStatus();
+  Heap* h = Heap::Default();
+  if (h == nullptr) return absl::FailedPreconditionError("pdelete_array: no heap is open");
+  constexpr size_t cookie = alloc_detail::ArrayCookie<T>();
+  void* base = reinterpret_cast<uint8_t*>(p) - cookie;
+  if (h->UsableSize(base) == 0) return h->Free(base);  // the error says why
+  if constexpr (cookie != 0) {
+    for (size_t i = *static_cast<size_t*>(base); i > 0; --i) p[i - 1].~T();
+  }
+  if (TxScope* tx = tls_tx_scope) return tx->TxFree(base);
+  return h->Free(base);
 }
 
 }  // namespace pmrt::alloc
