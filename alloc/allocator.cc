@@ -35,11 +35,26 @@ namespace alloc_detail {
 // go back to the thread cache that freed them (so that two threads' lists do not mix blocks of
 // one live-map line, which costs a contended line per call): the reclaimer marks the batch
 // ready, and the cache collects it (ThreadCache::pending).
+struct ThreadCache;
 struct FreeBatch {
-  std::vector<uint64_t> small[SizeClasses::kCount];    // block offsets by class
+  std::vector<uint64_t> small[SizeClasses::kCount];  // block offsets by class
+  // Small blocks of chunks another cache owns, per owner (a few owners at a time; a block whose
+  // slot holds another owner goes to `small`): once ready they go to the owner's inbox, so
+  // that allocations in a chunk keep coming from one thread.
+  static constexpr int kForeign = 4;
+  ThreadCache* foreign_owner[kForeign] = {};
+  std::vector<uint64_t> foreign[kForeign];
   std::vector<std::pair<uint64_t, uint64_t>> extents;  // (first chunk, chunk count)
   std::atomic<bool> ready{false};                      // the grace period has passed
   uint64_t epoch = 0;                                  // of its frees
+
+  // Where a freed block of chunk owner `owner` (null: none) waits in this batch.
+  std::vector<uint64_t>& For(ThreadCache* owner, ThreadCache* self, int c) {
+    if (owner == nullptr || owner == self) return small[c];
+    const int slot = static_cast<int>((reinterpret_cast<uintptr_t>(owner) >> 6) % kForeign);
+    if (foreign_owner[slot] == nullptr) foreign_owner[slot] = owner;
+    return foreign_owner[slot] == owner ? foreign[slot] : small[c];
+  }
 };
 
 constexpr size_t kRefillBatch = 64;  // blocks moved from a central list per refill
@@ -65,6 +80,7 @@ struct alignas(64) ThreadCache {
   std::vector<uint64_t> free[SizeClasses::kCount];  // block offsets ready to hand out
   uint64_t batch_epoch = 0;
   FreeBatch* batch = nullptr;  // frees of batch_epoch, retired as one object
+  uint64_t batch_bytes = 0;    // in `batch` so far (Heap::NoteBatchBytes)
   // Batches this cache retired, oldest first; collected into the lists once ready. The lock is
   // taken once per batch by the owner, and by an allocation that finds the heap full
   // (Heap::StealReady).
@@ -287,6 +303,7 @@ absl::Status Heap::Load() {
   }
   chunks_ = h.chunk_count;
   data_off_ = r.offset + h.data_offset;
+  early_advance_bytes_ = std::max<uint64_t>(chunks_ * kChunkSize / 16, uint64_t{1} << 20);
   uint8_t* meta = region_ + alloc_internal::kMetaOffset;
   if (h.version >= alloc_internal::kFirstSplitMetaVersion) {
     // Every header line together, then every bitmap: Load reads chunks_ consecutive lines.
@@ -437,7 +454,7 @@ void Heap::SetChunkStateAtBoundary(uint64_t chunk, uint64_t state, uint64_t e,
                                    std::vector<Range>& out) {
   const Persister& p = pool_.persister();
   LineWriter w(HeaderLine(chunk), e, epochs_, p, [&out](const LoggedLine* line) {
-    if (!mutation::Swapped(alloc_internal::kDirtyChunkState)) out.push_back({line, sizeof(*line)});
+    if (!mutation::Swapped(alloc_internal::kDirtyChunkReturn)) out.push_back({line, sizeof(*line)});
   });
   w.Set(0, state, p);
   small_class_[chunk].store(0, std::memory_order_release);
@@ -516,7 +533,10 @@ ChunkVolatile* Heap::NewVol() {
 void Heap::Rebalance(uint64_t e, std::vector<Range>& out) {
   // No guard is open (step 3 of the advance of e): every cache's lists may be touched, and
   // nothing is allocated or freed until step 5.
-  const bool pressure = pressure_.exchange(false, std::memory_order_acq_rel);
+  int left = pressure_.load(std::memory_order_acquire);
+  while (left > 0 && !pressure_.compare_exchange_weak(left, left - 1)) {
+  }
+  const bool pressure = left > 0;
   if (pressure) pressure_epoch_.store(e, std::memory_order_relaxed);  // read by e's reclaimers
   uint64_t moved = 0, frees = 0;
   caches_.ForEach([&](ThreadCache& tc) {
@@ -548,18 +568,13 @@ uint64_t Heap::DrainCache(ThreadCache& tc) {
     v.clear();
   };
   for (FreeBatch* b : TakeReady(tc)) {
-    for (int c = 0; c < SizeClasses::kCount; ++c) give(c, b->small[c]);
+    moved += BatchToCentral(*b);
     ReleaseBatch(b);
   }
   for (int c = 0; c < SizeClasses::kCount; ++c) give(c, tc.free[c]);
   auto give_mixed = [&](std::vector<uint64_t>& v) {  // blocks of any class
-    for (uint64_t off : v) {
-      Central& cen = central_[LoadedClass(off)];
-      std::lock_guard<std::mutex> l(cen.mu);
-      cen.blocks.push_back(off);
-    }
     moved += v.size();
-    v.clear();
+    ToCentral(v);
   };
   {
     std::lock_guard<std::mutex> l(tc.inbox_mu);
@@ -699,16 +714,20 @@ bool Heap::WaitForFrees(bool again) {
   // cannot wait: impossible inside the caller's own guard (the advance would wait for it
   // forever), and not ours to do when the caller clocks the epochs by hand.
   //
-  // Nothing can come back when no free awaits its grace period and nothing was freed since a
-  // boundary gathered every free block (or, on the second try, when that boundary found
+  // Nothing can come back when no free awaits its grace period and nothing was freed since
+  // two boundaries gathered every free block (or, on the second try, when the boundary found
   // nothing): a full heap then fails without a boundary per call.
   if (retired_batches_.load(std::memory_order_acquire) == 0 &&
       (again ? pressure_gain_.load(std::memory_order_acquire) == 0
-             : TotalFrees() == frees_at_pressure_.load(std::memory_order_acquire))) {
+             : pressure_.load(std::memory_order_acquire) == 0 &&
+                   TotalFrees() == frees_at_pressure_.load(std::memory_order_acquire))) {
+    if (again) pressure_.store(0, std::memory_order_release);  // nothing left to gather
     return false;
   }
   pressure_gain_.store(0, std::memory_order_relaxed);
-  pressure_.store(true, std::memory_order_release);
+  // Two boundaries: blocks whose grace period ends with the first are returned by the second
+  // (the second try runs that one).
+  if (!again) pressure_.store(2, std::memory_order_release);
   if (!epochs_.clocked() || epochs_.LocalSlot().depth > 0) return false;
   return epochs_.Advance().ok();
 }
@@ -966,12 +985,13 @@ bool Heap::FreeFast(void* p) {
     }
   } else {
     if (tc.batch == nullptr || tc.batch_epoch != e) return false;  // FreeImpl opens a batch
-    to = &tc.batch->small[c];  // reusable once e has closed (FreeImpl)
+    to = &tc.batch->For(v->owner, &tc, c);  // reusable once e has closed (FreeImpl)
   }
   if ((word.live.fetch_and(~bit, std::memory_order_relaxed) & bit) == 0) return false;
   Touch(tc, *v, chunk, e);  // the boundary copies the cleared bit to media, logged in e
   Bump(tc.frees);
   to->push_back(off);
+  if (send_to == nullptr && to != &tc.free[c]) NoteBatchBytes(tc, SizeClasses::Size(c));
   if (send_to != nullptr) SendOutbox(tc, static_cast<int>(to - tc.out));
   return true;
 }
@@ -1027,8 +1047,10 @@ absl::Status Heap::FreeImpl(void* p, FreeMode mode) {
   if (!Locate(p, &chunk, &block, &c)) return DoubleFreeOr(LocateError(p));
   const uint64_t off = pool_.offset_of(p);
   uint64_t run = 0;
+  ThreadCache* owner = nullptr;
   if (c >= 0) {
     ChunkVolatile& v = *EnsureLoaded(chunk, c);
+    owner = v.owner;
     const uint64_t bit = uint64_t{1} << (block % 64);
     ChunkVolatile::Word& word = v.words[block / 64];
     if ((word.live.fetch_and(~bit, std::memory_order_relaxed) & bit) == 0) {
@@ -1079,6 +1101,7 @@ absl::Status Heap::FreeImpl(void* p, FreeMode mode) {
     }
     tc.batch = batch;
     tc.batch_epoch = e;
+    tc.batch_bytes = 0;
     batch->epoch = e;
     retired_batches_.fetch_add(1, std::memory_order_relaxed);  // once per thread per epoch
     epochs_.Retire(batch, [this](void* b) {
@@ -1090,40 +1113,65 @@ absl::Status Heap::FreeImpl(void* p, FreeMode mode) {
       if (pressure_epoch_.load(std::memory_order_relaxed) == fb->epoch) {
         // A full heap waits for this advance: the blocks go where any thread finds them, and
         // the next boundary under pressure can return their chunks.
-        uint64_t moved = 0;
-        for (int k = 0; k < SizeClasses::kCount; ++k) {
-          auto& v = fb->small[k];
-          if (v.empty()) continue;
-          moved += v.size();
-          std::lock_guard<std::mutex> l(central_[k].mu);
-          central_[k].blocks.insert(central_[k].blocks.end(), v.begin(), v.end());
-          v.clear();
-        }
-        pressure_gain_.fetch_add(moved, std::memory_order_release);
+        pressure_gain_.fetch_add(BatchToCentral(*fb), std::memory_order_release);
       }
       fb->ready.store(true, std::memory_order_release);
       retired_batches_.fetch_sub(1, std::memory_order_release);
     });
   }
   if (c >= 0) {
-    batch->small[c].push_back(off);
+    batch->For(owner, &tc, c).push_back(off);
   } else {
     batch->extents.emplace_back(chunk, run);
   }
-  if (!grace) ReleaseBatch(batch);
+  if (!grace) {
+    ReleaseBatch(batch);
+  } else {
+    NoteBatchBytes(tc, c >= 0 ? SizeClasses::Size(c) : run * kChunkSize);
+  }
   return absl::OkStatus();
 }
 
-void Heap::ReleaseBatch(FreeBatch* batch) {
+void Heap::NoteBatchBytes(ThreadCache& tc, uint64_t bytes) {
+  // Blocks freed in an epoch are reusable only after it: a thread that frees much in one epoch
+  // asks the advancer to end it early (once per batch), which bounds the bytes waiting for
+  // their grace period to about early_advance_bytes_ per freeing thread.
+  const uint64_t before = tc.batch_bytes;
+  tc.batch_bytes = before + bytes;
+  if (before < early_advance_bytes_ && tc.batch_bytes >= early_advance_bytes_)
+    epochs_.RequestAdvance();
+}
+
+void Heap::ToCentral(std::vector<uint64_t>& mixed) {
+  // Blocks of any class (their chunks are in use: the class is in vol_'s tag).
+  for (uint64_t off : mixed) {
+    Central& cen = central_[LoadedClass(off)];
+    std::lock_guard<std::mutex> l(cen.mu);
+    cen.blocks.push_back(off);
+  }
+  mixed.clear();
+}
+
+uint64_t Heap::BatchToCentral(FreeBatch& b) {
+  uint64_t moved = 0;
   for (int c = 0; c < SizeClasses::kCount; ++c) {
-    auto& v = batch->small[c];
+    auto& v = b.small[c];
     if (v.empty()) continue;
-    {
-      std::lock_guard<std::mutex> l(central_[c].mu);
-      central_[c].blocks.insert(central_[c].blocks.end(), v.begin(), v.end());
-    }
+    moved += v.size();
+    std::lock_guard<std::mutex> l(central_[c].mu);
+    central_[c].blocks.insert(central_[c].blocks.end(), v.begin(), v.end());
     v.clear();
   }
+  for (int k = 0; k < FreeBatch::kForeign; ++k) {
+    moved += b.foreign[k].size();
+    ToCentral(b.foreign[k]);
+    b.foreign_owner[k] = nullptr;
+  }
+  return moved;
+}
+
+void Heap::ReleaseBatch(FreeBatch* batch) {
+  BatchToCentral(*batch);
   for (auto [chunk, n] : batch->extents) ReturnRun(chunk, n);
   batch->extents.clear();
   batch->ready.store(false, std::memory_order_relaxed);
@@ -1169,6 +1217,14 @@ void Heap::CollectReady(ThreadCache& tc) {
       v.clear();
       MaybeSpill(tc, c);
     }
+    for (int k = 0; k < FreeBatch::kForeign; ++k) {
+      auto& v = b->foreign[k];
+      if (v.empty()) continue;
+      ThreadCache& owner = *b->foreign_owner[k];
+      std::lock_guard<std::mutex> l(owner.inbox_mu);
+      owner.inbox.insert(owner.inbox.end(), v.begin(), v.end());
+      v.clear();
+    }
     ReleaseBatch(b);  // empty now: back to the spares
   }
 }
@@ -1179,7 +1235,7 @@ bool Heap::StealReady() {
   bool any = false;
   caches_.ForEach([&](ThreadCache& tc) {
     for (FreeBatch* b : TakeReady(tc)) {
-      for (int c = 0; c < SizeClasses::kCount; ++c) any |= !b->small[c].empty();
+      any |= BatchToCentral(*b) > 0;
       ReleaseBatch(b);
     }
     std::vector<uint64_t> in;
@@ -1187,12 +1243,8 @@ bool Heap::StealReady() {
       std::lock_guard<std::mutex> l(tc.inbox_mu);
       in.swap(tc.inbox);
     }
-    for (uint64_t off : in) {
-      Central& cen = central_[LoadedClass(off)];
-      std::lock_guard<std::mutex> l(cen.mu);
-      cen.blocks.push_back(off);
-      any = true;
-    }
+    any |= !in.empty();
+    ToCentral(in);
   });
   return any;
 }

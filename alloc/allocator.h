@@ -215,6 +215,10 @@ class Heap {
   template <bool unshared>
   bool FreeFast(void* p);
   void ReleaseBatch(alloc_detail::FreeBatch* batch);
+  // Moves a batch's blocks to the central lists; returns how many.
+  uint64_t BatchToCentral(alloc_detail::FreeBatch& b);
+  void ToCentral(std::vector<uint64_t>& blocks_of_any_class);
+  void NoteBatchBytes(alloc_detail::ThreadCache& tc, uint64_t bytes);
   std::vector<alloc_detail::FreeBatch*> TakeReady(alloc_detail::ThreadCache& tc);
   void CollectReady(alloc_detail::ThreadCache& tc);
   void CollectInbox(alloc_detail::ThreadCache& tc);
@@ -257,6 +261,9 @@ class Heap {
   uint64_t region_off_ = 0;    // its pool offset
   uint64_t data_off_ = 0;      // pool offset of chunk 0's data
   uint64_t chunks_ = 0;
+  // Bytes one thread may free in one epoch before it asks for an early boundary: 1/16 of the
+  // heap (at least 1 MiB).
+  uint64_t early_advance_bytes_ = 0;
   // Chunk metadata (internal/heap_layout.h): chunk c's header line at headers_ + c *
   // header_stride_, its bitmap lines at bitmaps_ + c * bitmap_stride_ (version 2: all headers
   // contiguous, then all bitmaps; version 1: interleaved ChunkMeta records).
@@ -287,9 +294,10 @@ class Heap {
   std::mutex batches_mu_;
   std::vector<alloc_detail::FreeBatch*> spare_batches_;  // reused: no allocation per epoch
   std::atomic<int64_t> retired_batches_{0};              // free batches awaiting their grace period
-  // Set by an allocation that found the heap full; the next boundary gathers every cache's
-  // free blocks and returns empty chunks, and records what came back (blocks + chunks).
-  std::atomic<bool> pressure_{false};
+  // Set by an allocation that found the heap full: the next two boundaries gather every
+  // cache's free blocks and return empty chunks (the frees of the first boundary's epoch are
+  // ready only after it), and record what came back (blocks + chunks).
+  std::atomic<int> pressure_{0};
   std::atomic<uint64_t> pressure_gain_{0};
   std::atomic<uint64_t> pressure_epoch_{~uint64_t{0}};     // the last boundary under pressure
   std::atomic<uint64_t> frees_at_pressure_{~uint64_t{0}};  // TotalFrees() at that boundary

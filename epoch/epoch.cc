@@ -474,12 +474,26 @@ absl::Status Manager::Sync() {
 void Manager::AdvancerLoop() {
   std::unique_lock<std::mutex> l(clock_mu_);
   while (!stopping_) {
-    clock_cv_.wait_for(l, options_.interval);
+    clock_cv_.wait_for(l, options_.interval, [this] { return stopping_ || advance_requested_; });
     if (stopping_) break;
+    if (advance_requested_) {
+      advance_requested_ = false;
+      std::lock_guard<std::mutex> sl(stats_mu_);
+      ++stats_.requested_advances;  // counted before the advance it starts
+    }
     l.unlock();
     (void)Advance();
     l.lock();
   }
+}
+
+void Manager::RequestAdvance() {
+  if (!clocked()) return;
+  {
+    std::lock_guard<std::mutex> l(clock_mu_);
+    advance_requested_ = true;
+  }
+  clock_cv_.notify_all();
 }
 
 ManagerStats Manager::stats() const {

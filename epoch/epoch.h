@@ -79,7 +79,8 @@ struct ManagerStats {
   uint64_t log_entries_replayed = 0;          // at the last open
   uint64_t log_blocks_scanned = 0;            // block headers read at the last open
   uint64_t retired = 0, reclaimed = 0;
-  uint64_t helped_flushes = 0;  // dirty lists written back by their own thread (HelpFlush)
+  uint64_t helped_flushes = 0;      // dirty lists written back by their own thread (HelpFlush)
+  uint64_t requested_advances = 0;  // advances the advancer started early (RequestAdvance)
 };
 
 // Per-thread state, one per (thread, manager); lives in the manager's registry.
@@ -127,6 +128,10 @@ class Manager : public EpochView {
   // advance on their own to free resources (a full heap) do so only then: with manual clocking
   // the caller owns every boundary.
   bool clocked() const { return options_.interval.count() > 0; }
+  // Asks the background advancer to start the next boundary now instead of at the end of its
+  // interval (a heap whose frees of this epoch grow large). Never waits; callable under a
+  // guard; a no-op when the epochs are advanced by hand.
+  void RequestAdvance();
 
   // Registers [addr, addr+len) as modified in the calling thread's current epoch: it will be
   // flushed at the boundary. REQUIRES: the caller holds a Guard. Call once per object per epoch
@@ -205,6 +210,7 @@ class Manager : public EpochView {
   std::mutex clock_mu_;
   std::condition_variable clock_cv_;
   bool stopping_ = false;
+  bool advance_requested_ = false;  // guarded by clock_mu_
   std::thread advancer_;
 };
 

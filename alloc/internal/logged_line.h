@@ -34,6 +34,8 @@ inline constexpr Site kLineOrderSite{"alloc.line.order"};
 // chunks, a bitmap line marked by MarkAllocated, the bitmap lines a chunk's rebuild writes.
 inline constexpr Site kDirtyChunkState{"alloc.mutant.dirty.chunk_state"};
 inline constexpr Site kDirtyExtent{"alloc.mutant.dirty.extent"};
+// The chunk state line of an empty chunk returned at a boundary, added to its flush.
+inline constexpr Site kDirtyChunkReturn{"alloc.mutant.dirty.chunk_return"};
 inline constexpr Site kDirtyBitmapMark{"alloc.mutant.dirty.bitmap_mark"};
 inline constexpr Site kDirtyBitmapInit{"alloc.mutant.dirty.bitmap_init"};
 

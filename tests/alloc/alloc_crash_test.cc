@@ -34,6 +34,10 @@ using Live = std::map<uint64_t, uint64_t>;  // offset -> usable size
 struct Model {
   Live live, at_start;
   bool advancing = false;
+  // After an allocation finds the heap full, frees until half the blocks are gone: the next
+  // boundaries gather the free blocks and return empty chunks (a failed allocation asks for
+  // that), which the allocations after them reuse for other sizes and extents.
+  size_t drain_to = 0;
   absl::Status Check(const Live& got) const {
     if (got == at_start || (advancing && got == live)) return absl::OkStatus();
     for (const auto& [off, size] : got)
@@ -54,8 +58,8 @@ using testing::Next;
 
 using Runtime = test_runtime::HeapRuntime;
 
-absl::StatusOr<Runtime> OpenRuntime(void* base, const PoolOptions& po) {
-  auto pool = Pool::OpenInMemory(base, kPoolSize, "alloc-crash", po, "crash-image");
+absl::StatusOr<Runtime> OpenRuntime(void* base, const PoolOptions& po, size_t pool_size) {
+  auto pool = Pool::OpenInMemory(base, pool_size, "alloc-crash", po, "crash-image");
   if (!pool.ok()) return pool.status();
   return test_runtime::OpenHeapRuntime(std::move(*pool));
 }
@@ -72,10 +76,14 @@ uint64_t Stamp(uint64_t off) { return off * 0x9E3779B97F4A7C15ull | 1; }
 // One operation: allocate (mostly small, sometimes an extent) or free a random live block.
 void Operate(Heap& heap, Model& model, uint64_t& rng) {
   const uint64_t r = Next(rng);
-  if (model.live.size() < 8 || r % 5 < 3) {
+  if (model.live.size() <= model.drain_to) model.drain_to = 0;
+  if (model.drain_to == 0 && (model.live.size() < 8 || r % 5 < 3)) {
     const size_t size = r % 23 == 0 ? 64 * 1024 + r % (150 * 1024) : 1 + (r >> 8) % 3000;
     void* p = heap.Allocate(size);
-    if (p == nullptr) return;  // full: a later free makes room
+    if (p == nullptr) {  // full: free half, then fill again
+      model.drain_to = model.live.size() / 2;
+      return;
+    }
     const uint64_t off = heap.pool().offset_of(p);
     const size_t usable = heap.UsableSize(p);
     model.live[off] = usable;
@@ -128,18 +136,18 @@ absl::Status CheckRecovered(Runtime& r, const Model& model, Live* recovered = nu
   return absl::OkStatus();
 }
 
-absl::Status CheckNested(CrashImage& img, const Model& outer) {
+absl::Status CheckNested(CrashImage& img, const Model& outer, size_t pool_size) {
   Model after;
   bool recovered = false;
   auto handler = [&](CrashImage& inner) -> absl::Status {
-    auto r = OpenRuntime(inner.base(), testing::EadrPoolOptions());
+    auto r = OpenRuntime(inner.base(), testing::EadrPoolOptions(), pool_size);
     if (!r.ok()) return r.status();
     return CheckRecovered(*r, recovered ? after : outer);
   };
   return testing::RunNestedCheck(
       img, testing::NestedSimOptions(0.3),
       [&](Sim& nested) -> absl::Status {
-        auto r = OpenRuntime(img.base(), testing::SimPoolOptions(nested));
+        auto r = OpenRuntime(img.base(), testing::SimPoolOptions(nested), pool_size);
         if (!r.ok()) return r.status();
         Live got = Walk(*r->heap);
         if (auto st = outer.Check(got); !st.ok()) return st;
@@ -158,6 +166,7 @@ absl::Status CheckNested(CrashImage& img, const Model& outer) {
 }
 
 struct Config : testing::CrashConfig {
+  size_t pool_size = kPoolSize;
   Config() {
     options.max_single_line_images = 8;
     options.random_images = 6;
@@ -167,22 +176,23 @@ struct Config : testing::CrashConfig {
 using Outcome = testing::CrashOutcome;
 using testing::EnvOr;
 
-Outcome RunCrash(const Config& cfg) {
+Outcome RunCrash(const Config& cfg, uint64_t* chunks_returned = nullptr) {
   Model model;
   return testing::RunUnderSim<Outcome>(
-      kPoolSize, cfg.options, cfg.target_images,
-      [](Sim& sim, const PoolOptions& po) {
+      cfg.pool_size, cfg.options, cfg.target_images,
+      [&cfg](Sim& sim, const PoolOptions& po) {
         {
-          auto pool = Pool::CreateInMemory(sim.working(), kPoolSize, "alloc-crash", po, "sim-pool");
+          auto pool =
+              Pool::CreateInMemory(sim.working(), cfg.pool_size, "alloc-crash", po, "sim-pool");
           EXPECT_OK(pool);
         }
-        return OpenRuntime(sim.working(), po);
+        return OpenRuntime(sim.working(), po, cfg.pool_size);
       },
       [&](Sim&, CrashImage& img) -> absl::Status {
         if (cfg.nested_every > 0 && img.id().image % cfg.nested_every == 5) {
-          return CheckNested(img, model);
+          return CheckNested(img, model, cfg.pool_size);
         }
-        auto r = OpenRuntime(img.base(), testing::EadrPoolOptions());
+        auto r = OpenRuntime(img.base(), testing::EadrPoolOptions(), cfg.pool_size);
         if (!r.ok()) return r.status();
         return CheckRecovered(*r, model);
       },
@@ -192,6 +202,7 @@ Outcome RunCrash(const Config& cfg) {
         testing::RunSchedule(
             sim, cfg.target_images, workers, cfg.threads, sim.options().seed + 5, 10,
             testing::AdvanceOnPickZero([&] { AdvanceTracked(*rt.epochs, model); }));
+        if (chunks_returned != nullptr) *chunks_returned = rt.heap->Stats().chunks_returned;
       });
 }
 
@@ -203,6 +214,20 @@ TEST(AllocCrashTest, OneThread) {
 TEST(AllocCrashTest, TwoThreads) {
   const auto cfg = testing::MainRunConfig<Config>(2, 3, 100000);
   testing::ExpectFinishedRun(RunCrash(cfg), cfg.target_images, "alloc, 2 threads");
+}
+
+// A heap of a few chunks, filled again and again: full allocations ask the next boundaries to
+// gather every free block and return empty chunks (logged in the closing epoch, whose failure
+// must bring them back as they were), which later allocations take for other sizes and extents.
+TEST(AllocCrashTest, FullHeapReturnsEmptyChunks) {
+  for (int threads : {1, 2}) {
+    auto cfg = testing::MainRunConfig<Config>(threads, threads == 1 ? 1 : 3, 40000);
+    cfg.pool_size = 2 << 20;
+    uint64_t returned = 0;
+    testing::ExpectFinishedRun(RunCrash(cfg, &returned), cfg.target_images,
+                               threads == 1 ? "alloc full, 1 thread" : "alloc full, 2 threads");
+    EXPECT_GT(returned, 0u) << "the workload never returned an empty chunk";
+  }
 }
 
 TEST(AllocCrashTest, MutationGateKillsEverySite) {
@@ -222,6 +247,22 @@ TEST(AllocCrashTest, MutationGateKillsEverySite) {
       [] {
         Config cfg;
         cfg.target_images = 60000;
+        return RunCrash(cfg);
+      },
+      "alloc");
+  EXPECT_TRUE(survivors.empty()) << ::testing::PrintToString(survivors);
+}
+
+// The chunk return's one persistence step (its logged state line joins the boundary's flush)
+// is reached only by a heap that fills: the gate runs the full-heap workload.
+TEST(AllocCrashTest, MutationGateKillsTheChunkReturnSite) {
+  const Site site = alloc_internal::kDirtyChunkReturn;
+  const auto survivors = testing::RunMutationGate(
+      {{site.id, site.name}},
+      [] {
+        Config cfg;
+        cfg.pool_size = 2 << 20;
+        cfg.target_images = 40000;
         return RunCrash(cfg);
       },
       "alloc");

@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 
 #include <cstring>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -180,11 +181,17 @@ TEST(HeapTest, FullHeapWaitsForPendingFreesInsteadOfFailing) {
   for (void* p : got) ASSERT_OK(r.heap->Free(p));
   for (size_t i = 0; i < got.size(); ++i) ASSERT_NE(r.heap->Allocate(4000), nullptr) << i;
   EXPECT_GT(r.epochs->current(), before);
-  // Full again, and nothing awaits a grace period: fails at once, without advancing.
-  const uint64_t now = r.epochs->current();
+  // Full again, and nothing awaits a grace period: once the boundaries that gather free blocks
+  // have run (the last wait asked for two), a full heap fails at once, without advancing.
+  // (The frees above asked the advancer for an early boundary, which it may run at any time:
+  // only advances it did not start count.)
   EXPECT_EQ(r.heap->Allocate(4000), nullptr);
   EXPECT_EQ(Heap::LastError(), AllocError::kPoolFull);
-  EXPECT_EQ(r.epochs->current(), now);
+  const epoch::ManagerStats now = r.epochs->stats();
+  EXPECT_EQ(r.heap->Allocate(4000), nullptr);
+  EXPECT_EQ(Heap::LastError(), AllocError::kPoolFull);
+  const epoch::ManagerStats later = r.epochs->stats();
+  EXPECT_LE(later.advances - now.advances, later.requested_advances - now.requested_advances);
   ASSERT_OK(r.heap->Check());
   // With manual clocking the caller owns the boundaries: a full heap fails at once.
   Memory m2(4 << 20);
@@ -358,6 +365,191 @@ TEST(HeapTest, AnIdleThreadsFreesAreReusedWhenTheHeapIsFull) {
   // came from, 64 KiB / 256 B) are A's.
   EXPECT_GE(reused, blocks.size() - 256);
   ASSERT_OK(r.heap->Check());
+}
+
+// Every free block of a full heap comes back, wherever it waits: blocks an exited thread freed
+// into its own list (FreeUnshared), and chunks whose blocks are all free, which return to the
+// free runs and then serve any size class or an extent. With the background advancer the
+// allocation drives the boundaries itself; with manual epochs the failed allocation asks for
+// them and the caller's next two advances do the work.
+TEST(HeapTest, AFullHeapGathersEveryFreeBlockAndReturnsEmptyChunks) {
+  for (bool clocked : {true, false}) {
+    SCOPED_TRACE(clocked ? "background advancer" : "manual epochs");
+    Memory m(4 << 20);
+    // A background advancer that will not tick during the test: only Allocate advances.
+    Runtime r = Open(m, true, std::chrono::milliseconds(clocked ? 3600000 : 0));
+    std::vector<void*> blocks;
+    std::thread a([&] {
+      for (void* p; (p = r.heap->Allocate(64)) != nullptr;) blocks.push_back(p);
+      // Allocated in the running epoch: reusable at once, into A's own list.
+      for (void* p : blocks) ASSERT_OK(r.heap->FreeUnshared(p));
+    });
+    a.join();
+    ASSERT_GT(blocks.size(), 10000u);
+    const HeapStats full = r.heap->Stats();
+    EXPECT_EQ(full.used_bytes, 0u);
+    EXPECT_EQ(full.largest_free_extent, 0u);  // every chunk holds the 64-byte class
+    EXPECT_EQ(full.free_in_small_chunks, full.small_chunks * 64 * 1024);
+    const size_t big = 1 << 20;
+    void* p = r.heap->Allocate(big);
+    if (!clocked) {
+      EXPECT_EQ(p, nullptr);
+      EXPECT_EQ(Heap::LastError(), AllocError::kPoolFullCannotWait);
+      ASSERT_OK(r.epochs->Advance());
+      ASSERT_OK(r.epochs->Advance());
+      p = r.heap->Allocate(big);
+    }
+    ASSERT_NE(p, nullptr) << AllocErrorName(Heap::LastError());
+    EXPECT_GE(r.heap->Stats().chunks_returned, big / (64 * 1024));
+    // Blocks of another class in all that is left: the rest of the 64-byte chunks return too.
+    std::vector<void*> other;
+    for (void* q; (q = r.heap->Allocate(3000)) != nullptr;) other.push_back(q);
+    if (!clocked) {
+      ASSERT_OK(r.epochs->Advance());
+      ASSERT_OK(r.epochs->Advance());
+      for (void* q; (q = r.heap->Allocate(3000)) != nullptr;) other.push_back(q);
+    }
+    const HeapStats after = r.heap->Stats();
+    EXPECT_EQ(after.live_per_class[SizeClasses::For(64, 16)], 0u);
+    EXPECT_EQ(after.chunks_returned, full.small_chunks);
+    // 3000-byte blocks fill 21 x 3008 bytes of each 64 KiB chunk.
+    EXPECT_EQ(other.size(), (full.chunks - big / (64 * 1024)) * 21);
+    ASSERT_OK(r.heap->Check());
+  }
+}
+
+// Frees inside the caller's guard cannot wait for the boundary: the allocation says so, and the
+// same allocation outside the guard succeeds.
+TEST(HeapTest, AFullHeapUnderAGuardSaysItCannotWait) {
+  Memory m(4 << 20);
+  Runtime r = Open(m, true, std::chrono::hours(1));
+  std::vector<void*> blocks;
+  for (void* p; (p = r.heap->Allocate(4000)) != nullptr;) blocks.push_back(p);
+  // A few: a thread that frees 1/16 of the heap in an epoch asks for an early boundary.
+  for (int i = 0; i < 10; ++i) ASSERT_OK(r.heap->Free(blocks[i]));
+  {
+    epoch::Guard g(*r.epochs);
+    EXPECT_EQ(r.heap->Allocate(4000), nullptr);
+    EXPECT_EQ(Heap::LastError(), AllocError::kPoolFullCannotWait);
+  }
+  EXPECT_NE(r.heap->Allocate(4000), nullptr);
+  ASSERT_OK(r.heap->Check());
+}
+
+// A producer allocates, a consumer frees with Free (shared: every block waits for its grace
+// period) in a heap of 4 MiB, for 30 times the heap's bytes: no allocation fails, and the
+// bytes in flight stay bounded (a thread that frees much in one epoch asks for an early
+// boundary).
+TEST(HeapTest, ProducerConsumerWithSharedFreesRunsInASmallHeap) {
+  Memory m(4 << 20);
+  Runtime r = Open(m, true, std::chrono::milliseconds(64));
+  std::mutex mu;
+  std::vector<void*> queue;
+  std::atomic<bool> done{false};
+  std::thread consumer([&] {
+    std::vector<void*> got;
+    while (!done || !got.empty()) {
+      for (void* p : got) ASSERT_OK(r.heap->Free(p));
+      got.clear();
+      std::lock_guard<std::mutex> l(mu);
+      got.swap(queue);
+    }
+  });
+  const uint64_t total = 30 * r.heap->Stats().heap_bytes / 64;
+  for (uint64_t i = 0; i < total; ++i) {
+    void* p = r.heap->Allocate(64);
+    ASSERT_NE(p, nullptr) << "allocation " << i << ": " << AllocErrorName(Heap::LastError());
+    std::memset(p, 1, 64);
+    std::unique_lock<std::mutex> l(mu);
+    queue.push_back(p);
+    while (queue.size() > 4096) {  // the live set stays small: what is full is frees in flight
+      l.unlock();
+      std::this_thread::yield();
+      l.lock();
+    }
+  }
+  done = true;
+  consumer.join();
+  {
+    std::lock_guard<std::mutex> l(mu);
+    for (void* p : queue) ASSERT_OK(r.heap->Free(p));
+  }
+  ASSERT_OK(r.epochs->Sync());
+  EXPECT_EQ(r.heap->Stats().used_bytes, 0u);
+  ASSERT_OK(r.heap->Check());
+}
+
+struct Counted {
+  Counted() : v(41) { ++alive; }
+  ~Counted() { --alive; }
+  uint64_t v;
+  static inline int alive = 0;
+};
+
+TEST(HeapTest, CallocReallocAndArrays) {
+  Memory m;
+  Runtime r = Open(m, true);
+  // calloc: zeroes a reused block; an overflowing size is refused.
+  auto* dirty = static_cast<uint8_t*>(r.heap->Allocate(96));
+  std::memset(dirty, 0xAB, 96);
+  ASSERT_OK(r.heap->FreeUnshared(dirty));
+  auto* z = static_cast<uint8_t*>(r.heap->AllocateZeroed(12, 8));
+  ASSERT_EQ(z, dirty);  // the thread's list is LIFO
+  for (int i = 0; i < 96; ++i) ASSERT_EQ(z[i], 0) << i;
+  EXPECT_EQ(r.heap->AllocateZeroed(SIZE_MAX / 2, 4), nullptr);
+  EXPECT_EQ(Heap::LastError(), AllocError::kOverflow);
+  // realloc: in place while it fits, moved (contents kept) when it grows, null allocates.
+  auto* q = static_cast<uint8_t*>(r.heap->Reallocate(z, 90));
+  EXPECT_EQ(q, z);
+  std::memset(q, 7, 96);
+  auto* grown = static_cast<uint8_t*>(r.heap->Reallocate(q, 200000));
+  ASSERT_NE(grown, nullptr);
+  EXPECT_NE(grown, q);
+  for (int i = 0; i < 96; ++i) ASSERT_EQ(grown[i], 7) << i;
+  EXPECT_EQ(r.heap->UsableSize(q), 0u);                            // the old block was freed
+  EXPECT_EQ(r.heap->Reallocate(grown, size_t{1} << 40), nullptr);  // too large: p untouched
+  EXPECT_EQ(grown[0], 7);
+  EXPECT_GT(r.heap->UsableSize(grown), 0u);
+  int stack_var = 0;
+  EXPECT_EQ(r.heap->Reallocate(&stack_var, 8), nullptr);
+  EXPECT_NE(r.heap->Reallocate(nullptr, 40), nullptr);
+  // Free(nullptr) is a no-op, as free(NULL).
+  ASSERT_OK(r.heap->Free(nullptr));
+  ASSERT_OK(r.heap->FreeUnshared(nullptr));
+
+  // pnew_array / pdelete_array: elements constructed and destroyed, the count kept for types
+  // with destructors.
+  Counted* arr = pnew_array<Counted>(100);
+  ASSERT_NE(arr, nullptr);
+  EXPECT_EQ(Counted::alive, 100);
+  EXPECT_EQ(arr[99].v, 41u);
+  ASSERT_OK(pdelete_array(arr));
+  EXPECT_EQ(Counted::alive, 0);
+  uint32_t* ints = pnew_array<uint32_t>(1000);
+  ASSERT_NE(ints, nullptr);
+  EXPECT_EQ(ints[999], 0u);                    // value-initialized
+  EXPECT_GE(r.heap->UsableSize(ints), 4000u);  // no count in front: the block itself
+  ASSERT_OK(pdelete_array(ints));
+  EXPECT_EQ(pnew_array<uint64_t>(SIZE_MAX / 4), nullptr);
+  EXPECT_EQ(Heap::LastError(), AllocError::kOverflow);
+  ASSERT_OK(pdelete_array<Counted>(nullptr));
+  ASSERT_OK(r.heap->Check());
+}
+
+// A double free is refused and counted (a debug build aborts naming the block instead).
+TEST(HeapTest, DoubleFreesAreCounted) {
+  Memory m;
+  Runtime r = Open(m, true);
+  void* p = r.heap->Allocate(64);
+  ASSERT_OK(r.heap->Free(p));
+#ifdef NDEBUG
+  EXPECT_THAT(r.heap->Free(p), testing::StatusIs(absl::StatusCode::kFailedPrecondition, "double"));
+  EXPECT_THAT(r.heap->FreeUnshared(p),
+              testing::StatusIs(absl::StatusCode::kFailedPrecondition, "double"));
+  EXPECT_EQ(r.heap->Stats().double_frees, 2u);
+#else
+  EXPECT_DEATH((void)r.heap->Free(p), "double free: block at offset");
+#endif
 }
 
 TEST(HeapTest, GracePeriodDelaysReuseUntilTheEpochCloses) {
