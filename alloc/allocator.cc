@@ -732,6 +732,13 @@ bool Heap::WaitForFrees(bool again) {
   return epochs_.Advance().ok();
 }
 
+bool Heap::MakeRoom() {
+  if (!epochs_.clocked() || epochs_.LocalSlot().depth > 0) return false;
+  if (!WaitForFrees(false)) return false;
+  (void)WaitForFrees(true);
+  return true;
+}
+
 uint64_t Heap::TotalFrees() {
   uint64_t n = 0;
   caches_.ForEach([&](ThreadCache& tc) { n += tc.frees.load(std::memory_order_relaxed); });

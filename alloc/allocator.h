@@ -117,6 +117,12 @@ class Heap {
   void* Allocate(size_t size, size_t align = 16);
   // The same with an error naming the pool, the size and the reason.
   absl::StatusOr<void*> TryAllocate(size_t size, size_t align = 16);
+  // For a caller whose allocation failed with kPoolFullCannotWait under a guard it has left
+  // since (a tree write, a transaction that aborted): runs the boundaries the allocation could
+  // not (two at most, the same as a full Allocate outside a guard). True when something may
+  // have come back, so one retry is worth it; false when the caller still holds a guard, the
+  // epochs are advanced by hand, or nothing was freed since the last such boundaries.
+  bool MakeRoom();
   // calloc: n elements of `size` bytes, zero-filled (null with kOverflow when n * size does not
   // fit in size_t).
   void* AllocateZeroed(size_t n, size_t size, size_t align = 16);

@@ -67,6 +67,10 @@ class PoolNodeAllocator {
   // returns true, or returns false (without waiting) when the calling thread holds an
   // epoch::Guard of its own (the advance would wait for it forever).
   bool WaitForLogSpace();
+  // An allocation of the write just ended failed (it ran under the write's guard, which could
+  // not wait for frees): runs the heap's boundaries now (Heap::MakeRoom); true when a retry is
+  // worth it. False under a caller's guard or with epochs advanced by hand.
+  bool WaitForHeapRoom() { return heap_->MakeRoom(); }
 
   alloc::Heap& heap() const { return *heap_; }
   epoch::Manager& epochs() const { return *epochs_; }

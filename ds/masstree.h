@@ -211,6 +211,7 @@ BasicMasstree<A>::~BasicMasstree() {
 template <IsNodeAllocator A>
 template <class F>
 ds_internal::WriteOutcome BasicMasstree<A>::Write(F&& op) {
+  bool waited_for_room = false;
   for (;;) {
     ds_internal::WriteOutcome out;
     {
@@ -223,6 +224,11 @@ ds_internal::WriteOutcome BasicMasstree<A>::Write(F&& op) {
         // Outside our guard: the boundary waits for guards. Not possible inside a caller's.
         if (alloc_.WaitForLogSpace()) continue;
         return ds_internal::WriteOutcome::kNoMemory;
+      }
+      if (out == ds_internal::WriteOutcome::kNoMemory && !waited_for_room) {
+        // The heap could not wait for its frees under our guard: once, outside it.
+        waited_for_room = true;
+        if (alloc_.WaitForHeapRoom()) continue;
       }
     }
     return out;

@@ -220,6 +220,44 @@ TEST(ServerLimits, RepliesPastTheLimitAreRefused) {
   EXPECT_THAT(s.kv->Close(), pmrt::testing::IsOk());
 }
 
+// A full pool: the first refused SET names the pool and its size, reads keep working, and a DEL
+// makes room for a SET of the same size at once (the write waits for the freed value's grace
+// period outside its guard instead of failing).
+TEST(ServerLimits, AFullPoolRefusesWritesKeepsReadsAndADelMakesRoom) {
+  pmrt::testing::TempDir dir;
+  ServerOptions opt;
+  opt.threads = 1;
+  Served s = Serve(dir, testing::CreatePoolOf(16 << 20), opt);
+  ASSERT_NE(s.server, nullptr);
+  Client c(s.server->port());
+  const std::string value(256 << 10, 'v');
+  int stored = 0;
+  std::string refused;
+  for (; stored < 200; ++stored) {
+    auto r = c.Call({"SET", absl::StrCat("k", stored), value});
+    ASSERT_TRUE(r);
+    if (r->IsError()) {
+      refused = r->str;
+      break;
+    }
+    ASSERT_EQ(r->ToString(), "+OK");
+  }
+  ASSERT_GT(stored, 20);
+  ASSERT_LT(stored, 200) << "a 16 MiB pool took 200 values of 256 KiB";
+  EXPECT_THAT(refused, StartsWith("OOM pool " + dir.File("served.pool") + " (16777216 bytes)"));
+  EXPECT_EQ(c.Call({"GET", "k0"})->str, value);
+  for (int round = 0; round < 5; ++round) {
+    const std::string gone = absl::StrCat("k", round), fresh = absl::StrCat("new", round);
+    ASSERT_EQ(c.Call({"DEL", gone})->ToString(), ":1");
+    ASSERT_EQ(c.Call({"SET", fresh, value})->ToString(), "+OK") << "round " << round;
+    EXPECT_EQ(c.Call({"GET", fresh})->str, value);
+  }
+  EXPECT_EQ(c.Call({"GET", absl::StrCat("k", stored - 1)})->str, value);
+  s.server->Stop();
+  EXPECT_THAT(s.kv->heap().Check(), pmrt::testing::IsOk());
+  EXPECT_THAT(s.kv->Close(), pmrt::testing::IsOk());
+}
+
 // Long reads work in slices and leave the epoch guard between them: while a SCAN whose MATCH
 // costs |pattern| x |key| per key, and a PMRT.RANGE over a million keys, run, epochs keep
 // completing and another client's writes keep being acknowledged. Counted, not timed: with a

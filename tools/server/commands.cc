@@ -207,10 +207,15 @@ bool Executor::KeyOk(std::string_view key, std::string& out) const {
   return false;
 }
 
+void Executor::Oom(size_t value_bytes, std::string& out) {
+  AppendError(out, absl::StrCat("OOM pool ", kv_.pool().path(), " (", kv_.pool().size(),
+                                " bytes) has no room for a value of ", value_bytes,
+                                " bytes; the key is unchanged"));
+}
+
 bool Executor::Put(std::string_view key, std::string_view value, std::string& out) {
   if (kv_.tree().put(key, value) != ds::PutResult::kNoMemory) return true;
-  AppendError(out, absl::StrCat("OOM pool ", kv_.pool().path(), " has no room for a value of ",
-                                value.size(), " bytes; the key is unchanged"));
+  Oom(value.size(), out);
   return false;
 }
 
@@ -257,9 +262,7 @@ After Executor::Set(Args& a, std::string& out, uint64_t*) {
         AppendNullBulk(out);
         break;
       case ds::InsertResult::kNoMemory:
-        AppendError(out,
-                    absl::StrCat("OOM pool ", kv_.pool().path(), " has no room for a value of ",
-                                 a[2].size(), " bytes; the key is unchanged"));
+        Oom(a[2].size(), out);
         break;
     }
     return After::kNone;
@@ -278,8 +281,7 @@ After Executor::SetNx(Args& a, std::string& out, uint64_t*) {
       AppendInteger(out, 0);
       break;
     case ds::InsertResult::kNoMemory:
-      AppendError(out, absl::StrCat("OOM pool ", kv_.pool().path(), " has no room for a value of ",
-                                    a[2].size(), " bytes; the key is unchanged"));
+      Oom(a[2].size(), out);
       break;
   }
   return After::kNone;

@@ -82,6 +82,8 @@ class Executor {
   bool KeyOk(std::string_view key, std::string& out) const;
   // Writes `value` under `key`; false with an -OOM reply when the heap is full.
   bool Put(std::string_view key, std::string_view value, std::string& out);
+  // The OOM error of a write the pool has no room for (pool path and size, value size).
+  void Oom(size_t value_bytes, std::string& out);
   std::string InfoText(std::string_view section) const;
   std::vector<std::pair<std::string, std::string>> ConfigValues() const;
   // SCAN cursors: a handle to the key the next call starts at (see docs/server.md).
