@@ -157,6 +157,8 @@ class Heap {
   // Every live block, in address order.
   absl::Status Walk(const std::function<void(const BlockInfo&)>& fn) const;
   HeapStats Stats() const;
+  // Bytes of chunk data in the heap (HeapStats::heap_bytes without the walk).
+  uint64_t capacity() const { return chunks_ << 16; }
   // Allocate calls since Open (all threads; cheap: no heap walk).
   uint64_t AllocationsSinceOpen() const;
   // Deep consistency check of the metadata: chunk states, extent runs, bitmap bits beyond a

@@ -169,8 +169,12 @@ Engine::~Engine() {
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(Pool& pool, epoch::Manager& epochs,
                                                      alloc::Heap& heap, Options options) {
-  if (options.log_budget == 0 || options.reclaim_trigger <= 0 || options.reclaim_trigger > 1) {
-    return absl::InvalidArgumentError("txn: log_budget must be > 0 and reclaim_trigger in (0, 1]");
+  if (options.reclaim_trigger <= 0 || options.reclaim_trigger > 1) {
+    return absl::InvalidArgumentError("txn: reclaim_trigger must be in (0, 1]");
+  }
+  if (options.log_budget == 0) {
+    options.log_budget = static_cast<size_t>(
+        std::clamp<uint64_t>(heap.capacity() / 16, kAutoLogBudgetMin, kAutoLogBudgetMax));
   }
   if (auto st = pool.AttachLayer(PoolLayer::kTransactions); !st.ok()) return st;
   // The recovery of a crashed pool re-marks the allocations of committed transactions

@@ -168,13 +168,18 @@ struct LogicalOp {
   std::string bytes;
 };
 
+inline constexpr size_t kAutoLogBudgetMin = size_t{1} << 20;
+inline constexpr size_t kAutoLogBudgetMax = size_t{32} << 20;
+
 struct Options {
   // Log bytes the reclaimer aims to stay under; a cycle runs once the log holds more than
   // `reclaim_trigger` of it. Capped at 4/7 of the thread logs' block limit (below; so at most
   // 64 MiB with 32 KiB blocks, 8 MiB with 4 KiB ones), so that the reclaimer starts, and begin()
   // waits, before the logs reach their limit, with room left for the compacted log;
-  // Stats::log_budget is the budget in effect.
-  size_t log_budget = 32 << 20;
+  // Stats::log_budget is the budget in effect. 0 (the default): sized to the pool, 1/16 of the
+  // heap's bytes within [1 MiB, 32 MiB] (kAutoLogBudget*), so that the log, which may reach
+  // twice its budget, never holds more than 1/8 of a small pool.
+  size_t log_budget = 0;
   double reclaim_trigger = 0.5;
   // Hard limit on the thread logs' bytes (blocks owned); 0: 2 x log_budget. At most 3584
   // blocks. With the background reclaimer, begin() waits (holding no guard) while the log is

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -120,6 +121,29 @@ TEST_F(RuntimeTest, AnAbortedTransactionLeavesNoIndexChangeAndNoBlock) {
   EXPECT_EQ(users->get("bob"), "old") << "the aborted remove stayed";
   ASSERT_OK(rt->sync());
   EXPECT_EQ(rt->heap().Stats().live_blocks, live) << "the aborted allocation leaked";
+  EXPECT_OK(rt->heap().Check());
+}
+
+// The transaction log is sized to the pool: a 32 MiB pool takes transactions until its data,
+// not its log, fills it (values overwritten 4 times over in transactions, ~8 MiB live), and the
+// log holds under a quarter of the heap (a fixed 32 MiB budget let it take over half).
+TEST_F(RuntimeTest, ASmallPoolTakesTransactionsUntilItsDataFillsIt) {
+  auto rt = OpenRt(Create(32 << 20));
+  ASSERT_NE(rt, nullptr);
+  EXPECT_EQ(rt->engine().stats().log_budget,
+            std::clamp<uint64_t>(rt->heap().capacity() / 16, txn::kAutoLogBudgetMin,
+                                 txn::kAutoLogBudgetMax));
+  Index* kv = *rt->index("kv");
+  const std::string value(8 << 10, 'x');
+  for (int i = 0; i < 4000; ++i) {
+    ASSERT_OK(txn::Run([&]() -> absl::Status {
+      auto r = kv->put(absl::StrCat("key", i % 1000), value);
+      return r.ok() ? absl::OkStatus() : r.status();
+    })) << "transaction "
+        << i;
+  }
+  ASSERT_OK(rt->sync());
+  EXPECT_LT(rt->engine().stats().log_bytes_owned, rt->heap().capacity() / 4);
   EXPECT_OK(rt->heap().Check());
 }
 
