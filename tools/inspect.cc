@@ -193,10 +193,10 @@ void PrintText(const PoolReport& r) {
               Bytes(h.free_bytes).c_str());
   std::printf(
       "heap chunks     %lu of 64 KiB: %lu free, %lu small-block, %lu extent; largest free "
-      "extent %s\n",
+      "extent %s; %s free inside small-block chunks\n",
       static_cast<unsigned long>(h.chunks), static_cast<unsigned long>(h.free_chunks),
       static_cast<unsigned long>(h.small_chunks), static_cast<unsigned long>(h.extent_chunks),
-      Bytes(h.largest_free_extent).c_str());
+      Bytes(h.largest_free_extent).c_str(), Bytes(h.free_in_small_chunks).c_str());
   std::string classes;
   for (int c = 0; c < alloc::SizeClasses::kCount; ++c) {
     if (h.live_per_class[c] == 0) continue;
@@ -278,6 +278,7 @@ std::string Json(const PoolReport& r) {
     j.Key("live_blocks").Uint(h.live_blocks).Key("live_extents").Uint(h.live_extents);
     j.Key("chunks").Uint(h.chunks).Key("free_chunks").Uint(h.free_chunks);
     j.Key("small_chunks").Uint(h.small_chunks).Key("extent_chunks").Uint(h.extent_chunks);
+    j.Key("free_in_small_chunks").Uint(h.free_in_small_chunks);
     j.Key("live_per_class").BeginObject();
     for (int c = 0; c < alloc::SizeClasses::kCount; ++c) {
       if (h.live_per_class[c] != 0) {

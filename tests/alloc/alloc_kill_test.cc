@@ -7,6 +7,7 @@
 // exact block of each allocation.
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -37,6 +38,7 @@ struct OpLog {
   std::atomic<uint64_t> ops{0};
   std::atomic<uint64_t> durable_ops{0};
   std::atomic<uint64_t> advancing_from{0};  // ops count when the in-flight advance began, +1
+  std::atomic<uint64_t> full_heaps{0};      // allocations that found the heap full, all children
   OpRecord records[kMaxOps];
 };
 
@@ -69,18 +71,21 @@ std::set<uint64_t> Apply(std::set<uint64_t> live, const OpLog& log, uint64_t n) 
 }
 
 struct KillTally {
-  uint64_t total_ops = 0, leaked = 0, resurrected = 0, live = 0;
+  uint64_t total_ops = 0, leaked = 0, resurrected = 0, live = 0, full_heaps = 0;
 };
 
 // `kills` children, each allocating and freeing until SIGKILLed; the checker opens the file and
 // compares the heap walk with the last completed epoch. `planted` (a negative control): the
 // child reports every operation durable as soon as it returns, as a heap that lost its
 // epoch-scoped writes would; the check must catch it.
-absl::Status RunKills(int kills, bool planted, KillTally& tally) {
+// `pool_size` small enough to fill: an allocation that finds the heap full makes the child free
+// half its blocks next (the failed allocation asks the next boundaries to gather free blocks
+// and return empty chunks, which run under the kills).
+absl::Status RunKills(int kills, bool planted, KillTally& tally, size_t pool_size = kPoolSize) {
   testing::TempDir dir;
   const std::string path = dir.File("heap.pool");
   {
-    auto pool = Pool::Create(path, kPoolSize, "alloc-kill");
+    auto pool = Pool::Create(path, pool_size, "alloc-kill");
     if (!pool.ok()) return pool.status();
   }
   auto* log = static_cast<OpLog*>(
@@ -100,16 +105,22 @@ absl::Status RunKills(int kills, bool planted, KillTally& tally) {
         if (!r.ok()) _exit(4);
         std::vector<uint64_t> live(model.begin(), model.end());
         uint64_t rng = 0x9E3779B97F4A7C15ull * (iteration + 1);
+        size_t drain_to = 0;
         progress.ready.store(1);
         for (uint64_t n = 0; n < kMaxOps; ++n) {
           rng ^= rng << 13;
           rng ^= rng >> 7;
           rng ^= rng << 17;
           OpRecord rec;
-          if (live.size() < 50 || rng % 5 < 3) {
+          if (live.size() <= drain_to) drain_to = 0;
+          if (drain_to == 0 && (live.size() < 50 || rng % 5 < 3)) {
             const size_t size = rng % 29 == 0 ? 70000 + rng % 100000 : 16 + (rng >> 8) % 2000;
             void* p = r->heap->Allocate(size);
-            if (p == nullptr) continue;  // full: frees will make room
+            if (p == nullptr) {  // full: free half, then fill again
+              log->full_heaps.fetch_add(1);
+              drain_to = live.size() / 2;
+              continue;
+            }
             rec = {r->pool->offset_of(p), 1};
             live.push_back(rec.offset);
           } else {
@@ -154,6 +165,7 @@ absl::Status RunKills(int kills, bool planted, KillTally& tally) {
         return absl::OkStatus();
       });
   tally.live = model.size();
+  tally.full_heaps = log->full_heaps.load();
   munmap(log, sizeof(OpLog));
   return st;
 }
@@ -172,6 +184,19 @@ TEST(AllocKillTest, NoLeakNoResurrectionAcrossSigkill) {
       "%d kills (msync and pmem children), %lu heap operations, %lu blocks live at the "
       "end\n",
       Kills(), t.total_ops, t.live);
+}
+
+// The same over a 4 MiB pool that fills again and again: full heaps, gathered blocks and
+// returned chunks under the kills, `Heap::Check` and the exact walk after each.
+TEST(AllocKillTest, AHeapThatFillsLosesNothingAcrossSigkill) {
+  KillTally t;
+  const int kills = std::max(20, Kills() * 2 / 5);
+  EXPECT_OK(RunKills(kills, /*planted=*/false, t, 4 << 20));
+  EXPECT_EQ(t.leaked, 0u);
+  EXPECT_EQ(t.resurrected, 0u);
+  EXPECT_GT(t.full_heaps, 0u) << "the pool never filled";
+  std::printf("%d kills over a filling 4 MiB pool, %lu heap operations, %lu full heaps\n", kills,
+              t.total_ops, t.full_heaps);
 }
 
 // Its negative control: operations reported durable before their epoch is are caught.

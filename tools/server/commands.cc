@@ -575,10 +575,12 @@ std::string Executor::InfoText(std::string_view section) const {
                    "epoch_log_entries:", es.log_entries, "\r\n"));
   if (all || section == "heap") {
     const alloc::HeapStats hs = kv_.heap().Stats();
-    add("Heap",
-        absl::StrCat("heap_bytes:", hs.heap_bytes, "\r\n", "heap_used_bytes:", hs.used_bytes,
-                     "\r\n", "heap_free_bytes:", hs.free_bytes, "\r\n", "heap_largest_free_extent:",
-                     hs.largest_free_extent, "\r\n", "heap_live_blocks:", hs.live_blocks, "\r\n"));
+    add("Heap", absl::StrCat("heap_bytes:", hs.heap_bytes, "\r\n", "heap_used_bytes:",
+                             hs.used_bytes, "\r\n", "heap_free_bytes:", hs.free_bytes, "\r\n",
+                             "heap_largest_free_extent:", hs.largest_free_extent, "\r\n",
+                             "heap_free_in_small_chunks:", hs.free_in_small_chunks, "\r\n",
+                             "heap_chunks_returned:", hs.chunks_returned, "\r\n",
+                             "heap_live_blocks:", hs.live_blocks, "\r\n"));
   }
   if (all || section == "keyspace") {
     add("Keyspace", absl::StrCat("db0:keys=", kv_.tree().size(), ",expires=0,avg_ttl=0\r\n"));
