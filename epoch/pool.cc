@@ -525,7 +525,8 @@ absl::Status LockFile(int fd, std::string_view name) {
 
 // Creates `<path>.creating.XXXXXX`, locked and allocated to `size` bytes. On success the caller
 // owns the returned fd and must unlink `*tmp_name` if it does not link it into place.
-absl::StatusOr<int> CreateTempFile(const std::string& path, size_t size, std::string* tmp_name) {
+absl::StatusOr<int> CreateTempFile(const std::string& path, size_t size, bool sparse,
+                                   std::string* tmp_name) {
   std::string tmpl = path + ".creating.XXXXXX";
   FdGuard fd(mkostemp(tmpl.data(), O_CLOEXEC));
   if (fd.get() < 0) return ErrnoError(errno, path, "cannot create the pool file");
@@ -535,9 +536,9 @@ absl::StatusOr<int> CreateTempFile(const std::string& path, size_t size, std::st
   if (ftruncate(fd.get(), static_cast<off_t>(size)) != 0) {
     return ErrnoError(errno, path, absl::StrFormat("cannot size the pool file to %d bytes", size));
   }
-  // Allocates every block now, so that a store to the mapping can never SIGBUS for lack of
-  // space later. posix_fallocate returns the error instead of setting errno.
-  if (int err = posix_fallocate(fd.get(), 0, static_cast<off_t>(size)); err != 0) {
+  // Allocates every block now (unless sparse), so that a store to the mapping can never SIGBUS
+  // for lack of space later. posix_fallocate returns the error instead of setting errno.
+  if (int err = sparse ? 0 : posix_fallocate(fd.get(), 0, static_cast<off_t>(size)); err != 0) {
     if (err == ENOSPC || err == EDQUOT) {
       return PoolError(
           absl::StatusCode::kResourceExhausted, path,
@@ -596,7 +597,7 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::Create(const std::string& path, size
 
   // 2. A locked, fully allocated temporary file in the same directory, mapped.
   std::string tmp_name;
-  ASSIGN_OR_RETURN(int fd, CreateTempFile(path, pool_size, &tmp_name));
+  ASSIGN_OR_RETURN(int fd, CreateTempFile(path, pool_size, options.sparse, &tmp_name));
   UnlinkGuard unlink_tmp(tmp_name);
   std::unique_ptr<Pool> pool(new Pool);  // not attached: closed_ until Attach
   pool->closed_ = true;

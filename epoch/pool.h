@@ -49,6 +49,11 @@ struct PoolOptions {
   size_t root_size = 4096;
   size_t epoch_area_size = 64 * 1024;
   size_t log_area_size = 0;  // 0: 1/16 of the pool, at least 256 KiB
+  // Create only: size the file without allocating its blocks (a sparse file: a large pool takes
+  // disk space as the heap uses it). The default allocates every block at creation, so that a
+  // store can never fail for lack of space; a sparse pool on a full file system gets SIGBUS at
+  // the first store into a page that cannot be backed.
+  bool sparse = false;
 };
 
 enum class PoolRegion { kRoot, kEpoch, kLog, kHeap };

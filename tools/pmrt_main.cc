@@ -1,6 +1,6 @@
 // pmrt: the command-line tool.
 //
-//   pmrt create POOL --size BYTES [--layout NAME]   create a pool file
+//   pmrt create POOL --size BYTES [--layout NAME] [--sparse]   create a pool file
 //   pmrt info POOL [--json] [--layout NAME]          header, epochs, log, heap, tree (inspect.h)
 //   pmrt check POOL [--layout NAME]                  deep check: healthy (0) or not (1)
 //   pmrt dump POOL [--limit N] [--from KEY] [--hex | --json]   keys and values in order
@@ -9,6 +9,7 @@
 //
 // docs/tool.md describes each. Errors print one line naming the file and the problem, and exit
 // with status 1 (2 for usage; 3 when info, check or dump cannot open the pool).
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -29,7 +30,7 @@ constexpr char kDefaultLayout[] = "pmrt";
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: pmrt create POOL --size BYTES [--layout NAME]\n"
+               "usage: pmrt create POOL --size BYTES [--layout NAME] [--sparse]\n"
                "%s"
                "%s"
                "       pmrt demo [POOL] [--keys N] [--seconds S] [--threads T] [--crash-after S]\n"
@@ -104,7 +105,10 @@ int Create(const std::vector<std::string>& args) {
   if (args.empty()) return Usage();
   size_t size = 0;
   if (!ParseSize(Flag(args, "--size", ""), &size)) return Usage();
-  auto pool = Pool::Create(args[0], size, Flag(args, "--layout", kDefaultLayout));
+  PoolOptions options;
+  // A sparse file takes disk space as the pool is used (PoolOptions::sparse).
+  options.sparse = std::find(args.begin(), args.end(), "--sparse") != args.end();
+  auto pool = Pool::Create(args[0], size, Flag(args, "--layout", kDefaultLayout), options);
   if (!pool.ok()) return Fail(pool.status());
   PrintInfo(**pool);
   return 0;

@@ -197,6 +197,31 @@ TEST(PoolTest, CreateRoundsSizeUpTo4KiB) {
   EXPECT_EQ(ReadFile(path)->size(), kSize + 4096);
 }
 
+// A sparse pool's file takes disk space as it is written; the default allocates every block.
+TEST(PoolTest, SparseCreateAllocatesOnlyWhatIsWritten) {
+  TempDir dir;
+  auto blocks = [](const std::string& p) {
+    struct stat st;
+    return stat(p.c_str(), &st) == 0 ? uint64_t(st.st_blocks) * 512 : ~uint64_t{0};
+  };
+  PoolOptions sparse;
+  sparse.sparse = true;
+  const size_t size = size_t{1} << 30;
+  {
+    auto pool = Pool::Create(dir.File("sparse.pool"), size, kLayout, sparse);
+    ASSERT_OK(pool);
+    EXPECT_EQ((*pool)->size(), size);
+  }
+  EXPECT_LT(blocks(dir.File("sparse.pool")), size / 64);
+  auto reopened = Pool::Open(dir.File("sparse.pool"), kLayout);
+  ASSERT_OK(reopened);
+  {
+    auto full = Pool::Create(dir.File("full.pool"), 64 << 20, kLayout);
+    ASSERT_OK(full);
+  }
+  EXPECT_GE(blocks(dir.File("full.pool")), uint64_t{64} << 20);
+}
+
 TEST(PoolTest, RegionSizesFollowOptions) {
   TempDir dir;
   PoolOptions o;
