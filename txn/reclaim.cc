@@ -656,7 +656,11 @@ void Engine::Impl::BackgroundLoop() {
     // K = 16, 430 MB/s of records), and a cycle started later (at a quarter, before) left
     // writers waiting at the budget for 1-3% of the time, 5-9% of wall time idle in all
     // (docs/performance.md); each cycle then folds fewer records, so the reclaimer works more.
-    if (used >= trigger && (used >= floor + budget / kRegrowthDivisor || used >= budget)) {
+    // Writers wait from stall_blocks_ on (budget / block size, rounded down): a log there runs
+    // a cycle even when a budget that is not a whole number of blocks is not reached yet.
+    const bool writers_wait = store.blocks_in_use() >= stall_blocks_;
+    if (used >= trigger &&
+        (used >= floor + budget / kRegrowthDivisor || used >= budget || writers_wait)) {
       absl::Status st = Reclaim(/*advance=*/true);
       if (!st.ok()) {
         std::fprintf(stderr, "pmrt txn: reclamation failed: %s\n", st.ToString().c_str());

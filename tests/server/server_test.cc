@@ -375,6 +375,11 @@ TEST_F(ServerTest, SyncReportsTheFailedMode) {
   }
   EXPECT_EQ(Call(c, {"GET", "x"}), "\"1\"");
   EXPECT_EQ(Call(c, {"GET", "y"}), "\"2\"");
+  // Nothing written now could become durable: writes are refused.
+  EXPECT_THAT(Call(c, {"SET", "z", "3"}), StartsWith("-ERR writes refused: "));
+  EXPECT_THAT(Call(c, {"SET", "z", "3"}), HasSubstr("kv.pool: the pool is in its failed mode"));
+  EXPECT_THAT(Call(c, {"DEL", "x"}), StartsWith("-ERR writes refused: "));
+  EXPECT_EQ(Call(c, {"GET", "x"}), "\"1\"");
   server_->Stop();
   server_.reset();
   EXPECT_FALSE(kv_->Close().ok());  // the failed mode, reported again; the pool stays crashed
@@ -428,6 +433,63 @@ TEST_F(ServerTest, DisconnectMidCommandRunsNothingOfIt) {
   EXPECT_EQ(Call(setter, {"GET", "whole"}), "\"1\"");
   EXPECT_EQ(Call(setter, {"GET", "half"}), "(nil)");
   ExpectHealthy();
+}
+
+// --timeout: connections idle longer are closed (so idle clients cannot hold every slot of
+// --max-clients for ever); one that keeps talking stays.
+TEST(ServerLimits, IdleConnectionsAreClosedAfterTheTimeout) {
+  pmrt::testing::TempDir dir;
+  ServerOptions opt;
+  opt.threads = 2;
+  opt.idle_timeout_s = 1;
+  Served s = Serve(dir, testing::CreatePoolOf(16 << 20), opt);
+  ASSERT_NE(s.server, nullptr);
+  Client idle(s.server->port()), busy(s.server->port());
+  ASSERT_EQ(idle.Call({"PING"})->ToString(), "+PONG");
+  auto r = busy.Call({"CONFIG", "GET", "timeout"});
+  ASSERT_TRUE(r && r->elements.size() == 2u);
+  EXPECT_EQ(r->elements[1].str, "1");
+  // The busy client talks every 100 ms; the idle one is closed within a few seconds (the
+  // check runs about once a second; the bound is generous for a loaded machine).
+  bool closed = false;
+  for (int i = 0; i < 300 && !closed; ++i) {
+    ASSERT_EQ(busy.Call({"PING"})->ToString(), "+PONG") << "the busy client was closed";
+    closed = idle.WaitClosed(100);
+  }
+  EXPECT_TRUE(closed) << "an idle connection stayed open past the timeout";
+  EXPECT_GE(s.server->stats().idle_closed, 1u);
+  EXPECT_EQ(busy.Call({"SET", "k", "v"})->ToString(), "+OK");
+  s.server->Stop();
+  EXPECT_THAT(s.kv->Close(), pmrt::testing::IsOk());
+}
+
+// The pool file removed while served: within about a second writes are refused (they would be
+// lost with the server), reads go on, PMRT.SYNC reports it, and closing reports it again.
+TEST(ServerLimits, ARemovedPoolFileStopsWrites) {
+  pmrt::testing::TempDir dir;
+  ServerOptions opt;
+  opt.threads = 1;
+  Served s = Serve(dir, testing::CreatePoolOf(16 << 20), opt);
+  ASSERT_NE(s.server, nullptr);
+  Client c(s.server->port());
+  ASSERT_EQ(c.Call({"SET", "a", "1"})->ToString(), "+OK");
+  ASSERT_EQ(std::remove(dir.File("served.pool").c_str()), 0);
+  std::string refused;
+  for (int i = 0; i < 100 && refused.empty(); ++i) {
+    auto r = c.Call({"SET", "b", "2"});
+    ASSERT_TRUE(r);
+    if (r->IsError()) {
+      refused = r->str;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  EXPECT_THAT(refused, StartsWith("ERR writes refused: "));
+  EXPECT_THAT(refused, HasSubstr("removed or replaced while served"));
+  EXPECT_EQ(c.Call({"GET", "a"})->ToString(), "\"1\"");
+  EXPECT_THAT(c.Call({"PMRT.SYNC"})->str, HasSubstr("removed or replaced while served"));
+  s.server->Stop();
+  EXPECT_FALSE(s.kv->Close().ok());
 }
 
 TEST_F(ServerTest, ThousandsOfIdleConnections) {

@@ -1,5 +1,6 @@
 #include "tools/server/commands.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -170,18 +171,56 @@ Executor::Executor(tools::KvStore& kv, const ServerOptions& options, const Serve
           << 16 |
       1;
   commands_ = {
-      {"ping", {&Executor::Ping, -1}},        {"echo", {&Executor::Echo, 2}},
-      {"set", {&Executor::Set, -3}},          {"setnx", {&Executor::SetNx, 3}},
-      {"get", {&Executor::Get, 2}},           {"del", {&Executor::Del, -2}},
-      {"unlink", {&Executor::Del, -2}},       {"exists", {&Executor::Exists, -2}},
-      {"mset", {&Executor::MSet, -3}},        {"mget", {&Executor::MGet, -2}},
-      {"dbsize", {&Executor::DbSize, 1}},     {"scan", {&Executor::Scan, -2}},
-      {"pmrt.range", {&Executor::Range, -3}}, {"config", {&Executor::Config, -2}},
-      {"info", {&Executor::Info, -1}},        {"command", {&Executor::Command, -1}},
-      {"pmrt.sync", {&Executor::Sync, 1}},    {"quit", {&Executor::Quit, -1}},
-      {"select", {&Executor::Select, 2}},     {"flushall", {&Executor::FlushAll, -1}},
-      {"flushdb", {&Executor::FlushAll, -1}},
+      {"ping", {&Executor::Ping, -1}},
+      {"echo", {&Executor::Echo, 2}},
+      {"set", {&Executor::Set, -3, true}},
+      {"setnx", {&Executor::SetNx, 3, true}},
+      {"get", {&Executor::Get, 2}},
+      {"del", {&Executor::Del, -2, true}},
+      {"unlink", {&Executor::Del, -2, true}},
+      {"exists", {&Executor::Exists, -2}},
+      {"mset", {&Executor::MSet, -3, true}},
+      {"mget", {&Executor::MGet, -2}},
+      {"dbsize", {&Executor::DbSize, 1}},
+      {"scan", {&Executor::Scan, -2}},
+      {"pmrt.range", {&Executor::Range, -3}},
+      {"config", {&Executor::Config, -2}},
+      {"info", {&Executor::Info, -1}},
+      {"command", {&Executor::Command, -1}},
+      {"pmrt.sync", {&Executor::Sync, 1}},
+      {"quit", {&Executor::Quit, -1}},
+      {"select", {&Executor::Select, 2}},
+      {"flushall", {&Executor::FlushAll, -1, true}},
+      {"flushdb", {&Executor::FlushAll, -1, true}},
   };
+  struct stat st;
+  if (!kv_.pool().path().empty() && stat(kv_.pool().path().c_str(), &st) == 0) {
+    pool_dev_ = st.st_dev;
+    pool_ino_ = st.st_ino;
+    watch_file_ = true;
+  }
+}
+
+void Executor::WatchPoolFile() {
+  if (!watch_file_ || kv_.pool().failed()) return;
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  int64_t last = last_file_check_ns_.load(std::memory_order_relaxed);
+  if (now - last < 1000000000 ||
+      !last_file_check_ns_.compare_exchange_strong(last, now, std::memory_order_relaxed)) {
+    return;
+  }
+  struct stat st;
+  const std::string& path = kv_.pool().path();
+  if (stat(path.c_str(), &st) == 0 && st.st_dev == pool_dev_ && st.st_ino == pool_ino_) return;
+  // The served file is no longer at its path: whatever is written now would be lost with the
+  // server, or a new pool there would be mistaken for this one. Writes stop here.
+  kv_.pool().health_state().Fail(
+      absl::StrCat("the pool file was removed or replaced while served (", path,
+                   " no longer names the file this server opened)"));
+  std::fprintf(stderr, "pmrt serve: %s: the pool file was removed or replaced; writes refused\n",
+               path.c_str());
 }
 
 After Executor::Execute(std::vector<std::string>& argv, std::string* out, uint64_t* sync_epoch) {
@@ -196,6 +235,15 @@ After Executor::Execute(std::vector<std::string>& argv, std::string* out, uint64
   if ((arity > 0 && n != arity) || (arity < 0 && n < -arity)) {
     WrongArity(*out, name);
     return After::kNone;
+  }
+  if (it->second.write) {
+    WatchPoolFile();
+    if (kv_.pool().failed()) {
+      // Nothing written now could become durable: refused, as Redis refuses writes it cannot
+      // persist (MISCONF).
+      AppendError(*out, absl::StrCat("ERR writes refused: ", kv_.pool().health().message()));
+      return After::kNone;
+    }
   }
   return (this->*it->second.fn)(argv, *out, sync_epoch);
 }
@@ -507,6 +555,7 @@ std::vector<std::pair<std::string, std::string>> Executor::ConfigValues() const 
       {"port", std::to_string(options_.port)},
       {"bind", options_.bind},
       {"maxclients", std::to_string(options_.max_clients)},
+      {"timeout", std::to_string(options_.idle_timeout_s)},
       {"proto-max-bulk-len", std::to_string(options_.limits.max_bulk)},
       {"pmrt-max-key-len", std::to_string(options_.max_key)},
       {"pmrt-epoch-ms", std::to_string(options_.epoch_ms)},
@@ -562,7 +611,7 @@ std::string Executor::InfoText(std::string_view section) const {
                             "rejected_connections:", st.rejected_connections, "\r\n",
                             "total_commands_processed:", st.commands_processed, "\r\n",
                             "protocol_errors:", st.protocol_errors, "\r\n", "pmrt_syncs:", st.syncs,
-                            "\r\n"));
+                            "\r\n", "pmrt_idle_closed:", st.idle_closed, "\r\n"));
   Pool& pool = kv_.pool();
   add("Pool", absl::StrCat("pool_path:", pool.path(), "\r\n", "pool_size:", pool.size(), "\r\n"));
   epoch::Manager& epochs = kv_.epochs();

@@ -12,6 +12,7 @@
 #ifndef PMRT_TOOLS_SERVER_COMMANDS_H_
 #define PMRT_TOOLS_SERVER_COMMANDS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <mutex>
@@ -52,7 +53,11 @@ class Executor {
   struct Spec {
     Handler fn;
     int arity;  // Redis convention: n means exactly n arguments (with the name), -n at least n
+    bool write = false;  // refused while the pool is in its failed mode
   };
+  // Whether the pool's file is still the one opened (not removed or replaced), looked at no
+  // more than once a second; a file gone puts the pool in its failed mode (writes refused).
+  void WatchPoolFile();
 
   After Ping(Args& a, std::string& out, uint64_t*);
   After Echo(Args& a, std::string& out, uint64_t*);
@@ -94,6 +99,10 @@ class Executor {
   const ServerOptions& options_;
   const ServerCounters& counters_;
   std::unordered_map<std::string, Spec> commands_;
+  // The pool file's identity at start (st_dev, st_ino), and the last look (steady-clock ns).
+  uint64_t pool_dev_ = 0, pool_ino_ = 0;
+  bool watch_file_ = false;
+  std::atomic<int64_t> last_file_check_ns_{0};
 
   static constexpr size_t kMaxCursors = 1024;
   std::mutex cursor_mu_;

@@ -27,6 +27,10 @@ struct ServerOptions {
   // any value one SET stored can be read back by GET or a one-key MGET.
   size_t max_reply = 512 << 20;
   int epoch_ms = 64;  // the store's epoch interval (reported by INFO and CONFIG)
+  // Seconds a connection may stay idle (no request byte read, no reply byte written) before the
+  // server closes it, as Redis's `timeout`; 0 (the default, as Redis's): never. A connection
+  // waiting in PMRT.SYNC is not idle. Checked about once a second.
+  int idle_timeout_s = 0;
 };
 
 // A snapshot of ServerCounters.
@@ -36,7 +40,8 @@ struct ServerStats {
   uint64_t connected_clients = 0;
   uint64_t commands_processed = 0;
   uint64_t protocol_errors = 0;
-  uint64_t syncs = 0;  // PMRT.SYNC replies sent
+  uint64_t syncs = 0;        // PMRT.SYNC replies sent
+  uint64_t idle_closed = 0;  // connections closed by the idle timeout
 };
 
 // Live counters, updated by the acceptor and the workers with relaxed increments: each is an
@@ -48,12 +53,14 @@ struct ServerCounters {
   std::atomic<uint64_t> commands_processed{0};
   std::atomic<uint64_t> protocol_errors{0};
   std::atomic<uint64_t> syncs{0};
+  std::atomic<uint64_t> idle_closed{0};
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
   ServerStats Snapshot() const {
     auto r = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
     return {r(connections_received), r(rejected_connections), r(connected_clients),
-            r(commands_processed),   r(protocol_errors),      r(syncs)};
+            r(commands_processed),   r(protocol_errors),      r(syncs),
+            r(idle_closed)};
   }
 };
 

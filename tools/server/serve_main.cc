@@ -19,7 +19,7 @@ namespace {
 constexpr char kUsage[] =
     "usage: pmrt serve POOL [--port P] [--bind ADDR] [--create-size BYTES] [--epoch-ms N]\n"
     "                       [--threads N] [--max-clients N] [--max-bulk BYTES] [--max-key BYTES]\n"
-    "                       [--max-reply BYTES]\n"
+    "                       [--max-reply BYTES] [--timeout SECONDS]\n"
     "\n"
     "Serves the key-value tree of POOL over RESP2 (the Redis protocol; redis-cli and\n"
     "redis-benchmark work) until SIGINT or SIGTERM, then closes the pool cleanly.\n"
@@ -34,6 +34,7 @@ constexpr char kUsage[] =
     "  --max-key BYTES     largest key (default 64K)\n"
     "  --max-reply BYTES   largest reply of MGET, PMRT.RANGE, SCAN (default 512M; never below\n"
     "                      the largest bulk string)\n"
+    "  --timeout SECONDS   close a connection idle this long (default 0: never, as Redis)\n"
     "\n"
     "Commands: PING ECHO SET [NX] SETNX GET DEL UNLINK EXISTS MSET MGET DBSIZE SCAN PMRT.RANGE\n"
     "CONFIG GET, INFO, COMMAND, PMRT.SYNC, SELECT 0, FLUSHALL, FLUSHDB, QUIT (docs/server.md).\n"
@@ -115,6 +116,8 @@ bool ParseFlags(const std::vector<std::string>& args, server::ServerOptions* opt
     } else if (name == "--max-reply") {
       ok = ParseSize(v, &size) && size > 0;
       opt->max_reply = size;
+    } else if (name == "--timeout") {
+      ok = ParseInt(v, 0, 1 << 30, &opt->idle_timeout_s);
     } else if (name == "--max-key") {
       ok = ParseSize(v, &size) && size > 0 && size <= (1ull << 30);
       opt->max_key = size;

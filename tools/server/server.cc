@@ -54,6 +54,8 @@ struct Server::Connection {
   bool closed = false;
   uint32_t events = 0;            // the epoll interest registered now
   std::vector<std::string> argv;  // the command being run (reused)
+  // The last time a request byte was read or a reply byte written (the idle timeout).
+  std::chrono::steady_clock::time_point active = std::chrono::steady_clock::now();
 
   explicit Connection(int f, const RespLimits& limits) : fd(f), parser(limits) {}
   size_t pending() const { return out.size() - out_pos; }
@@ -180,6 +182,7 @@ class Server::Worker {
   void UpdateInterest(Connection& c);
   void Close(Connection& c);
   void CheckSyncWaiters();
+  void CloseIdle();
   void CloseAll();
 
   Server& server_;
@@ -194,14 +197,17 @@ class Server::Worker {
   std::unordered_map<Connection*, std::unique_ptr<Connection>> conns_;
   std::vector<Connection*> waiters_;                 // connections in PMRT.SYNC
   std::vector<std::unique_ptr<Connection>> closed_;  // freed after the event batch
+  std::chrono::steady_clock::time_point last_idle_check_ = std::chrono::steady_clock::now();
   char read_buf_[64 << 10];
 };
 
 void Server::Worker::Loop() {
   constexpr int kMaxEvents = 256;
   epoll_event events[kMaxEvents];
+  // With an idle timeout the loop wakes at least once a second to look for idle connections.
+  const int wait_ms = server_.options_.idle_timeout_s > 0 ? 1000 : -1;
   while (!stopping_.load(std::memory_order_acquire)) {
-    int n = epoll_wait(epfd_, events, kMaxEvents, -1);
+    int n = epoll_wait(epfd_, events, kMaxEvents, wait_ms);
     if (n < 0) {
       if (errno == EINTR) continue;
       std::fprintf(stderr, "%s\n", Errno("pmrt serve: epoll_wait").c_str());
@@ -217,9 +223,25 @@ void Server::Worker::Loop() {
       }
     }
     CheckSyncWaiters();
+    if (wait_ms > 0) CloseIdle();
     closed_.clear();
   }
   CloseAll();
+}
+
+void Server::Worker::CloseIdle() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_idle_check_ < std::chrono::seconds(1)) return;
+  last_idle_check_ = now;
+  const auto limit = std::chrono::seconds(server_.options_.idle_timeout_s);
+  std::vector<Connection*> idle;
+  for (auto& [raw, conn] : conns_) {
+    if (!conn->closed && !conn->waiting_sync && now - conn->active > limit) idle.push_back(raw);
+  }
+  for (Connection* c : idle) {
+    server_.counters_.idle_closed.fetch_add(1, std::memory_order_relaxed);
+    Close(*c);
+  }
 }
 
 void Server::Worker::AdoptIncoming() {
@@ -261,6 +283,7 @@ bool Server::Worker::ReadInput(Connection& c) {
   for (int i = 0; i < 16 && CanRun(c); ++i) {
     ssize_t r = read(c.fd, read_buf_, sizeof(read_buf_));
     if (r > 0) {
+      c.active = std::chrono::steady_clock::now();
       c.parser.Feed(read_buf_, static_cast<size_t>(r));
       Drive(c);
       if (static_cast<size_t>(r) < sizeof(read_buf_)) break;
@@ -324,6 +347,7 @@ bool Server::Worker::Flush(Connection& c) {
     ssize_t w = send(c.fd, c.out.data() + c.out_pos, c.pending(), MSG_NOSIGNAL);
     if (w > 0) {
       c.out_pos += static_cast<size_t>(w);
+      c.active = std::chrono::steady_clock::now();
       continue;
     }
     if (w < 0 && errno == EINTR) continue;
