@@ -973,7 +973,8 @@ bool Heap::FreeFast(void* p) {
   const uint64_t bit = uint64_t{1} << (b % 64);
   std::vector<uint64_t>* to;
   ThreadCache* send_to = nullptr;
-  if (unshared && (word.media & bit) == 0) {
+  const bool batched = !unshared || (word.media & bit) != 0;  // waits for its grace period
+  if (!batched) {
     // Media (read inside the guard: it changes only at boundaries) holds the bitmap as of this
     // epoch's start: a clear bit there means the block was allocated in this epoch, so nothing
     // durable refers to its contents and it is reusable at once: by its chunk's owner.
@@ -998,7 +999,7 @@ bool Heap::FreeFast(void* p) {
   Touch(tc, *v, chunk, e);  // the boundary copies the cleared bit to media, logged in e
   Bump(tc.frees);
   to->push_back(off);
-  if (send_to == nullptr && to != &tc.free[c]) NoteBatchBytes(tc, SizeClasses::Size(c));
+  if (batched) NoteBatchBytes(tc, SizeClasses::Size(c));
   if (send_to != nullptr) SendOutbox(tc, static_cast<int>(to - tc.out));
   return true;
 }
