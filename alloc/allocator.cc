@@ -28,6 +28,7 @@ using alloc_internal::MakeState;
 using alloc_internal::StateClass;
 using alloc_internal::StateKind;
 using alloc_internal::StateRun;
+using alloc_internal::SegmentHeader;
 
 namespace alloc_detail {
 
@@ -143,12 +144,20 @@ std::atomic<uint64_t> g_next_heap_id{1};
 constexpr Site kHeaderFlush{"alloc.heap.header.flush"};
 constexpr Site kHeaderFence{"alloc.heap.header.fence"};
 constexpr uint64_t kTailState = MakeState(ChunkKind::kExtent, 0, 0);  // inside an extent
+// A grown segment's metadata chunk (volatile only: its header line on media stays zero).
+constexpr uint64_t kMetaState = MakeState(ChunkKind::kExtent, 1, 0);
+// Tail and metadata chunks: no block starts there; each is the free state on media.
+constexpr bool Inert(uint64_t s) { return StateKind(s) == ChunkKind::kExtent && StateRun(s) == 0; }
+constexpr Site kGrowSegment{"alloc.grow.segment"};
+constexpr Site kGrowSegmentFence{"alloc.grow.segment.fence"};
 using alloc_detail::kRefillBatch;
 
 thread_local AllocError tls_error = AllocError::kNone;
+thread_local absl::Status tls_grow_error;  // why the calling thread's last automatic growth failed
 std::atomic<Heap*> g_default{nullptr};
 
 uint32_t HeaderCrc(const HeapHeader& h) { return Crc32c(&h, offsetof(HeapHeader, crc)); }
+uint32_t SegmentCrc(const SegmentHeader& h) { return Crc32c(&h, offsetof(SegmentHeader, crc)); }
 
 bool IsPowerOfTwo(size_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
@@ -210,10 +219,11 @@ Heap::~Heap() {
   // the boundary must copy this epoch's bitmap changes: close the epoch now (Advance runs the
   // reclaimers under its lock, so none is still running when it returns).
   (void)epochs_.Advance();
+  if (attached_) pool_.SetGrowthListener({});
   epochs_.RemoveFlushSource(flush_source_);
   Heap* self = this;
   g_default.compare_exchange_strong(self, nullptr);
-  if (vol_ != nullptr)
+  if (vol_)
     for (uint64_t i = 0; i < chunks_; ++i) delete Vol(i);
   for (ChunkVolatile* v : spare_vols_) delete v;
   for (FreeBatch* b : spare_batches_) delete b;  // every batch was released by the Advance
@@ -237,6 +247,11 @@ absl::StatusOr<std::unique_ptr<Heap>> Heap::Open(Pool& pool, epoch::Manager& epo
   if (auto st = h->Load(); !st.ok()) return st;
   h->flush_source_ = epochs.AddFlushSource(
       [p = h.get()](uint64_t e, std::vector<Range>& out) { p->CollectDirty(e, out); });
+  pool.SetGrowthListener(
+      {[p = h.get()](uint64_t old_size, uint64_t new_size) {
+         return p->PrepareGrowth(old_size, new_size);
+       },
+       [p = h.get()](uint64_t, uint64_t) { p->CommitGrowth(); }});
   Heap* none = nullptr;
   g_default.compare_exchange_strong(none, h.get());
   return h;
@@ -302,8 +317,9 @@ absl::Status Heap::Load() {
     return bad("geometry does not fit the heap region");
   }
   chunks_ = h.chunk_count;
+  seg0_chunks_ = h.chunk_count;
   data_off_ = r.offset + h.data_offset;
-  early_advance_bytes_ = std::max<uint64_t>(chunks_ * kChunkSize / 16, uint64_t{1} << 20);
+  max_chunks_ = std::max<uint64_t>(chunks_, (pool_.max_size() - data_off_) / kChunkSize);
   uint8_t* meta = region_ + alloc_internal::kMetaOffset;
   if (h.version >= alloc_internal::kFirstSplitMetaVersion) {
     // Every header line together, then every bitmap: Load reads chunks_ consecutive lines.
@@ -317,12 +333,26 @@ absl::Status Heap::Load() {
     bitmaps_ = meta + offsetof(ChunkMeta, bits);
     bitmap_stride_ = sizeof(ChunkMeta);
   }
-  state_ = std::make_unique<std::atomic<uint64_t>[]>(chunks_);
-  small_class_ = std::make_unique<std::atomic<uint8_t>[]>(chunks_);
-  vol_ = std::make_unique<std::atomic<uintptr_t>[]>(chunks_);
+  if (!state_.Allocate(max_chunks_) || !small_class_.Allocate(max_chunks_) ||
+      !vol_.Allocate(max_chunks_) || !segments_.Allocate(max_chunks_ / 2 + 1)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        pool_.path(), ": no address space for the heap's state of ", max_chunks_, " chunks"));
+  }
+  if (auto st = LoadSegments(); !st.ok()) return st;
+  early_advance_bytes_ = std::max<uint64_t>(capacity() / 16, uint64_t{1} << 20);
   // One line per chunk: its recovered state. Bitmaps are read when a chunk is first used.
   uint64_t run_start = 0, run_len = 0;
-  for (uint64_t i = 0; i < chunks_; ++i) {
+  uint64_t seg_end = seg0_chunks_;  // end of the segment chunk i is in (extents stay inside)
+  for (uint64_t i = 0, next_seg = 0; i < chunks_; ++i) {
+    if (i == seg_end) {  // a grown segment: its metadata chunks, then its data
+      if (run_len > 0) ReturnRun(run_start, run_len);
+      run_len = 0;
+      const Segment& seg = segments_[next_seg++];
+      for (uint64_t m = 0; m < seg.meta; ++m) state_[i + m] = kMetaState;
+      i += seg.meta - 1;
+      seg_end = seg.first + seg.count;
+      continue;
+    }
     uint64_t w[alloc_internal::kWordsPerLine];
     alloc_internal::EffectiveWords(HeaderLine(i), epochs_, w);
     const uint64_t s = w[0];
@@ -339,7 +369,7 @@ absl::Status Heap::Load() {
       state_[i] = s;
       small_class_[i] = static_cast<uint8_t>(StateClass(s) + 1);
       unloaded_[StateClass(s)].push_back(i);
-    } else if (kind == ChunkKind::kExtent && StateRun(s) >= 1 && i + StateRun(s) <= chunks_) {
+    } else if (kind == ChunkKind::kExtent && StateRun(s) >= 1 && i + StateRun(s) <= seg_end) {
       state_[i] = s;
       for (uint64_t t = 1; t < StateRun(s); ++t) state_[i + t] = kTailState;
       i += StateRun(s) - 1;
@@ -351,12 +381,137 @@ absl::Status Heap::Load() {
   return absl::OkStatus();
 }
 
+// The grown segments after segment 0, read where the pool's size says they are (heap_layout.h).
+absl::Status Heap::LoadSegments() {
+  const uint64_t end = pool_.size();
+  uint64_t next = chunks_;
+  uint64_t n = 0, meta = 0;
+  while (ChunkOffset(next) + 2 * kChunkSize <= end) {
+    const uint64_t off = ChunkOffset(next);
+    const auto& sh = *reinterpret_cast<const SegmentHeader*>(pool_.base() + off);
+    auto bad = [&](const std::string& what) {
+      return absl::DataLossError(absl::StrCat(pool_.path(), ": heap segment at offset ", off,
+                                              " (chunk ", next, "): ", what));
+    };
+    if (sh.magic != alloc_internal::kSegmentMagic || sh.crc != SegmentCrc(sh)) {
+      return bad("bad magic or checksum (the pool grew here)");
+    }
+    if (sh.first_chunk != next || sh.chunk_count < 2 ||
+        sh.meta_chunks != alloc_internal::MetaChunksFor(sh.chunk_count) ||
+        sh.meta_chunks >= sh.chunk_count || sh.chunk_count > (end - off) / kChunkSize ||
+        next + sh.chunk_count > max_chunks_) {
+      return bad(absl::StrCat("geometry (first chunk ", sh.first_chunk, ", ", sh.chunk_count,
+                              " chunks, ", sh.meta_chunks, " of metadata) does not fit the pool"));
+    }
+    uint8_t* lines = pool_.base() + off + sizeof(SegmentHeader);
+    segments_[n++] = Segment{next, sh.chunk_count, sh.meta_chunks, lines,
+                             lines + sh.chunk_count * sizeof(LoggedLine)};
+    meta += sh.meta_chunks;
+    next += sh.chunk_count;
+  }
+  segment_count_.store(n, std::memory_order_release);
+  meta_chunks_.store(meta, std::memory_order_release);
+  chunks_.store(next, std::memory_order_release);
+  return absl::OkStatus();
+}
+
+const Heap::Segment& Heap::SegmentOf(uint64_t chunk) const {
+  // The last segment whose first chunk is at most `chunk` (segments are few: one per growth).
+  uint64_t lo = 0, hi = segment_count_.load(std::memory_order_acquire);
+  while (hi - lo > 1) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    (segments_[mid].first <= chunk ? lo : hi) = mid;
+  }
+  return segments_[lo];
+}
+
 LoggedLine& Heap::HeaderLine(uint64_t chunk) const {
-  return *reinterpret_cast<LoggedLine*>(headers_ + chunk * header_stride_);
+  if (chunk < seg0_chunks_) [[likely]]
+    return *reinterpret_cast<LoggedLine*>(headers_ + chunk * header_stride_);
+  const Segment& seg = SegmentOf(chunk);
+  return reinterpret_cast<LoggedLine*>(seg.headers)[chunk - seg.first];
 }
 
 LoggedLine* Heap::BitmapLines(uint64_t chunk) const {
-  return reinterpret_cast<LoggedLine*>(bitmaps_ + chunk * bitmap_stride_);
+  if (chunk < seg0_chunks_) [[likely]]
+    return reinterpret_cast<LoggedLine*>(bitmaps_ + chunk * bitmap_stride_);
+  const Segment& seg = SegmentOf(chunk);
+  return reinterpret_cast<LoggedLine*>(seg.bitmaps) + (chunk - seg.first) * kBitmapLines;
+}
+
+// ---- growth (docs/alloc.md, "Growth") ---------------------------------------------------------
+
+absl::Status Heap::PrepareGrowth(uint64_t old_size, uint64_t new_size) {
+  // The new segment starts at the chunk after the last one (in the old pool's unused tail, or
+  // at its end) and takes every whole chunk up to the new end.
+  const uint64_t first = chunks_.load(std::memory_order_acquire);
+  const uint64_t off = ChunkOffset(first);
+  const uint64_t count = new_size > off ? (new_size - off) / kChunkSize : 0;
+  const uint64_t meta = alloc_internal::MetaChunksFor(count);
+  if (count < 2 || meta >= count || first + count > max_chunks_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(pool_.path(), ": growing the pool from ", old_size, " to ", new_size,
+                     " bytes leaves no room for a heap segment at offset ", off));
+  }
+  // Its metadata must read "every chunk free": zero. Past old_size the pool made it so; a tail
+  // below it may hold the header an interrupted growth wrote.
+  uint8_t* base = pool_.base() + off;
+  const Persister& p = pool_.persister();
+  const uint64_t meta_bytes = sizeof(SegmentHeader) + count * sizeof(ChunkMeta);
+  for (uint64_t o = 0; o < meta_bytes && off + o < old_size; o += 64) {
+    uint8_t* line = base + o;
+    bool zero = true;
+    for (int b = 0; b < 64 && zero; ++b) zero = line[b] == 0;
+    if (zero) continue;
+    std::memset(line, 0, 64);
+    p.Flush(kGrowSegment, line, 64);
+  }
+  SegmentHeader sh{};
+  sh.magic = alloc_internal::kSegmentMagic;
+  sh.first_chunk = first;
+  sh.chunk_count = count;
+  sh.meta_chunks = meta;
+  sh.crc = SegmentCrc(sh);
+  std::memcpy(base, &sh, sizeof(sh));
+  // Durable before the pool commits the size that makes Load read it; until then a crash
+  // leaves a pool too short for it, and it is never read.
+  p.Persist(kGrowSegment, kGrowSegmentFence, base, sizeof(sh));
+  uint8_t* lines = base + sizeof(SegmentHeader);
+  pending_ = Segment{first, count, meta, lines, lines + count * sizeof(LoggedLine)};
+  return absl::OkStatus();
+}
+
+void Heap::CommitGrowth() {
+  const Segment seg = pending_;
+  const uint64_t n = segment_count_.load(std::memory_order_relaxed);
+  segments_[n] = seg;
+  segment_count_.store(n + 1, std::memory_order_release);
+  for (uint64_t m = 0; m < seg.meta; ++m) state_[seg.first + m] = kMetaState;
+  meta_chunks_.fetch_add(seg.meta, std::memory_order_acq_rel);
+  chunks_.store(seg.first + seg.count, std::memory_order_release);
+  // The data chunks: one free run, which an allocation can take from now on.
+  ReturnRun(seg.first + seg.meta, seg.count - seg.meta);
+}
+
+bool Heap::GrowFor(size_t size, uint64_t growths) {
+  const size_t by = pool_.grow_by();
+  if (by == 0) return false;
+  std::lock_guard<std::mutex> l(grow_mu_);
+  if (pool_.growths() != growths) return true;  // another thread grew the pool meanwhile
+  // At least grow_by (and the smallest growth), and enough for the request as one run of data
+  // chunks in the new segment, after its metadata chunks.
+  const uint64_t n = std::max<uint64_t>(1, (size + kChunkSize - 1) / kChunkSize);
+  uint64_t count = n + 1;
+  while (count - alloc_internal::MetaChunksFor(count) < n) ++count;
+  const uint64_t fits = ChunkOffset(chunks_.load(std::memory_order_acquire)) + count * kChunkSize;
+  const uint64_t old_size = pool_.size();
+  const absl::Status st =
+      pool_.Grow(std::max<uint64_t>(old_size + std::max<uint64_t>(by, Pool::kMinGrowth), fits));
+  if (!st.ok()) {
+    tls_grow_error = st;
+    return false;
+  }
+  return true;
 }
 
 absl::Status Heap::Corrupt(uint64_t chunk, const std::string& what) const {
@@ -680,6 +835,25 @@ void* Heap::AllocateSlow(size_t size, size_t align) {
     return nullptr;
   }
   const int c = SizeClasses::For(size, align);
+  tls_grow_error = absl::OkStatus();
+  for (bool grown = false;;) {
+    const uint64_t growths = pool_.growths();
+    void* p = AllocateWaiting(c, size);
+    if (p != nullptr || grown) return p;
+    // Full (or the request larger than the heap): grow the pool once when it may, and retry.
+    if (tls_error != AllocError::kPoolFull && tls_error != AllocError::kPoolFullCannotWait &&
+        tls_error != AllocError::kTooLarge)
+      return p;
+    const AllocError why = tls_error;
+    if (!GrowFor(size, growths)) {
+      tls_error = why;
+      return p;
+    }
+    grown = true;
+  }
+}
+
+void* Heap::AllocateWaiting(int c, size_t size) {
   for (int attempt = 0;; ++attempt) {
     void* p;
     {
@@ -778,7 +952,9 @@ absl::StatusOr<void*> Heap::TryAllocate(size_t size, size_t align) {
   if (p != nullptr) return p;
   const std::string what =
       absl::StrCat(pool_.path(), ": cannot allocate ", size, " bytes aligned to ", align, ": ",
-                   AllocErrorName(tls_error));
+                   AllocErrorName(tls_error),
+                   tls_grow_error.ok() ? "" : "; growing the pool failed: ",
+                   tls_grow_error.ok() ? "" : tls_grow_error.message());
   if (tls_error == AllocError::kBadAlignment) return absl::InvalidArgumentError(what);
   return absl::ResourceExhaustedError(what);
 }
@@ -925,7 +1101,7 @@ bool Heap::Locate(const void* p, uint64_t* chunk, uint32_t* block, int* cls) con
   const uint64_t s = state_[*chunk].load(std::memory_order_acquire);
   *cls = -1;
   *block = 0;
-  return s != kTailState && StateKind(s) == ChunkKind::kExtent && rel == 0;
+  return !Inert(s) && StateKind(s) == ChunkKind::kExtent && rel == 0;
 }
 
 absl::Status Heap::LocateError(const void* p) const {
@@ -1381,7 +1557,7 @@ size_t Heap::UsableSize(const void* p) const {
 absl::Status Heap::Walk(const std::function<void(const BlockInfo&)>& fn) const {
   for (uint64_t i = 0; i < chunks_; ++i) {
     const uint64_t s = state_[i].load(std::memory_order_acquire);
-    if (s == kTailState || StateKind(s) == ChunkKind::kFree) continue;
+    if (Inert(s) || StateKind(s) == ChunkKind::kFree) continue;
     if (StateKind(s) == ChunkKind::kExtent) {
       fn({ChunkOffset(i), uint64_t{StateRun(s)} * kChunkSize});
       continue;
@@ -1403,10 +1579,13 @@ uint64_t Heap::AllocationsSinceOpen() const {
 
 HeapStats Heap::Stats() const {
   HeapStats st;
-  st.chunks = chunks_;
-  st.heap_bytes = chunks_ * kChunkSize;
-  for (uint64_t i = 0; i < chunks_; ++i) {
+  const uint64_t chunks = chunks_.load(std::memory_order_acquire);
+  st.chunks = chunks - meta_chunks_.load(std::memory_order_acquire);
+  st.heap_bytes = st.chunks * kChunkSize;
+  st.segments = 1 + segment_count_.load(std::memory_order_acquire);
+  for (uint64_t i = 0; i < chunks; ++i) {
     const uint64_t s = state_[i].load(std::memory_order_acquire);
+    if (s == kMetaState) continue;
     if (s == kTailState || StateKind(s) == ChunkKind::kExtent) {
       ++st.extent_chunks;
     } else if (StateKind(s) == ChunkKind::kSmall) {
@@ -1447,7 +1626,7 @@ absl::Status Heap::Check() const {
     uint64_t hw[kWordsPerLine];
     alloc_internal::EffectiveWords(HeaderLine(i), epochs_, hw);
     const uint64_t s = state_[i].load(std::memory_order_acquire);
-    const bool tail = s == kTailState;
+    const bool tail = Inert(s);  // an extent's tail or a segment's metadata
     if (tail ? hw[0] != MakeState(ChunkKind::kFree, 0, 0) : hw[0] != s) {
       return Corrupt(i, absl::StrCat("state on media ", hw[0], " differs from the heap's ", s));
     }

@@ -40,6 +40,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "alloc/internal/mapped_array.h"
 #include "alloc/size_class.h"
 #include "epoch/epoch.h"
 #include "epoch/per_thread.h"
@@ -92,6 +93,7 @@ struct HeapStats {
   uint64_t free_in_small_chunks = 0;
   uint64_t chunks_returned = 0;  // empty small chunks given back to the free runs, since open
   uint64_t double_frees = 0;     // refused frees of blocks that were not allocated, since open
+  uint64_t segments = 1;         // 1 + the pool's growths (each adds a heap segment)
 };
 
 class Heap {
@@ -158,7 +160,10 @@ class Heap {
   absl::Status Walk(const std::function<void(const BlockInfo&)>& fn) const;
   HeapStats Stats() const;
   // Bytes of chunk data in the heap (HeapStats::heap_bytes without the walk).
-  uint64_t capacity() const { return chunks_ << 16; }
+  uint64_t capacity() const {
+    return (chunks_.load(std::memory_order_acquire) - meta_chunks_.load(std::memory_order_acquire))
+           << 16;
+  }
   // Allocate calls since Open (all threads; cheap: no heap walk).
   uint64_t AllocationsSinceOpen() const;
   // Deep consistency check of the metadata: chunk states, extent runs, bitmap bits beyond a
@@ -196,6 +201,17 @@ class Heap {
   Context Local();
   Context LocalSlow();
   void* AllocateSlow(size_t size, size_t align);
+  // One allocation of class c (or an extent, c < 0) that waits for frees when the heap is full
+  // and it can (Allocate's contract).
+  void* AllocateWaiting(int c, size_t size);
+  // Automatic growth (PoolOptions::grow_by) for an allocation of `size` bytes that failed: true
+  // when the pool grew (by this call, or by another thread since `growths`), so a retry may
+  // succeed.
+  bool GrowFor(size_t size, uint64_t growths);
+  // The heap's part of Pool::Grow (Pool::GrowthListener).
+  absl::Status PrepareGrowth(uint64_t old_size, uint64_t new_size);
+  void CommitGrowth();
+  absl::Status LoadSegments();
   void* AllocateSmall(alloc_detail::ThreadCache& tc, int c, uint64_t e);
   // Hands out the last block of the thread's (non-empty) list of class c in epoch e.
   void* Take(alloc_detail::ThreadCache& tc, int c, uint64_t e);
@@ -268,7 +284,11 @@ class Heap {
   uint8_t* region_ = nullptr;  // heap region start
   uint64_t region_off_ = 0;    // its pool offset
   uint64_t data_off_ = 0;      // pool offset of chunk 0's data
-  uint64_t chunks_ = 0;
+  // Chunks in the heap (every segment's, metadata chunks included); grows with the pool
+  // (release: the new chunks' volatile state is ready once the count is seen).
+  std::atomic<uint64_t> chunks_{0};
+  std::atomic<uint64_t> meta_chunks_{0};  // of grown segments
+  uint64_t max_chunks_ = 0;               // the most chunks the pool can grow to in this run
   // Bytes one thread may free in one epoch before it asks for an early boundary: 1/16 of the
   // heap (at least 1 MiB).
   uint64_t early_advance_bytes_ = 0;
@@ -278,16 +298,30 @@ class Heap {
   uint8_t* headers_ = nullptr;
   uint8_t* bitmaps_ = nullptr;
   size_t header_stride_ = 0, bitmap_stride_ = 0;
+  uint64_t seg0_chunks_ = 0;  // chunks of segment 0 (the HeapHeader's)
+  // Grown segments (heap_layout.h), in chunk order; entries below the count are immutable.
+  struct Segment {
+    uint64_t first = 0, count = 0, meta = 0;
+    uint8_t* headers = nullptr;  // header line of chunk `first`
+    uint8_t* bitmaps = nullptr;  // bitmap lines of chunk `first`
+  };
+  alloc_internal::MappedArray<Segment> segments_;
+  std::atomic<uint64_t> segment_count_{0};
+  // The grown segment that holds `chunk`, which is past segment 0.
+  const Segment& SegmentOf(uint64_t chunk) const;
+  Segment pending_;    // the segment PrepareGrowth wrote, for CommitGrowth (under the pool's lock)
+  std::mutex grow_mu_;  // one automatic growth at a time
   int flush_source_ = 0;
 
   // Volatile mirror of every chunk's (recovered) state word, and the volatile state of each
   // small chunk in use this run (null until the chunk is first used: its bitmap is read then).
-  std::unique_ptr<std::atomic<uint64_t>[]> state_;
-  std::unique_ptr<std::atomic<uint8_t>[]> small_class_;  // class + 1 of a small chunk, else 0
+  // Sized for max_chunks_ (untouched pages cost nothing), so growth never moves them.
+  alloc_internal::MappedArray<std::atomic<uint64_t>> state_;
+  alloc_internal::MappedArray<std::atomic<uint8_t>> small_class_;  // class + 1 of a small chunk
   // A small chunk's volatile state (64-byte aligned) tagged with its class + 1 in the low six
   // bits: the free path reads both with one load. 0 until the chunk is first used this run.
   static constexpr uintptr_t kVolTagMask = 63;
-  std::unique_ptr<std::atomic<uintptr_t>[]> vol_;
+  alloc_internal::MappedArray<std::atomic<uintptr_t>> vol_;
 
   mutable std::mutex chunk_mu_;                          // guards the three below and chunk loading
   std::map<uint64_t, uint64_t> free_runs_;               // start -> length, coalesced

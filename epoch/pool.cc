@@ -50,6 +50,14 @@ constexpr Site kRootBind{"pool.root.bind"};
 constexpr Site kRootBindFence{"pool.root.bind.fence"};
 constexpr Site kCloseClean{"pool.close.clean"};
 constexpr Site kCloseCleanFence{"pool.close.clean.fence"};
+constexpr Site kGrowZero{"pool.grow.zero"};  // in-memory pools only: a file grows with zeroes
+constexpr Site kGrowZeroFence{"pool.grow.zero.fence"};
+constexpr Site kGrowCommit{"pool.grow.commit"};
+constexpr Site kGrowCommitFence{"pool.grow.commit.fence"};
+
+// Address space a file pool reserves for growth when PoolOptions::max_size is 0: 4x its size,
+// at least this much.
+constexpr size_t kDefaultReserve = size_t{16} << 30;
 
 // The first pool attached that is still open (Pool::Default). Set by Attach with a CAS from
 // null and cleared by Close with a CAS from itself; seq_cst, these are rare.
@@ -140,10 +148,39 @@ absl::Status PreadFull(int fd, void* buf, size_t len, off_t off, std::string_vie
 // Maps a pool file shared and writable. MAP_SYNC first, so that on a DAX file system cache
 // flushes (the pmem backend) are enough for durability without msync; other file systems
 // refuse MAP_SYNC and get a plain shared mapping.
-void* MapShared(int fd, size_t len) {
-  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC, fd, 0);
-  if (p != MAP_FAILED || (errno != EOPNOTSUPP && errno != EINVAL)) return p;
-  return mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+// Maps [off, off + len) of the file at `at` (MAP_FIXED), MAP_SYNC first for DAX.
+void* MapSharedAt(int fd, void* at, size_t len, off_t off) {
+  void* p = mmap(at, len, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC | MAP_FIXED, fd,
+                 off);
+  if (p != MAP_FAILED) return p;
+  return mmap(at, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, off);
+}
+
+// Reserves *reserve bytes of address space (at least len; inaccessible, no memory committed)
+// and maps the file's first len bytes at its start, so that a growth can map more of the file
+// right after them. When the reservation is refused (RLIMIT_AS), reserves just len bytes.
+// Sets *reserve to what was reserved.
+void* MapPool(int fd, size_t len, size_t* reserve) {
+  size_t want = std::max(*reserve, len);
+  void* r = mmap(nullptr, want, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (r == MAP_FAILED && want > len) {
+    want = len;
+    r = mmap(nullptr, want, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  }
+  if (r == MAP_FAILED) return MAP_FAILED;
+  void* p = MapSharedAt(fd, r, len, 0);
+  if (p == MAP_FAILED) {
+    const int err = errno;
+    munmap(r, want);
+    errno = err;
+    return MAP_FAILED;
+  }
+  *reserve = want;
+  return p;
+}
+
+size_t FileReserve(const PoolOptions& o, size_t size) {
+  return o.max_size != 0 ? std::max(o.max_size, size) : std::max(4 * size, kDefaultReserve);
 }
 
 // Random bytes from getrandom(2) (no file I/O, so in-memory Create may use it too); falls back
@@ -358,10 +395,9 @@ absl::Status CheckRegions(const PoolHeader& h, std::string_view name) {
   return absl::OkStatus();
 }
 
-// Validates a copy of a pool header against the pool's actual size and the layout the caller
-// expects. Reads nothing but `h`; shared by file and in-memory opens.
-absl::Status ValidateHeader(const PoolHeader& h, uint64_t actual_size, std::string_view layout,
-                            std::string_view name) {
+// Validates a copy of a pool header and the layout the caller expects. Reads nothing but `h`;
+// shared by file and in-memory opens.
+absl::Status ValidateHeader(const PoolHeader& h, std::string_view layout, std::string_view name) {
   // 1. Magic: is this a pmrt pool at all?
   if (std::memcmp(h.magic, kPoolMagic, sizeof(kPoolMagic)) != 0) {
     return DataLoss(name, "not a pmrt pool (bad magic)");
@@ -402,18 +438,35 @@ absl::Status ValidateHeader(const PoolHeader& h, uint64_t actual_size, std::stri
     return InvalidArgument(
         name, absl::StrCat("pool layout is '", Av(stored), "', expected '", Av(layout), "'"));
   }
-  // 6. Size, then the regions inside it.
-  if (actual_size != h.pool_size) {
-    return DataLoss(name, absl::StrFormat("%s: %d bytes, but the header says the pool is %d",
-                                          actual_size < h.pool_size ? "truncated" : "size mismatch",
-                                          actual_size, h.pool_size));
-  }
+  // 6. The header's size, then the regions inside it (the pool's actual size, which growth may
+  //    have raised, is checked against the file by PoolSizeOf).
   if (h.pool_size % kPage != 0 || h.pool_size < Pool::kMinPoolSize) {
     return DataLoss(name, absl::StrFormat("corrupt header: pool_size %d is not a 4 KiB multiple "
                                           "of at least %d",
                                           h.pool_size, Pool::kMinPoolSize));
   }
   return CheckRegions(h, name);
+}
+
+// The pool's size: the header's pool_size, or the state page's grown_size once the pool has
+// grown. `available` bytes are there (the file's length, or the caller's memory); more is fine
+// (a growth whose commit did not happen leaves the file longer, and the next growth reuses the
+// tail), less is a truncated pool.
+absl::StatusOr<uint64_t> PoolSizeOf(const PoolHeader& h, const PoolState& s, uint64_t available,
+                                    std::string_view name) {
+  const uint64_t grown = s.grown_size.value.load(std::memory_order_relaxed);
+  if (grown != 0 && (grown <= h.pool_size || grown % kPage != 0)) {
+    return DataLoss(name, absl::StrFormat("corrupt state: grown_size %d is not a 4 KiB multiple "
+                                          "larger than the header's pool_size %d",
+                                          grown, h.pool_size));
+  }
+  const uint64_t size = grown != 0 ? grown : h.pool_size;
+  if (available < size) {
+    return DataLoss(name, absl::StrFormat("truncated: %d bytes, but the %s %d", available,
+                                          grown != 0 ? "pool has grown to" : "header says the pool is",
+                                          size));
+  }
+  return size;
 }
 
 // Validates the state page (not checksummed: its words are updated in place).
@@ -603,10 +656,12 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::Create(const std::string& path, size
   pool->closed_ = true;
   pool->fd_ = fd;
   pool->path_ = path;
-  void* base = MapShared(fd, pool_size);
+  size_t reserve = FileReserve(options, pool_size);
+  void* base = MapPool(fd, pool_size, &reserve);
   if (base == MAP_FAILED) return ErrnoError(errno, path, "cannot map the pool file");
   pool->base_ = static_cast<uint8_t*>(base);
   pool->size_ = pool_size;
+  pool->capacity_ = reserve;
   pool->owns_mapping_ = true;
   RETURN_IF_ERROR(pool->ChooseBackend(options));
 
@@ -652,12 +707,17 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::CreateInMemory(void* base, size_t si
   if (size % kPage != 0) {
     return InvalidArgument(name, absl::StrFormat("size %d is not a 4 KiB multiple", size));
   }
+  if (options.max_size % kPage != 0) {
+    return InvalidArgument(
+        name, absl::StrFormat("max_size %d is not a 4 KiB multiple", options.max_size));
+  }
   ASSIGN_OR_RETURN(const RegionPlan plan, PlanRegions(size, options, name));
   RETURN_IF_ERROR(CheckPersistenceOptions(options, /*in_memory=*/true, name));
   std::unique_ptr<Pool> pool(new Pool);
   pool->closed_ = true;
   pool->base_ = static_cast<uint8_t*>(base);
   pool->size_ = size;
+  pool->capacity_ = std::max(size, options.max_size);
   pool->path_ = std::string(name);
   RETURN_IF_ERROR(pool->ChooseBackend(options));
 
@@ -682,17 +742,22 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::Open(const std::string& path, std::s
   RETURN_IF_ERROR(CheckHeaderFits(file_size, path));
   PoolHeader h;
   RETURN_IF_ERROR(PreadFull(fd.get(), &h, sizeof(h), 0, path));
-  RETURN_IF_ERROR(ValidateHeader(h, file_size, layout, path));
+  RETURN_IF_ERROR(ValidateHeader(h, layout, path));
+  PoolState state;
+  RETURN_IF_ERROR(PreadFull(fd.get(), &state, sizeof(state), kPoolHeaderSize, path));
+  ASSIGN_OR_RETURN(const uint64_t pool_size, PoolSizeOf(h, state, file_size, path));
 
   // 2. Map and attach (Attach validates the mapped header and state before writing).
-  void* base = MapShared(fd.get(), h.pool_size);
+  size_t reserve = FileReserve(options, pool_size);
+  void* base = MapPool(fd.get(), pool_size, &reserve);
   if (base == MAP_FAILED) return ErrnoError(errno, path, "cannot map the pool file");
   std::unique_ptr<Pool> pool(new Pool);
   pool->closed_ = true;
   pool->fd_ = fd.release();
   pool->path_ = path;
   pool->base_ = static_cast<uint8_t*>(base);
-  pool->size_ = h.pool_size;
+  pool->size_ = pool_size;
+  pool->capacity_ = reserve;
   pool->owns_mapping_ = true;
   return Attach(std::move(pool), layout, options);
 }
@@ -707,7 +772,8 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::OpenInMemory(void* base, size_t size
   std::unique_ptr<Pool> pool(new Pool);
   pool->closed_ = true;
   pool->base_ = static_cast<uint8_t*>(base);
-  pool->size_ = size;
+  pool->size_ = size;  // the memory's size until Attach reads the pool's
+  pool->capacity_ = size;
   pool->path_ = std::string(name);
   return Attach(std::move(pool), layout, options);
 }
@@ -720,8 +786,13 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::Attach(std::unique_ptr<Pool> pool,
   //    also catches a change between that read and the mapping) and the state page.
   PoolHeader h;
   std::memcpy(&h, pool->base_, sizeof(h));
-  RETURN_IF_ERROR(ValidateHeader(h, pool->size_, layout, pool->path_));
+  RETURN_IF_ERROR(ValidateHeader(h, layout, pool->path_));
+  ASSIGN_OR_RETURN(const uint64_t pool_size,
+                   PoolSizeOf(h, pool->state(), pool->size(), pool->path_));
   RETURN_IF_ERROR(ValidateState(pool->state(), h, pool->path_));
+  pool->size_ = pool_size;
+  pool->sparse_ = options.sparse;
+  pool->grow_by_ = options.grow_by;
   RETURN_IF_ERROR(pool->ChooseBackend(options));
 
   // 2. clean_shutdown = 0, durably, before anything else is written: from here until Close
@@ -753,13 +824,13 @@ absl::Status Pool::ChooseBackend(const PoolOptions& options) {
     if (in_memory) {
       kind = BackendKind::kEadr;
     } else {
-      kind = pmem_is_pmem(base_, size_) ? BackendKind::kPmem : BackendKind::kMsync;
+      kind = pmem_is_pmem(base_, size()) ? BackendKind::kPmem : BackendKind::kMsync;
     }
   }
   if (*kind == BackendKind::kSim) {
     const auto w = reinterpret_cast<uintptr_t>(options.sim->working());
     const auto b = reinterpret_cast<uintptr_t>(base_);
-    if (b < w || size_ > options.sim->size() || b - w > options.sim->size() - size_) {
+    if (b < w || capacity_ > options.sim->size() || b - w > options.sim->size() - capacity_) {
       return InvalidArgument(path_, "the pool's memory is not inside the simulator's working copy");
     }
   }
@@ -795,7 +866,7 @@ absl::Status Pool::Close() {
     //    promises the next Open that nothing needs recovering. (Layers above persist their own
     //    state before Close; this also covers plain stores the user never flushed.) If the
     //    sync fails, the flag stays 0 and the next Open runs recovery.
-    if (fd_ >= 0 && (msync(base_, size_, MS_SYNC) != 0 || fsync(fd_) != 0)) {
+    if (fd_ >= 0 && (msync(base_, size(), MS_SYNC) != 0 || fsync(fd_) != 0)) {
       result = ErrnoError(errno, path_, "cannot sync the pool before closing it");
     } else if (health_->failed()) {
       // The failed mode: epochs after the last durable one did not complete, so the pool stays
@@ -820,9 +891,10 @@ absl::Status Pool::Close() {
 }
 
 void Pool::Unmap() {
-  if (owns_mapping_ && base_ != nullptr) munmap(base_, size_);
+  if (owns_mapping_ && base_ != nullptr) munmap(base_, capacity_);
   base_ = nullptr;
   size_ = 0;
+  capacity_ = 0;
   owns_mapping_ = false;
   if (fd_ >= 0) close(fd_);  // also releases the flock
   fd_ = -1;
@@ -868,8 +940,8 @@ RegionDesc Pool::region(PoolRegion r) const {
       return h.epoch;
     case PoolRegion::kLog:
       return h.log;
-    case PoolRegion::kHeap:
-      return h.heap;
+    case PoolRegion::kHeap:  // to the end of the pool, which growth moves
+      return RegionDesc{h.heap.offset, size() - h.heap.offset};
   }
   return RegionDesc{0, 0};
 }
@@ -879,6 +951,106 @@ uint64_t Pool::open_count() const {
 }
 
 Pool* Pool::Default() { return g_default_pool.load(); }
+
+// ---- growth (docs/format.md, "Growth") ------------------------------------------------------
+
+void Pool::SetGrowthListener(GrowthListener listener) {
+  std::lock_guard<std::mutex> l(grow_mu_);
+  listener_ = std::move(listener);
+}
+
+// Extends the file from old_size to new_size bytes of zeroes (allocated unless sparse), durably,
+// and maps the new bytes right after the old ones.
+absl::Status Pool::ExtendFile(size_t old_size, size_t new_size) {
+  // A growth whose commit did not happen left the file longer: cut it back first, so that the
+  // new bytes are zeroes whatever that growth wrote.
+  if (ftruncate(fd_, static_cast<off_t>(old_size)) != 0 ||
+      ftruncate(fd_, static_cast<off_t>(new_size)) != 0) {
+    return ErrnoError(errno, path_, absl::StrFormat("cannot extend the pool file to %d bytes",
+                                                    new_size));
+  }
+  auto undo = [&] { (void)!ftruncate(fd_, static_cast<off_t>(old_size)); };
+  if (int err = sparse_ ? 0
+                        : posix_fallocate(fd_, static_cast<off_t>(old_size),
+                                          static_cast<off_t>(new_size - old_size));
+      err != 0) {
+    undo();
+    if (err == ENOSPC || err == EDQUOT) {
+      return PoolError(absl::StatusCode::kResourceExhausted, path_,
+                       absl::StrFormat("no space to grow the pool from %d to %d bytes: %s",
+                                       old_size, new_size, std::strerror(err)));
+    }
+    return ErrnoError(err, path_, "cannot allocate the grown pool file");
+  }
+  // The file's new length is durable before the commit names it: an Open never finds a pool
+  // longer than its file.
+  if (fsync(fd_) != 0) {
+    const int err = errno;
+    undo();
+    return ErrnoError(err, path_, "cannot sync the grown pool file");
+  }
+  if (MapSharedAt(fd_, base_ + old_size, new_size - old_size, static_cast<off_t>(old_size)) ==
+      MAP_FAILED) {
+    const int err = errno;
+    // Give the range back to the reservation before the file shrinks under it.
+    mmap(base_ + old_size, new_size - old_size, PROT_NONE,
+         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    undo();
+    return ErrnoError(err, path_, "cannot map the grown part of the pool");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Pool::Grow(size_t new_size) {
+  std::lock_guard<std::mutex> l(grow_mu_);
+  if (closed_) return PoolError(absl::StatusCode::kFailedPrecondition, path_, "pool is closed");
+  if (health_->failed()) return health_->status();
+  const size_t old_size = size();
+  new_size = RoundUpToPage(new_size);
+  if (new_size < old_size + kMinGrowth) {
+    return InvalidArgument(path_, absl::StrFormat("cannot grow the pool from %d to %d bytes: a "
+                                                  "growth adds at least %d bytes",
+                                                  old_size, new_size, kMinGrowth));
+  }
+  if (!listener_.prepare) {
+    return PoolError(absl::StatusCode::kFailedPrecondition, path_,
+                     "a pool grows through its heap: open an alloc::Heap on it first");
+  }
+  if (new_size > capacity_) {
+    return PoolError(absl::StatusCode::kResourceExhausted, path_,
+                     absl::StrFormat("cannot grow the pool from %d to %d bytes: this run can "
+                                     "grow it to %d (PoolOptions::max_size; reopen it to grow "
+                                     "further)",
+                                     old_size, new_size, capacity_));
+  }
+  // 1. The new bytes, zero and durable: a file is extended (zeroes by definition) and synced;
+  //    memory the caller owns may hold anything, so what is not zero is zeroed and persisted.
+  if (fd_ >= 0) {
+    RETURN_IF_ERROR(ExtendFile(old_size, new_size));
+  } else {
+    bool wrote = false;
+    for (size_t off = old_size; off < new_size; off += kPage) {
+      if (IsZero(base_ + off, kPage)) continue;
+      std::memset(base_ + off, 0, kPage);
+      persister_.Flush(kGrowZero, base_ + off, kPage);
+      wrote = true;
+    }
+    if (wrote) persister_.Fence(kGrowZeroFence);
+  }
+  // 2. The heap's metadata for the new space, persisted (its own fence).
+  if (listener_.prepare) RETURN_IF_ERROR(listener_.prepare(old_size, new_size));
+  // 3. The commit: grown_size, its own line, persisted. A crash before this fence opens at the
+  //    old size (the new bytes are ignored), after it at the new size with its metadata ready.
+  PoolState& s = state();
+  s.grown_size.value.store(new_size, std::memory_order_relaxed);
+  persister_.Persist(kGrowCommit, kGrowCommitFence, &s.grown_size, kCacheLine);
+  if (health_->failed()) return health_->status();
+  size_.store(new_size, std::memory_order_release);
+  growths_.fetch_add(1, std::memory_order_relaxed);
+  // 4. The heap takes the new space.
+  if (listener_.commit) listener_.commit(old_size, new_size);
+  return absl::OkStatus();
+}
 
 absl::Status Pool::AttachLayer(PoolLayer layer) {
   const auto bit = static_cast<uint32_t>(layer);

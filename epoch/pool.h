@@ -22,7 +22,9 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -54,6 +56,16 @@ struct PoolOptions {
   // store can never fail for lack of space; a sparse pool on a full file system gets SIGBUS at
   // the first store into a page that cannot be backed.
   bool sparse = false;
+  // Growth (Pool::Grow). The most the pool may grow to while this Pool is open: a file pool
+  // reserves this much address space at open, so that growth extends the mapping in place
+  // (pptrs are offsets, and raw pointers into the pool stay valid); an in-memory pool's caller
+  // owns this many bytes at `base`. 0: for a file pool, max(4 x its size, 16 GiB) (or just its
+  // size when the address space is limited, RLIMIT_AS); for an in-memory pool, its size (no
+  // growth). Not recorded in the pool: the next open may reserve more.
+  size_t max_size = 0;
+  // Automatic growth: when the heap cannot serve an allocation, the pool grows by this many
+  // bytes (at least what the allocation needs) and the allocation is retried. 0: never.
+  size_t grow_by = 0;
 };
 
 enum class PoolRegion { kRoot, kEpoch, kLog, kHeap };
@@ -93,6 +105,38 @@ class Pool {
   ~Pool();
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
+
+  // Grows the pool to `new_size` bytes (rounded up to 4 KiB), crash-atomically: a crash at any
+  // point leaves the old size or the new one, and either opens cleanly (docs/format.md,
+  // "Growth"). The file is extended (its blocks allocated unless the pool was opened with
+  // PoolOptions::sparse) and synced, the mapping extended in place, the heap's metadata for the
+  // new space written and persisted, and only then the new size committed in the state page.
+  // Any thread may call it, concurrently with every other call but Close. Errors:
+  // kInvalidArgument (smaller than the pool, or too little to hold a heap segment: at least
+  // kMinGrowth), kResourceExhausted (past max_size(), no space on the file system),
+  // kFailedPrecondition (closed, or in the failed mode). Growth of a pool that another process
+  // has open cannot happen: a pool is locked by the one Pool that has it open.
+  absl::Status Grow(size_t new_size);
+  // The smallest growth Grow accepts: room for one heap segment (its metadata and one chunk).
+  static constexpr size_t kMinGrowth = 256 * 1024;
+  // The most this Pool can grow to (PoolOptions::max_size as reserved).
+  size_t max_size() const { return capacity_; }
+  // PoolOptions::grow_by as given at open; may be changed while the pool is open.
+  size_t grow_by() const { return grow_by_.load(std::memory_order_relaxed); }
+  void set_grow_by(size_t bytes) { grow_by_.store(bytes, std::memory_order_relaxed); }
+  // Number of growths in this run.
+  uint64_t growths() const { return growths_.load(std::memory_order_relaxed); }
+
+  // The layer that lays out the pool's end (the heap) takes part in growth: `prepare` writes
+  // and persists its metadata for the space [old_size, new_size) before the new size is
+  // committed (a crash before the commit leaves the old size, whose Open ignores everything
+  // past it); `commit` makes the new space usable once it is. Set by the heap's Open, cleared
+  // (empty functions) by its destructor.
+  struct GrowthListener {
+    std::function<absl::Status(uint64_t old_size, uint64_t new_size)> prepare;
+    std::function<void(uint64_t old_size, uint64_t new_size)> commit;
+  };
+  void SetGrowthListener(GrowthListener listener);
 
   // Marks the pool cleanly shut down (durably), unmaps and unlocks it. Idempotent. After a
   // crash (was_clean_shutdown() false) the mark is written only once this run's recovery is
@@ -153,15 +197,19 @@ class Pool {
   // for one below the base.
   bool contains(const void* p, size_t len = 1) const {
     const auto b = reinterpret_cast<uintptr_t>(p), base = reinterpret_cast<uintptr_t>(base_);
-    return b >= base && len <= size_ && b - base <= size_ - len;
+    const size_t size = this->size();
+    return b >= base && len <= size && b - base <= size - len;
   }
   // The same for pool offset `off` (as read from media): no address is formed first.
   bool contains_offset(uint64_t off, size_t len = 1) const {
-    return len <= size_ && off <= size_ - len;
+    const size_t size = this->size();
+    return len <= size && off <= size - len;
   }
 
   uint8_t* base() const { return base_; }
-  size_t size() const { return size_; }
+  // The pool's size: the header's, or what the last growth committed. Grows while the pool is
+  // open (acquire: space a growth added is ready once its size is seen).
+  size_t size() const { return size_.load(std::memory_order_acquire); }
   const std::string& path() const { return path_; }
   std::string_view layout() const;
   const Persister& persister() const { return persister_; }
@@ -201,9 +249,16 @@ class Pool {
   absl::Status BindRoot(size_t size, size_t align);
   absl::Status ChooseBackend(const PoolOptions& options);
   void Unmap();
+  absl::Status ExtendFile(size_t old_size, size_t new_size);
 
   uint8_t* base_ = nullptr;
-  size_t size_ = 0;
+  std::atomic<size_t> size_{0};
+  size_t capacity_ = 0;  // bytes reserved (file) or owned by the caller (in-memory) at base_
+  bool sparse_ = false;
+  std::atomic<size_t> grow_by_{0};
+  std::atomic<uint64_t> growths_{0};
+  std::mutex grow_mu_;  // one growth at a time; guards listener_
+  GrowthListener listener_;
   std::string path_;
   int fd_ = -1;  // -1 for in-memory pools
   bool owns_mapping_ = false;

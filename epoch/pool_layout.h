@@ -21,7 +21,7 @@ namespace pmrt {
 
 inline constexpr char kPoolMagic[8] = {'P', 'M', 'R', 'T', 'P', 'O', 'O', 'L'};
 inline constexpr uint16_t kFormatMajor = 1;  // incompatible changes
-inline constexpr uint16_t kFormatMinor = 0;  // compatible additions
+inline constexpr uint16_t kFormatMinor = 1;  // compatible additions (1: growth)
 inline constexpr size_t kPoolHeaderSize = 4096;
 inline constexpr size_t kPoolStateSize = 4096;
 inline constexpr size_t kLayoutNameMax = 63;  // bytes, plus a terminating NUL
@@ -76,7 +76,10 @@ struct PoolState {
   PoolStateLine root_type_size;
   // Pool offset of the transaction layer's directory (txn/, docs/txn.md); 0 = none yet.
   PoolStateLine txn_directory;
-  PoolStateLine reserved[kPoolStateSize / 64 - 4];
+  // The pool's size after its last growth (Pool::Grow, format 1.1); 0 = never grown, the
+  // header's pool_size. Written once per growth, after the grown space is durable: the commit.
+  PoolStateLine grown_size;
+  PoolStateLine reserved[kPoolStateSize / 64 - 5];
 };
 static_assert(sizeof(PoolState) == kPoolStateSize);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);

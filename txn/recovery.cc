@@ -140,7 +140,7 @@ absl::Status Engine::Impl::Recover() {
       ForEachEntry(r.h, [&](uint64_t head, const uint64_t* values) {
         if (EntryTypeOf(head) != EntryType::kData) return;
         const uint64_t w0 = EntryWord(head), n = EntryWords(head);
-        if (w0 + n > index->words()) return;
+        if ((w0 + n) * 8 > pool.size()) return;
         for (uint64_t i = 0; i < n; ++i) {
           if (WordIndex::Key(index->at(w0 + i).load(std::memory_order_relaxed)) != key) continue;
           std::memcpy(base + (w0 + i) * 8, &values[i], 8);

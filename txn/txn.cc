@@ -192,7 +192,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(Pool& pool, epoch::Manager&
   std::unique_ptr<Engine> e(new Engine(pool, epochs, heap, options));
   e->attached_ = true;
   e->impl_ = std::make_unique<Impl>(*e);
-  ASSIGN_OR_RETURN(e->impl_->index, txn_internal::WordIndex::Create(pool.size()));
+  // Every word the pool can grow to in this run: growth never moves the index.
+  ASSIGN_OR_RETURN(e->impl_->index, txn_internal::WordIndex::Create(pool.max_size()));
   RETURN_IF_ERROR(e->impl_->Recover());
   e->impl_->SetThresholds();    // the block size is known now
   pool.SetTxnEngineOpen(true);  // until the close's write-back (Pool::Close checks it)
@@ -204,7 +205,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(Pool& pool, epoch::Manager&
                                       std::memory_order_relaxed);
     txn_detail::g_prefetch_index.store(reinterpret_cast<uintptr_t>(&e->impl_->index->at(0)),
                                        std::memory_order_relaxed);
-    txn_detail::g_prefetch_size.store(pool.size(), std::memory_order_relaxed);
+    txn_detail::g_prefetch_size.store(pool.max_size(), std::memory_order_relaxed);
   }
   return e;
 }

@@ -15,6 +15,22 @@
 // from its undo copy.
 //
 // An all-zero heap region (apart from the header) is a valid empty heap: every chunk free.
+//
+// Growth (Pool::Grow) adds a segment after the last chunk: chunks keep one numbering and one
+// data stride (chunk c's data at data_offset + c x 64 KiB, whatever its segment), and a grown
+// segment's first chunks hold its own metadata instead of data:
+//
+//   segment start (chunk `first`'s data offset)
+//   + 0                     SegmentHeader (one line)
+//   + 64                    LoggedLine header[chunk_count]
+//   + 64 + 64 x count       LoggedLine bits[chunk_count][22]
+//   chunks first .. first + meta_chunks - 1: this metadata (never allocated; their own header
+//   lines stay zero); the rest: data
+//
+// Segment 0 is the one HeapHeader describes. A segment follows the last one wherever the pool
+// (its size after the last growth) has room for two more chunks; a growth always fills the
+// room it adds but for less than a chunk, and Format leaves less than two, so "room for two
+// chunks" and "a growth put a segment here" are the same.
 #ifndef PMRT_ALLOC_INTERNAL_HEAP_LAYOUT_H_
 #define PMRT_ALLOC_INTERNAL_HEAP_LAYOUT_H_
 
@@ -77,6 +93,23 @@ struct alignas(64) HeapHeader {
 };
 static_assert(sizeof(HeapHeader) == 64);
 inline constexpr size_t kMetaOffset = 64;
+
+inline constexpr uint64_t kSegmentMagic = 0x47455348544D5250ull;  // "PMRTHSEG"
+struct alignas(64) SegmentHeader {
+  uint64_t magic;        // kSegmentMagic
+  uint64_t first_chunk;  // number of the segment's first chunk
+  uint64_t chunk_count;  // chunks in the segment, its metadata chunks included
+  uint64_t meta_chunks;  // MetaChunksFor(chunk_count)
+  uint32_t crc;          // CRC32C of the fields above
+  uint32_t pad;
+  uint64_t reserved[3];
+};
+static_assert(sizeof(SegmentHeader) == 64);
+
+// Chunks a grown segment of `count` chunks needs for its header and metadata lines.
+inline constexpr uint64_t MetaChunksFor(uint64_t count) {
+  return (sizeof(SegmentHeader) + count * sizeof(ChunkMeta) + kChunkSize - 1) / kChunkSize;
+}
 
 }  // namespace pmrt::alloc_internal
 

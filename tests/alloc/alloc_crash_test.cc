@@ -167,6 +167,11 @@ absl::Status CheckNested(CrashImage& img, const Model& outer, size_t pool_size) 
 
 struct Config : testing::CrashConfig {
   size_t pool_size = kPoolSize;
+  // Growth: the simulator's memory is max_size bytes (at least the pool), and a full heap grows
+  // the pool by grow_by until it reaches them (then allocations fail and the workload frees).
+  size_t max_size = 0;
+  size_t grow_by = 0;
+  size_t memory() const { return std::max(pool_size, max_size); }
   Config() {
     options.max_single_line_images = 8;
     options.random_images = 6;
@@ -176,23 +181,31 @@ struct Config : testing::CrashConfig {
 using Outcome = testing::CrashOutcome;
 using testing::EnvOr;
 
-Outcome RunCrash(const Config& cfg, uint64_t* chunks_returned = nullptr) {
+struct RunStats {
+  uint64_t chunks_returned = 0;
+  uint64_t growths = 0;
+};
+
+Outcome RunCrash(const Config& cfg, RunStats* stats = nullptr) {
   Model model;
   return testing::RunUnderSim<Outcome>(
-      cfg.pool_size, cfg.options, cfg.target_images,
-      [&cfg](Sim& sim, const PoolOptions& po) {
+      cfg.memory(), cfg.options, cfg.target_images,
+      [&cfg](Sim& sim, const PoolOptions& sim_po) {
+        PoolOptions po = sim_po;
+        po.max_size = cfg.memory();
+        po.grow_by = cfg.grow_by;
         {
           auto pool =
               Pool::CreateInMemory(sim.working(), cfg.pool_size, "alloc-crash", po, "sim-pool");
           EXPECT_OK(pool);
         }
-        return OpenRuntime(sim.working(), po, cfg.pool_size);
+        return OpenRuntime(sim.working(), po, cfg.memory());
       },
       [&](Sim&, CrashImage& img) -> absl::Status {
         if (cfg.nested_every > 0 && img.id().image % cfg.nested_every == 5) {
-          return CheckNested(img, model, cfg.pool_size);
+          return CheckNested(img, model, cfg.memory());
         }
-        auto r = OpenRuntime(img.base(), testing::EadrPoolOptions(), cfg.pool_size);
+        auto r = OpenRuntime(img.base(), testing::EadrPoolOptions(), cfg.memory());
         if (!r.ok()) return r.status();
         return CheckRecovered(*r, model);
       },
@@ -202,7 +215,10 @@ Outcome RunCrash(const Config& cfg, uint64_t* chunks_returned = nullptr) {
         testing::RunSchedule(
             sim, cfg.target_images, workers, cfg.threads, sim.options().seed + 5, 10,
             testing::AdvanceOnPickZero([&] { AdvanceTracked(*rt.epochs, model); }));
-        if (chunks_returned != nullptr) *chunks_returned = rt.heap->Stats().chunks_returned;
+        if (stats != nullptr) {
+          stats->chunks_returned = rt.heap->Stats().chunks_returned;
+          stats->growths = rt.pool->growths();
+        }
       });
 }
 
@@ -223,11 +239,47 @@ TEST(AllocCrashTest, FullHeapReturnsEmptyChunks) {
   for (int threads : {1, 2}) {
     auto cfg = testing::MainRunConfig<Config>(threads, threads == 1 ? 1 : 3, 40000);
     cfg.pool_size = 2 << 20;
-    uint64_t returned = 0;
-    testing::ExpectFinishedRun(RunCrash(cfg, &returned), cfg.target_images,
+    RunStats stats;
+    testing::ExpectFinishedRun(RunCrash(cfg, &stats), cfg.target_images,
                                threads == 1 ? "alloc full, 1 thread" : "alloc full, 2 threads");
-    EXPECT_GT(returned, 0u) << "the workload never returned an empty chunk";
+    EXPECT_GT(stats.chunks_returned, 0u) << "the workload never returned an empty chunk";
   }
+}
+
+// Config of the growth runs: a 2 MiB pool in 4 MiB of memory, grown 256 KiB at a time whenever
+// the heap is full (crashes at the growths' fences, allocations in grown segments, chunk return
+// there), then full at 4 MiB.
+Config GrowthConfig(int threads, uint64_t seed, uint64_t images) {
+  auto cfg = testing::MainRunConfig<Config>(threads, seed, images);
+  cfg.pool_size = 2 << 20;
+  cfg.max_size = 4 << 20;
+  cfg.grow_by = Pool::kMinGrowth;
+  return cfg;
+}
+
+TEST(AllocCrashTest, GrowthIsCrashAtomic) {
+  for (int threads : {1, 2}) {
+    const Config cfg = GrowthConfig(threads, threads == 1 ? 11 : 13, 40000);
+    RunStats stats;
+    testing::ExpectFinishedRun(RunCrash(cfg, &stats), cfg.target_images,
+                               threads == 1 ? "alloc grow, 1 thread" : "alloc grow, 2 threads");
+    EXPECT_GE(stats.growths, 4u) << "the workload did not grow the pool to its memory";
+  }
+}
+
+// The growth's persistence steps (the segment's header, its fence) are reached only by a pool
+// that grows: the gate runs the growth workload.
+TEST(AllocCrashTest, MutationGateKillsTheGrowthSites) {
+  const auto survivors = testing::RunMutationGate(
+      {{Site("alloc.grow.segment").id, "alloc.grow.segment"},
+       {Site("alloc.grow.segment.fence").id, "alloc.grow.segment.fence"}},
+      [] {
+        Config cfg = GrowthConfig(1, 11, 40000);
+        cfg.target_images = 40000;
+        return RunCrash(cfg);
+      },
+      "alloc");
+  EXPECT_TRUE(survivors.empty()) << ::testing::PrintToString(survivors);
 }
 
 TEST(AllocCrashTest, MutationGateKillsEverySite) {

@@ -491,14 +491,14 @@ std::vector<BadFileCase> BadFileCases() {
       {"NewerMajorVersion",
        [](const std::string& p) { EditHeader(p, [](PoolHeader& h) { h.major = 2; }); },
        C::kFailedPrecondition,
-       {"2.0", "newer", "1.0"}},
+       {"2.1", "newer", "(1.1)"}},
       {"NewerMajorVersionWithOtherChecksum",
        [](const std::string& p) {
          EditHeader(
              p, [](PoolHeader& h) { h.major = 7; }, /*fix_checksum=*/false);
        },
        C::kFailedPrecondition,
-       {"7.0", "newer"}},
+       {"7.1", "newer"}},
       {"MajorVersionZero",
        [](const std::string& p) { EditHeader(p, [](PoolHeader& h) { h.major = 0; }); },
        C::kDataLoss,
@@ -526,10 +526,18 @@ std::vector<BadFileCase> BadFileCases() {
        [](const std::string& p) { ASSERT_EQ(truncate(p.c_str(), kSize - 4096), 0); },
        C::kDataLoss,
        {"truncated", "1044480", "1048576"}},
-      {"LongerThanHeaderSays",
-       [](const std::string& p) { ASSERT_EQ(truncate(p.c_str(), kSize + 4096), 0); },
+      {"GrownSizeNotPageMultiple",
+       [](const std::string& p) { WriteStateWord(p, 4, kSize + 100); },
        C::kDataLoss,
-       {"size mismatch", "1052672", "1048576"}},
+       {"corrupt state", "grown_size 1048676"}},
+      {"GrownSizeBelowHeaderSize",
+       [](const std::string& p) { WriteStateWord(p, 4, kSize - 4096); },
+       C::kDataLoss,
+       {"corrupt state", "grown_size 1044480", "pool_size 1048576"}},
+      {"GrownPastTheFile",
+       [](const std::string& p) { WriteStateWord(p, 4, 2 * kSize); },
+       C::kDataLoss,
+       {"truncated", "1048576", "grown to 2097152"}},
       {"PoolSizeNotPageMultiple",
        [](const std::string& p) {
          EditHeader(p, [](PoolHeader& h) { h.pool_size = kSize + 100; });
@@ -611,6 +619,31 @@ TEST_P(OpenRejectsTest, WithItsOwnErrorAndLeavesTheFileUnchanged) {
 
 INSTANTIATE_TEST_SUITE_P(BadFiles, OpenRejectsTest, ::testing::ValuesIn(BadFileCases()),
                          [](const auto& tp) { return std::string(tp.param.name); });
+
+// Format 1.0 (no growth yet) opens as it is and can grow: 1.1 only gives the state page's
+// grown_size line a meaning (zero in every 1.0 pool). A grown pool's file is longer than its
+// header says, which a 1.0 build refuses ("size mismatch"): the old build never misreads it.
+TEST(PoolTest, AFormat10PoolOpensAndGrows) {
+  TempDir dir;
+  const std::string path = dir.File("old.pool");
+  ASSERT_OK(Pool::Create(path, kSize, kLayout));
+  EditHeader(path, [](PoolHeader& h) { h.minor = 0; });
+  {
+    auto pool = Pool::Open(path, kLayout);
+    ASSERT_OK(pool);
+    EXPECT_EQ((*pool)->header().minor, 0);
+    (*pool)->SetGrowthListener(
+        {[](uint64_t, uint64_t) { return absl::OkStatus(); }, [](uint64_t, uint64_t) {}});
+    ASSERT_OK((*pool)->Grow(2 * kSize));
+    EXPECT_EQ((*pool)->size(), 2 * kSize);
+    EXPECT_EQ((*pool)->region(PoolRegion::kHeap).offset + (*pool)->region(PoolRegion::kHeap).size,
+              2 * kSize);
+  }
+  auto pool = Pool::Open(path, kLayout);
+  ASSERT_OK(pool);
+  EXPECT_EQ((*pool)->size(), 2 * kSize);
+  EXPECT_EQ((*pool)->header().pool_size, kSize) << "the header is never rewritten";
+}
 
 TEST(PoolTest, OpenMissingFileIsNotFound) {
   TempDir dir;
@@ -1175,9 +1208,13 @@ TEST(PoolInMemoryTest, RejectsBadMemoryAndOptions) {
               StatusIs(C::kDataLoss, "bad magic"));
 
   ASSERT_OK(Pool::CreateInMemory(mem.get(), kSize, "m", {}));
-  // A bigger window than the pool: the header's size is authoritative.
-  EXPECT_THAT(Pool::OpenInMemory(mem.get(), 2 * kSize, "m", {}, "window"),
-              StatusIs(C::kDataLoss, "size mismatch"));
+  // A bigger window than the pool is room to grow: the pool's own size is authoritative.
+  {
+    auto window = Pool::OpenInMemory(mem.get(), 2 * kSize, "m", {}, "window");
+    ASSERT_OK(window);
+    EXPECT_EQ((*window)->size(), kSize);
+    EXPECT_EQ((*window)->max_size(), 2 * kSize);
+  }
   EXPECT_OK(Pool::OpenInMemory(mem.get(), kSize, "m", {}));
 }
 
@@ -1236,11 +1273,12 @@ struct PoolView {
   uint64_t count = 0;
   uint64_t root_size = 0;
   uint32_t content = 0;  // CRC32C of everything after the state page
+  uint64_t size = 0;     // the pool's size (the header's, or its grown size)
   bool operator==(const PoolView&) const = default;
   std::string ToString() const {
     if (layout.empty()) return "{no pool}";
-    return absl::StrFormat("{%s clean=%d opens=%d root=%d content=%08x}", layout, clean, count,
-                           root_size, content);
+    return absl::StrFormat("{%s clean=%d opens=%d root=%d content=%08x size=%d}", layout, clean,
+                           count, root_size, content, size);
   }
 };
 
@@ -1261,7 +1299,7 @@ absl::StatusOr<PoolView> Observe(uint8_t* base, size_t size) {
     return PoolView{};
   }
   return PoolView{layout, (*pool)->was_clean_shutdown() ? 1u : 0u, (*pool)->open_count() - 1,
-                  (*pool)->state().root_type_size.value.load(), content};
+                  (*pool)->state().root_type_size.value.load(), content, (*pool)->size()};
 }
 
 struct Fence {
@@ -1327,10 +1365,14 @@ struct ScenarioResult {
   Sim::Stats stats;
 };
 
-// Create, bind the root, write, close, reopen, close, then create a new pool over the old one.
+// Create, bind the root, write, grow, close, reopen, close, then create a new pool over the old
+// one. The simulator's memory is twice the pool: room to grow.
+constexpr size_t kSimSize = 2 * kSize;
+constexpr size_t kGrown = kSize + Pool::kMinGrowth;
+
 ScenarioResult RunPoolScenario() {
   ScenarioResult result;
-  auto sim_or = Sim::Create(kSize, {});
+  auto sim_or = Sim::Create(kSimSize, {});
   EXPECT_OK(sim_or);
   if (!sim_or.ok()) return result;
   Sim& sim = **sim_or;
@@ -1338,21 +1380,24 @@ ScenarioResult RunPoolScenario() {
   PoolOptions po;
   po.backend = BackendKind::kSim;
   po.sim = &sim;
+  po.max_size = kSimSize;
   PoolCrashScenario sc(sim);
   const Persister persister = sim.persister();
   const Site idle("test.pool.idle");
 
   // The content (everything after the state page) the steps below produce, predicted.
-  std::vector<uint8_t> model(kSize, 0);
-  const uint32_t zero = ContentCrc(model.data(), kSize);
+  std::vector<uint8_t> model(kSimSize, 0);
+  const uint32_t zero = ContentCrc(model.data(), kSimSize);
   model[8192] = 42;  // Root::counter, at the root region's start
-  const uint32_t with_root = ContentCrc(model.data(), kSize);
+  const uint32_t with_root = ContentCrc(model.data(), kSimSize);
   const size_t heap_off = 8192 + 4096 + 65536 + 262144;
   std::memset(model.data() + heap_off, 0x5A, 64);
-  const uint32_t with_heap = ContentCrc(model.data(), kSize);
+  const uint32_t with_heap = ContentCrc(model.data(), kSimSize);
+  std::memset(model.data() + kSize + 4096, 0xA5, 64);  // what a growth must zero
+  const uint32_t with_junk = ContentCrc(model.data(), kSimSize);
   auto view = [](const char* layout, uint64_t clean, uint64_t count, uint64_t root,
-                 uint32_t content) {
-    return PoolView{layout, clean, count, root, content};
+                 uint32_t content, uint64_t size = kSize) {
+    return PoolView{layout, clean, count, root, content, size};
   };
   const uint64_t kRoot = sizeof(Root);
 
@@ -1383,20 +1428,41 @@ ScenarioResult RunPoolScenario() {
     std::memset(heap, 0x5A, 64);
     persister.Persist(Site("test.pool.heap"), Site("test.pool.heap.fence"), heap, 64);
   });
-  sc.Step("close", {{Site("pool.close.clean.fence"), view("a", 1, 1, kRoot, with_heap)}},
-          [&] { EXPECT_OK(pool->Close()); });
-  sc.Step("idle", {{idle, view("a", 1, 1, kRoot, with_heap)}}, [&] { persister.Fence(idle); });
-  sc.Step("reopen",
-          {{Site("pool.open.dirty.fence"), view("a", 0, 1, kRoot, with_heap)},
-           {Site("pool.open.count.fence"), view("a", 0, 2, kRoot, with_heap)}},
+  // Growth into memory that is not zero: the zeroes are durable before the new size is, and the
+  // new size is durable when Grow returns (the pool's own part: a listener standing in for the
+  // heap has nothing to write).
+  sc.Step("dirty the tail", {{Site("test.pool.tail.fence"), view("a", 0, 1, kRoot, with_junk)}},
           [&] {
-            auto p = Pool::OpenInMemory(w, kSize, "a", po, "sim-pool");
+            std::memset(w + kSize + 4096, 0xA5, 64);  // one line: all or nothing
+            persister.Persist(Site("test.pool.tail"), Site("test.pool.tail.fence"),
+                              w + kSize + 4096, 64);
+          });
+  sc.Step("grow",
+          {{Site("pool.grow.zero.fence"), view("a", 0, 1, kRoot, with_heap)},
+           {Site("pool.grow.commit.fence"), view("a", 0, 1, kRoot, with_heap, kGrown)}},
+          [&] {
+            pool->SetGrowthListener({[](uint64_t, uint64_t) { return absl::OkStatus(); },
+                                     [](uint64_t, uint64_t) {}});
+            EXPECT_OK(pool->Grow(kGrown));
+            EXPECT_EQ(pool->size(), kGrown);
+          });
+  sc.Step("close", {{Site("pool.close.clean.fence"), view("a", 1, 1, kRoot, with_heap, kGrown)}},
+          [&] { EXPECT_OK(pool->Close()); });
+  sc.Step("idle", {{idle, view("a", 1, 1, kRoot, with_heap, kGrown)}},
+          [&] { persister.Fence(idle); });
+  sc.Step("reopen",
+          {{Site("pool.open.dirty.fence"), view("a", 0, 1, kRoot, with_heap, kGrown)},
+           {Site("pool.open.count.fence"), view("a", 0, 2, kRoot, with_heap, kGrown)}},
+          [&] {
+            auto p = Pool::OpenInMemory(w, kSimSize, "a", po, "sim-pool");
             EXPECT_OK(p);
             if (p.ok()) pool = std::move(*p);
           });
-  sc.Step("close again", {{Site("pool.close.clean.fence"), view("a", 1, 2, kRoot, with_heap)}},
+  sc.Step("close again",
+          {{Site("pool.close.clean.fence"), view("a", 1, 2, kRoot, with_heap, kGrown)}},
           [&] { EXPECT_OK(pool->Close()); });
-  sc.Step("idle", {{idle, view("a", 1, 2, kRoot, with_heap)}}, [&] { persister.Fence(idle); });
+  sc.Step("idle", {{idle, view("a", 1, 2, kRoot, with_heap, kGrown)}},
+          [&] { persister.Fence(idle); });
   sc.Step("create over the old pool",
           {{Site("pool.create.invalidate.fence"), PoolView{}},
            {Site("pool.create.zero.fence"), PoolView{}},
@@ -1456,6 +1522,10 @@ TEST(PoolSimTest, MutationGateKillsEveryPoolSite) {
                                              "pool.create.invalidate.fence",
                                              "pool.create.zero",
                                              "pool.create.zero.fence",
+                                             "pool.grow.commit",
+                                             "pool.grow.commit.fence",
+                                             "pool.grow.zero",
+                                             "pool.grow.zero.fence",
                                              "pool.open.count",
                                              "pool.open.count.fence",
                                              "pool.open.dirty",
