@@ -1,5 +1,6 @@
 #include "tools/bytes_format.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 
 namespace pmrt::tools {
@@ -107,6 +108,31 @@ std::string JsonString(std::string_view bytes) {
   }
   out.push_back('"');
   return out;
+}
+
+std::optional<uint64_t> ParseByteCount(std::string_view text) {
+  uint64_t mult = 1;
+  if (!text.empty()) {
+    switch (text.back()) {
+      case 'k':
+      case 'K':
+        mult = uint64_t{1} << 10;
+        break;
+      case 'm':
+      case 'M':
+        mult = uint64_t{1} << 20;
+        break;
+      case 'g':
+      case 'G':
+        mult = uint64_t{1} << 30;
+        break;
+    }
+    if (mult != 1) text.remove_suffix(1);
+  }
+  uint64_t v;
+  if (!absl::SimpleAtoi(absl::string_view(text.data(), text.size()), &v) || v > ~uint64_t{0} / mult)
+    return std::nullopt;
+  return v * mult;
 }
 
 }  // namespace pmrt::tools

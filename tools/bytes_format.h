@@ -11,6 +11,7 @@
 #ifndef PMRT_TOOLS_BYTES_FORMAT_H_
 #define PMRT_TOOLS_BYTES_FORMAT_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,6 +23,10 @@ std::string EscapeBytes(std::string_view bytes);
 std::optional<std::string> UnescapeBytes(std::string_view text);
 std::string HexBytes(std::string_view bytes);
 std::string JsonString(std::string_view bytes);
+
+// A byte count as an operator types it: "4096", "64K", "512M", "1G" (binary multiples, either
+// case). nullopt for anything else or a count past 2^64.
+std::optional<uint64_t> ParseByteCount(std::string_view text);
 
 }  // namespace pmrt::tools
 

@@ -25,6 +25,7 @@ const char kInspectUsage[] =
     "       pmrt check POOL [--layout NAME]\n"
     "       pmrt dump POOL [--limit N] [--from KEY] [--hex | --json] [--layout NAME] "
     "[--index NAME]\n"
+    "       pmrt grow POOL SIZE|+BYTES [--layout NAME]   (K, M, G suffixes)\n"
     "  (without --layout: a key-value pool, or a pmrt::Runtime's; --index names one of a\n"
     "   runtime's indexes)\n";
 
@@ -153,7 +154,9 @@ void PrintText(const PoolReport& r) {
   std::printf("pool            %s\n", r.path.c_str());
   std::printf("format          %u.%u\n", r.format_major, r.format_minor);
   std::printf("layout          %s\n", r.layout.c_str());
-  std::printf("size            %s\n", Bytes(r.size).c_str());
+  std::printf("size            %s", Bytes(r.size).c_str());
+  if (r.created_size != r.size) std::printf(", grown from %s", Bytes(r.created_size).c_str());
+  std::printf("\n");
   std::printf("uuid            %s\n", r.uuid.c_str());
   std::printf("created         %s\n", Time(r.create_time_ns).c_str());
   std::printf("backend         %s\n", r.backend.c_str());
@@ -193,10 +196,11 @@ void PrintText(const PoolReport& r) {
               Bytes(h.free_bytes).c_str());
   std::printf(
       "heap chunks     %lu of 64 KiB: %lu free, %lu small-block, %lu extent; largest free "
-      "extent %s; %s free inside small-block chunks\n",
+      "extent %s; %s free inside small-block chunks; %lu segment%s\n",
       static_cast<unsigned long>(h.chunks), static_cast<unsigned long>(h.free_chunks),
       static_cast<unsigned long>(h.small_chunks), static_cast<unsigned long>(h.extent_chunks),
-      Bytes(h.largest_free_extent).c_str(), Bytes(h.free_in_small_chunks).c_str());
+      Bytes(h.largest_free_extent).c_str(), Bytes(h.free_in_small_chunks).c_str(),
+      static_cast<unsigned long>(h.segments), h.segments == 1 ? "" : "s");
   std::string classes;
   for (int c = 0; c < alloc::SizeClasses::kCount; ++c) {
     if (h.live_per_class[c] == 0) continue;
@@ -240,7 +244,8 @@ std::string Json(const PoolReport& r) {
   j.BeginObject();
   j.Key("path").Str(r.path).Key("format").BeginObject();
   j.Key("major").Uint(r.format_major).Key("minor").Uint(r.format_minor).EndObject();
-  j.Key("layout").Str(r.layout).Key("size").Uint(r.size).Key("uuid").Str(r.uuid);
+  j.Key("layout").Str(r.layout).Key("size").Uint(r.size).Key("created_size").Uint(r.created_size);
+  j.Key("uuid").Str(r.uuid);
   j.Key("create_time_ns").Uint(r.create_time_ns).Key("backend").Str(r.backend);
   j.Key("clean_shutdown").Bool(r.clean_shutdown).Key("open_count").Uint(r.open_count);
   j.Key("regions").BeginArray();
@@ -278,7 +283,7 @@ std::string Json(const PoolReport& r) {
     j.Key("live_blocks").Uint(h.live_blocks).Key("live_extents").Uint(h.live_extents);
     j.Key("chunks").Uint(h.chunks).Key("free_chunks").Uint(h.free_chunks);
     j.Key("small_chunks").Uint(h.small_chunks).Key("extent_chunks").Uint(h.extent_chunks);
-    j.Key("free_in_small_chunks").Uint(h.free_in_small_chunks);
+    j.Key("free_in_small_chunks").Uint(h.free_in_small_chunks).Key("segments").Uint(h.segments);
     j.Key("live_per_class").BeginObject();
     for (int c = 0; c < alloc::SizeClasses::kCount; ++c) {
       if (h.live_per_class[c] != 0) {
@@ -422,6 +427,46 @@ int DumpCommand(const std::vector<std::string>& args) {
                  shown == 1 ? "" : "s", EscapeBytes(*next).c_str());
   }
   return Finish("dump", *view, kExitOk);
+}
+
+int GrowCommand(const std::vector<std::string>& args) {
+  // POOL, then SIZE (absolute) or +BYTES (relative), then the flags Parse knows.
+  std::vector<std::string> rest = args;
+  std::string size_arg;
+  if (rest.size() >= 2 && rest[1].rfind("--", 0) != 0) {
+    size_arg = rest[1];
+    rest.erase(rest.begin() + 1);
+  }
+  const auto a = Parse("grow", rest, "--layout");
+  if (!a.has_value()) return kExitUsage;
+  const bool relative = !size_arg.empty() && size_arg[0] == '+';
+  const std::optional<uint64_t> bytes =
+      ParseByteCount(relative ? std::string_view(size_arg).substr(1) : std::string_view(size_arg));
+  if (a->pool.empty() || !bytes.has_value()) {
+    std::fprintf(stderr, "pmrt grow: %s\nusage:\n%s",
+                 size_arg.empty() ? "missing SIZE" : absl::StrCat("bad SIZE '", size_arg, "'").c_str(),
+                 kInspectUsage);
+    return kExitUsage;
+  }
+  int status = kExitOk;
+  auto view = OpenOrReport("grow", *a, &status);
+  if (view == nullptr) return status;
+  Pool& pool = view->pool();
+  const uint64_t old_size = pool.size();
+  const uint64_t target = relative ? old_size + *bytes : *bytes;
+  if (absl::Status st = view->heap() == nullptr
+                            ? absl::FailedPreconditionError("the pool has no heap to grow")
+                            : pool.Grow(target);
+      !st.ok()) {
+    std::string msg(st.message());
+    if (msg.rfind(a->pool, 0) != 0) msg = absl::StrCat(a->pool, ": ", msg);
+    std::fprintf(stderr, "pmrt grow: %s\n", msg.c_str());
+    (void)view->Close();
+    return kExitFailed;
+  }
+  std::printf("pmrt grow: %s: %s -> %s\n", a->pool.c_str(), Bytes(old_size).c_str(),
+              Bytes(pool.size()).c_str());
+  return Finish("grow", *view, kExitOk);
 }
 
 }  // namespace pmrt::tools

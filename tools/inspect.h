@@ -1,4 +1,4 @@
-// The operator subcommands of the `pmrt` tool that read a pool: info, check and dump
+// The operator subcommands of the `pmrt` tool that open a pool: info, check, dump and grow
 // (docs/tool.md). Each takes the arguments after its name and returns the process's exit status
 // (tools/pool_view.h: 0 ok, 1 failed or unhealthy, 2 usage, 3 cannot open); errors are one line
 // on stderr naming the file.
@@ -6,6 +6,7 @@
 //   pmrt info POOL [--json] [--layout NAME]
 //   pmrt check POOL [--layout NAME]
 //   pmrt dump POOL [--limit N] [--from KEY] [--hex | --json] [--layout NAME]
+//   pmrt grow POOL SIZE|+BYTES [--layout NAME]
 #ifndef PMRT_TOOLS_INSPECT_H_
 #define PMRT_TOOLS_INSPECT_H_
 
@@ -17,8 +18,11 @@ namespace pmrt::tools {
 int InfoCommand(const std::vector<std::string>& args);
 int CheckCommand(const std::vector<std::string>& args);
 int DumpCommand(const std::vector<std::string>& args);
+// pmrt grow POOL SIZE|+BYTES [--layout NAME]: grows the pool to SIZE bytes (or by BYTES) through
+// its heap (Pool::Grow), after the ordinary open (and recovery); prints the old and new sizes.
+int GrowCommand(const std::vector<std::string>& args);
 
-// The usage lines of the three, for the tool's usage message.
+// The usage lines of the four, for the tool's usage message.
 extern const char kInspectUsage[];
 
 }  // namespace pmrt::tools

@@ -3,6 +3,7 @@
 //   pmrt create POOL --size BYTES [--layout NAME] [--sparse]   create a pool file
 //   pmrt info POOL [--json] [--layout NAME]          header, epochs, log, heap, tree (inspect.h)
 //   pmrt check POOL [--layout NAME]                  deep check: healthy (0) or not (1)
+//   pmrt grow POOL SIZE|+BYTES [--layout NAME]       grow the pool (and its heap) in place
 //   pmrt dump POOL [--limit N] [--from KEY] [--hex | --json]   keys and values in order
 //   pmrt bench [YCSB options] [--json FILE]          the YCSB driver (tools/bench_cmd.h)
 //   pmrt demo [POOL]                                 the README's demo (tools/demo.h)
@@ -15,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "epoch/persist.h"
 #include "epoch/pool.h"
 #include "tools/bench_cmd.h"
+#include "tools/bytes_format.h"
 #include "tools/demo.h"
 #include "tools/inspect.h"
 #include "tools/server/serve_main.h"
@@ -53,31 +54,9 @@ std::string Flag(const std::vector<std::string>& args, const std::string& name,
 }
 
 bool ParseSize(const std::string& text, size_t* out) {
-  uint64_t mult = 1;
-  std::string num = text;
-  if (!num.empty()) {
-    switch (num.back()) {
-      case 'K':
-      case 'k':
-        mult = 1ull << 10;
-        num.pop_back();
-        break;
-      case 'M':
-      case 'm':
-        mult = 1ull << 20;
-        num.pop_back();
-        break;
-      case 'G':
-      case 'g':
-        mult = 1ull << 30;
-        num.pop_back();
-        break;
-    }
-  }
-  uint64_t v;
-  if (!absl::SimpleAtoi(num, &v)) return false;
-  *out = v * mult;
-  return true;
+  const std::optional<uint64_t> v = tools::ParseByteCount(text);
+  if (v) *out = *v;
+  return v.has_value();
 }
 
 void PrintInfo(const Pool& pool) {
@@ -85,7 +64,7 @@ void PrintInfo(const Pool& pool) {
   std::printf("pool            %s\n", pool.path().c_str());
   std::printf("format          %u.%u\n", h.major, h.minor);
   std::printf("layout          %s\n", std::string(pool.layout()).c_str());
-  std::printf("size            %lu bytes\n", static_cast<unsigned long>(h.pool_size));
+  std::printf("size            %lu bytes\n", static_cast<unsigned long>(pool.size()));
   std::printf("uuid            ");
   for (uint8_t b : h.uuid) std::printf("%02x", b);
   std::printf("\nbackend         %s (records: %s)\n",
@@ -125,6 +104,7 @@ int main(int argc, char** argv) {
   if (cmd == "info") return pmrt::tools::InfoCommand(args);
   if (cmd == "check") return pmrt::tools::CheckCommand(args);
   if (cmd == "dump") return pmrt::tools::DumpCommand(args);
+  if (cmd == "grow") return pmrt::tools::GrowCommand(args);
   if (cmd == "bench") return pmrt::tools::BenchCommand(args);
   if (cmd == "demo") return pmrt::tools::DemoMain(args);
   if (cmd == "serve") return pmrt::tools::ServeMain(args);

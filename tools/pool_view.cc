@@ -248,7 +248,8 @@ PoolReport PoolView::Report() const {
   r.backend = std::string(BackendName(pool_->persister().kind()));
   r.format_major = h.major;
   r.format_minor = h.minor;
-  r.size = h.pool_size;
+  r.size = pool_->size();
+  r.created_size = h.pool_size;
   r.create_time_ns = h.create_time_ns;
   r.open_count = pool_->open_count();
   r.clean_shutdown = pool_->was_clean_shutdown();

@@ -26,6 +26,7 @@ namespace {
 constexpr size_t kPoolSize = 16 << 20;
 constexpr size_t kMaxOps = 1 << 20;
 constexpr int kOpsPerEpoch = 50;
+constexpr size_t kMaxGrownSize = 24 << 20;  // where a growing pool stops growing and fills
 
 struct OpRecord {
   uint64_t offset;  // block the operation allocated or freed
@@ -39,15 +40,19 @@ struct OpLog {
   std::atomic<uint64_t> durable_ops{0};
   std::atomic<uint64_t> advancing_from{0};  // ops count when the in-flight advance began, +1
   std::atomic<uint64_t> full_heaps{0};      // allocations that found the heap full, all children
+  std::atomic<uint64_t> growths{0};         // pool growths, all children
   OpRecord records[kMaxOps];
 };
 
 // The child's backend alternates between msync and pmem (clwb + sfence on the file's mapping),
 // so that the pmem paths run under the kills too; the checks open with msync.
 absl::StatusOr<test_runtime::HeapRuntime> OpenRuntime(const std::string& path,
-                                                      BackendKind backend = BackendKind::kMsync) {
+                                                      BackendKind backend = BackendKind::kMsync,
+                                                      size_t grow_by = 0) {
   PoolOptions po;
   po.backend = backend;
+  po.grow_by = grow_by;
+  po.max_size = kMaxGrownSize;
   auto pool = Pool::Open(path, "alloc-kill", po);
   if (!pool.ok()) return pool.status();
   return test_runtime::OpenHeapRuntime(std::move(*pool));
@@ -71,7 +76,7 @@ std::set<uint64_t> Apply(std::set<uint64_t> live, const OpLog& log, uint64_t n) 
 }
 
 struct KillTally {
-  uint64_t total_ops = 0, leaked = 0, resurrected = 0, live = 0, full_heaps = 0;
+  uint64_t total_ops = 0, leaked = 0, resurrected = 0, live = 0, full_heaps = 0, growths = 0;
 };
 
 // `kills` children, each allocating and freeing until SIGKILLed; the checker opens the file and
@@ -81,7 +86,10 @@ struct KillTally {
 // `pool_size` small enough to fill: an allocation that finds the heap full makes the child free
 // half its blocks next (the failed allocation asks the next boundaries to gather free blocks
 // and return empty chunks, which run under the kills).
-absl::Status RunKills(int kills, bool planted, KillTally& tally, size_t pool_size = kPoolSize) {
+// `grow_by`: the child's pool grows by this much whenever its heap is full, up to kMaxGrownSize
+// (growths under the kills), and then fills.
+absl::Status RunKills(int kills, bool planted, KillTally& tally, size_t pool_size = kPoolSize,
+                      size_t grow_by = 0) {
   testing::TempDir dir;
   const std::string path = dir.File("heap.pool");
   {
@@ -101,8 +109,10 @@ absl::Status RunKills(int kills, bool planted, KillTally& tally, size_t pool_siz
   auto st = RunKillLoop(
       o,
       [&](int iteration, KillProgress& progress) {
-        auto r = OpenRuntime(path, iteration % 2 == 1 ? BackendKind::kPmem : BackendKind::kMsync);
+        auto r = OpenRuntime(path, iteration % 2 == 1 ? BackendKind::kPmem : BackendKind::kMsync,
+                             grow_by);
         if (!r.ok()) _exit(4);
+        const uint64_t growths_before = log->growths.load();
         std::vector<uint64_t> live(model.begin(), model.end());
         uint64_t rng = 0x9E3779B97F4A7C15ull * (iteration + 1);
         size_t drain_to = 0;
@@ -130,6 +140,7 @@ absl::Status RunKills(int kills, bool planted, KillTally& tally, size_t pool_siz
             live[k] = live.back();
             live.pop_back();
           }
+          log->growths.store(growths_before + r->pool->growths());
           log->records[log->ops.load()] = rec;
           log->ops.fetch_add(1);
           if (planted) log->durable_ops.store(log->ops.load());
@@ -166,6 +177,7 @@ absl::Status RunKills(int kills, bool planted, KillTally& tally, size_t pool_siz
       });
   tally.live = model.size();
   tally.full_heaps = log->full_heaps.load();
+  tally.growths = log->growths.load();
   munmap(log, sizeof(OpLog));
   return st;
 }
@@ -204,6 +216,23 @@ TEST(AllocKillNegativeControl, OperationsReportedDurableTooEarlyAreCaught) {
   KillTally t;
   EXPECT_THAT(RunKills(20, /*planted=*/true, t),
               testing::StatusIs(absl::StatusCode::kDataLoss, "heap walk differs"));
+}
+
+// A 2 MiB pool that grows by 256 KiB whenever its heap is full, up to 24 MiB, then fills: kills
+// land in growths (file extended, segment written, size committed) and in allocations from grown
+// segments; every reopen finds a size the pool committed, `Heap::Check` passes and the walk is
+// the last completed epoch's.
+TEST(AllocKillTest, APoolThatGrowsLosesNothingAcrossSigkill) {
+  KillTally t;
+  const int kills = std::max(20, Kills() * 2 / 5);
+  EXPECT_OK(RunKills(kills, /*planted=*/false, t, 2 << 20, Pool::kMinGrowth));
+  EXPECT_EQ(t.leaked, 0u);
+  EXPECT_EQ(t.resurrected, 0u);
+  EXPECT_GT(t.growths, 20u) << "the pool hardly grew";
+  EXPECT_GT(t.full_heaps, 0u) << "the pool never filled at its largest";
+  std::printf("%d kills over a 2 MiB pool growing to 24 MiB, %lu heap operations, %lu growths, "
+              "%lu full heaps\n",
+              kills, t.total_ops, t.growths, t.full_heaps);
 }
 
 }  // namespace

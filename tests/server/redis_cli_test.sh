@@ -102,6 +102,36 @@ server_pid=
 grep -q 'closed cleanly' "$dir/server.out" || fail "no clean shutdown line"
 grep -q 'warning' "$dir/server.out" && fail "a loopback server warned: $(grep warning "$dir/server.out")"
 
+# A 16 MiB pool that grows by 16 MiB whenever it is full: redis-benchmark writes ~60 MB of
+# values through it with zero errors; the pool then checks healthy and grows by hand too.
+: >"$dir/server.out"
+"$pmrt" serve "$dir/grow.pool" --create-size 16M --grow-by 16M --port 0 >>"$dir/server.out" 2>&1 &
+server_pid=$!
+port=
+for _ in $(seq 600); do
+  port=$(sed -n 's/.*listening on [0-9.]*:\([0-9]*\),.*/\1/p' "$dir/server.out")
+  [[ -n $port ]] && break
+  kill -0 "$server_pid" 2>/dev/null || fail "the growing server exited"
+  sleep 0.1
+done
+out=$(redis-benchmark -p "$port" -t set -n 100000 -r 100000 -d 1000 -P 16 -q 2>&1) ||
+  fail "redis-benchmark on a growing pool exited with $?: $out"
+if echo "$out" | grep -qi 'error'; then fail "redis-benchmark on a growing pool: $out"; fi
+info=$(cli INFO pool | tr -d '\r')
+growths=$(echo "$info" | sed -n 's/^pool_growths://p')
+size=$(echo "$info" | sed -n 's/^pool_size://p')
+((growths >= 3 && size >= 64 << 20)) || fail "the pool did not grow: $info"
+keys=$(cli DBSIZE)
+((keys > 50000)) || fail "after redis-benchmark on a growing pool: DBSIZE is $keys"
+echo "growing pool: $keys keys, $growths growths, $size bytes"
+kill -TERM "$server_pid"
+wait "$server_pid" || fail "the growing server exited with $? after SIGTERM"
+server_pid=
+"$pmrt" check "$dir/grow.pool" >"$dir/check.out" 2>&1 || fail "pmrt check after growth: $(cat "$dir/check.out")"
+"$pmrt" grow "$dir/grow.pool" +16M >"$dir/grow.out" 2>&1 || fail "pmrt grow: $(cat "$dir/grow.out")"
+grep -q "$((size + (16 << 20))) bytes" "$dir/grow.out" || fail "pmrt grow printed: $(cat "$dir/grow.out")"
+"$pmrt" check "$dir/grow.pool" >"$dir/check.out" 2>&1 || fail "pmrt check after pmrt grow: $(cat "$dir/check.out")"
+
 # Bound to every address with no authentication: the server says so at start.
 : >"$dir/server.out"
 "$pmrt" serve "$dir/kv.pool" --port 0 --bind 0.0.0.0 >>"$dir/server.out" 2>&1 &

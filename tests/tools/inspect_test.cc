@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <utility>
@@ -39,7 +40,7 @@ TEST(InspectTest, InfoTextShowsEverySection) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.err, "");
   for (const char* want :
-       {"format          1.0", "layout          pmrt", "last shutdown   clean", "region heap",
+       {"format          1.1", "layout          pmrt", "last shutdown   clean", "region heap",
         "epochs          current", "failed epochs   0 ranges", "recovery        none needed",
         "external log", "heap            ", "heap classes", "tree            300 keys; height"}) {
     EXPECT_THAT(r.out, HasSubstr(want));
@@ -198,11 +199,43 @@ TEST(InspectTest, UsageErrorsExitTwo) {
                                              {"dump", "/x.pool", "--hex", "--json"},
                                              {"dump", "/x.pool", "--from", "\\q"},
                                              {"check", "/x.pool", "--json"},
+                                             {"grow", "/x.pool"},
+                                             {"grow", "/x.pool", "lots"},
+                                             {"grow", "/x.pool", "+1M", "--json"},
                                              {"nosuchcommand"}}) {
     const ToolResult r = RunTool(args);
     EXPECT_EQ(r.status, 2) << args[0] << " " << (args.size() > 1 ? args.back() : "");
     EXPECT_THAT(r.err, HasSubstr("usage"));
   }
+}
+
+// pmrt grow: by an amount or to a size, the keys intact and the pool healthy; info then says
+// the pool grew; a growth that is too small or shrinks is refused (exit 1) and changes nothing.
+TEST(InspectTest, GrowGrowsThePoolInPlace) {
+  TempDir dir;
+  const std::string pool = dir.File("kv.pool");
+  PutKv(pool, Numbered(300));
+  ToolResult r = RunTool({"grow", pool, "+1M"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr(" -> "));
+  r = RunTool({"grow", pool, "80M"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("-> 83886080 bytes"));
+  r = RunTool({"grow", pool, "+4K"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("at least"));
+  EXPECT_THAT(r.err, HasSubstr(pool));
+  r = RunTool({"grow", pool, "1M"});
+  EXPECT_EQ(r.status, 1);
+  r = RunTool({"info", pool});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("size            83886080 bytes (80.0 MiB), grown from"));
+  EXPECT_THAT(r.out, HasSubstr("3 segments"));
+  r = RunTool({"check", pool});
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  r = RunTool({"dump", pool, "--limit", "1000"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 300);
 }
 
 // A pmrt::Runtime pool: info lists its indexes, dump and check work on a named index, and a

@@ -613,7 +613,9 @@ std::string Executor::InfoText(std::string_view section) const {
                             "protocol_errors:", st.protocol_errors, "\r\n", "pmrt_syncs:", st.syncs,
                             "\r\n", "pmrt_idle_closed:", st.idle_closed, "\r\n"));
   Pool& pool = kv_.pool();
-  add("Pool", absl::StrCat("pool_path:", pool.path(), "\r\n", "pool_size:", pool.size(), "\r\n"));
+  add("Pool", absl::StrCat("pool_path:", pool.path(), "\r\n", "pool_size:", pool.size(), "\r\n",
+                           "pool_grow_by:", pool.grow_by(), "\r\n", "pool_growths:", pool.growths(),
+                           "\r\n", "pool_max_size:", pool.max_size(), "\r\n"));
   epoch::Manager& epochs = kv_.epochs();
   const epoch::ManagerStats es = epochs.stats();
   add("Epoch",

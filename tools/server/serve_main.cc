@@ -10,6 +10,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "tools/bytes_format.h"
 #include "tools/kv_store.h"
 #include "tools/server/server.h"
 
@@ -17,8 +18,8 @@ namespace pmrt::tools {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: pmrt serve POOL [--port P] [--bind ADDR] [--create-size BYTES] [--epoch-ms N]\n"
-    "                       [--threads N] [--max-clients N] [--max-bulk BYTES] [--max-key BYTES]\n"
+    "usage: pmrt serve POOL [--port P] [--bind ADDR] [--create-size BYTES] [--grow-by BYTES]\n"
+    "                       [--epoch-ms N] [--threads N] [--max-clients N] [--max-bulk BYTES] [--max-key BYTES]\n"
     "                       [--max-reply BYTES] [--timeout SECONDS]\n"
     "\n"
     "Serves the key-value tree of POOL over RESP2 (the Redis protocol; redis-cli and\n"
@@ -27,6 +28,8 @@ constexpr char kUsage[] =
     "  --port P            TCP port (default 7379; 0 picks a free one, printed at start)\n"
     "  --bind ADDR         IPv4 address to listen on (default 127.0.0.1, loopback only)\n"
     "  --create-size BYTES create POOL with this size if it does not exist (K, M, G suffixes)\n"
+    "  --grow-by BYTES     when the pool is full, grow it by this much (its file grows; default\n"
+    "                      0: a full pool refuses writes with an OOM error)\n"
     "  --epoch-ms N        epoch interval in milliseconds (default 64)\n"
     "  --threads N         worker threads (default: one per core)\n"
     "  --max-clients N     connections served at once (default 10000); more get an error\n"
@@ -52,30 +55,10 @@ int Usage() {
   return 2;
 }
 
-// "123", "64K", "512M", "1G" (binary multiples).
-bool ParseSize(std::string text, uint64_t* out) {
-  uint64_t mult = 1;
-  if (!text.empty()) {
-    switch (text.back()) {
-      case 'k':
-      case 'K':
-        mult = 1ull << 10;
-        break;
-      case 'm':
-      case 'M':
-        mult = 1ull << 20;
-        break;
-      case 'g':
-      case 'G':
-        mult = 1ull << 30;
-        break;
-    }
-    if (mult != 1) text.pop_back();
-  }
-  uint64_t v;
-  if (!absl::SimpleAtoi(text, &v) || v > (~0ull / mult)) return false;
-  *out = v * mult;
-  return true;
+bool ParseSize(const std::string& text, uint64_t* out) {
+  const std::optional<uint64_t> v = ParseByteCount(text);
+  if (v) *out = *v;
+  return v.has_value();
 }
 
 bool ParseInt(const std::string& text, int lo, int hi, int* out) {
@@ -104,6 +87,9 @@ bool ParseFlags(const std::vector<std::string>& args, server::ServerOptions* opt
     } else if (name == "--create-size") {
       ok = ParseSize(v, &size);
       kv_opt->create_size = size;
+    } else if (name == "--grow-by") {
+      ok = ParseSize(v, &size);
+      kv_opt->pool.grow_by = size;
     } else if (name == "--epoch-ms") {
       ok = ParseInt(v, 1, 60000, &opt->epoch_ms);
     } else if (name == "--threads") {
