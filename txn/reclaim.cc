@@ -624,6 +624,58 @@ void Engine::Impl::WriteBackForClose() {
   pool.persister().FlushBatch(txn_detail::kCloseWriteBack, ranges);
 }
 
+bool Engine::Impl::RetireForClose() {
+  // 1. Every committed transaction's allocations and frees durable in the heap (the thread
+  //    records are what would redo them after a failed epoch) and the write-back's lines with
+  //    them: the running epoch completes.
+  if (!epochs.Sync().ok()) return false;
+  std::unique_lock<std::mutex> cycle_lock(reclaim_mu);
+  // 2. One descriptor retires every record: K empty, and a horizon at the completed epoch, at or
+  //    above the epoch of every record in the thread logs (no transaction runs now), so recovery
+  //    applies none of them and replays no allocation. Its fence is the commit point: before it
+  //    a crash recovers from the old descriptor, replaying values equal to what the write-back
+  //    made durable. max_stamp keeps the next run's stamps above every stamp issued.
+  Descriptor d{};
+  d.seq = seq + 1;
+  d.horizon = epochs.completed();
+  d.k_head = 0;
+  d.max_stamp = next_stamp.load(std::memory_order_relaxed);
+  d.crc = Crc32c(&d, offsetof(Descriptor, crc));
+  const int line = 1 - desc_line;
+  std::memcpy(&store.dir()->desc[line], &d, sizeof(d));
+  pool.persister().Flush(txn_detail::kDescFlush, &store.dir()->desc[line], sizeof(d));
+  pool.persister().Fence(txn_detail::kDescFence);
+  if (pool.failed()) return false;
+  seq = d.seq;
+  horizon = d.horizon;
+  desc_line = line;
+  // 3. Empty heads: the next open walks no block (a head left on media names only retired
+  //    records, so these need no fence of their own; the pool's clean close fences them).
+  for (uint32_t s = 0; s < kMaxSlots; ++s) {
+    auto& head = store.dir()->heads[s];
+    if (head.load(std::memory_order_relaxed) == 0) continue;
+    head.store(0, std::memory_order_release);
+    pool.persister().Flush(txn_detail::kHeadMoveFlush, &head, 8);
+  }
+  // 4. Every block is free now: back to the heap, durable with the next epoch.
+  std::vector<uint32_t> all;
+  for (uint32_t s = 0; s <= kMaxSlots; ++s) {
+    Chain& c = store.chain(s == kMaxSlots ? kCompactSlot : s);
+    std::lock_guard<std::mutex> l(c.mu);
+    all.insert(all.end(), c.blocks.begin(), c.blocks.end());
+    c.blocks.clear();
+    c.tail = txn_internal::kNoBlock;
+    c.published.store(txn_internal::kNothingPublished, std::memory_order_release);
+  }
+  store.Release(all);
+  {
+    epoch::Guard g(epochs);
+    (void)store.ReturnFree(0);
+  }
+  cycle_lock.unlock();
+  return epochs.Sync().ok();
+}
+
 void Engine::Impl::StopBackground() {
   {
     std::lock_guard<std::mutex> l(bg_mu_);

@@ -77,6 +77,7 @@ absl::Status Engine::Impl::Recover() {
   std::vector<RecordRef> compact, recs;
   if (d.k_head != 0) {
     store.WalkChain(d.k_head, kCompactSlot, store.chain(kCompactSlot), [&](const RecordRef& r) {
+      ++records_read_at_open;
       // Every segment up to the current cycle's; a later one is a failed cycle's.
       if (r.h->kind == static_cast<uint16_t>(RecordKind::kCompact) && r.h->stamp <= d.seq)
         compact.push_back(r);
@@ -86,6 +87,7 @@ absl::Status Engine::Impl::Recover() {
     const uint64_t head = dir->heads[s].load(std::memory_order_acquire);
     if (head == 0) continue;
     store.WalkChain(head, s, store.chain(s), [&](const RecordRef& r) {
+      ++records_read_at_open;
       if (r.h->kind == static_cast<uint16_t>(RecordKind::kCompact)) return;
       max_stamp = std::max(max_stamp, r.h->stamp);
       if (r.h->epoch > horizon) recs.push_back(r);

@@ -158,7 +158,12 @@ Engine::~Engine() {
   // unclean).
   if (pool_.base() != nullptr && pool_.txn_engine_open()) {
     impl_->WriteBackForClose();
-    if (!open_tx) pool_.SetTxnEngineOpen(false);
+    // With a transaction left open, its in-place values need the log's snapshots at the next
+    // open: the log stays.
+    if (!open_tx) {
+      (void)impl_->RetireForClose();
+      pool_.SetTxnEngineOpen(false);
+    }
   }
   Engine* self = this;
   if (txn_detail::g_default.compare_exchange_strong(self, nullptr)) {
@@ -279,6 +284,7 @@ Stats Engine::stats() const {
     s.compact_bytes = i.compact_bytes;
   }
   s.recovered_records = i.recovered_records;
+  s.records_read_at_open = i.records_read_at_open;
   s.recovered_words = i.recovered_words;
   s.recovery_time = i.recovery_time;
   return s;

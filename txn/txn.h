@@ -242,6 +242,8 @@ struct Stats {
   uint64_t stalls = 0;             // begin() calls that waited for the reclaimer
   uint64_t log_budget = 0;         // the budget in effect (Options::log_budget, capped)
   uint64_t recovered_records = 0;  // records replayed at open
+  // Valid records the open read from the logs (0 after a clean close: it retires the log).
+  uint64_t records_read_at_open = 0;
   uint64_t recovered_words = 0;
   std::chrono::nanoseconds recovery_time{0};
 };

@@ -853,6 +853,45 @@ TEST_F(TxnTest, ThePoolIsMarkedCleanOnlyAfterTheEnginesWriteBack) {
   EXPECT_TRUE(rt_.pool->was_clean_shutdown());
 }
 
+// A clean close retires the log (one descriptor: K empty, horizon the completed epoch), empties
+// the heads and gives every log block back to the heap: the next open reads no record, owns no
+// block, and the words and the heap are as the transactions left them. The log then grows again.
+TEST_F(TxnTest, ACleanCloseRetiresTheLogAndGivesItsBlocksBack) {
+  Open();
+  const uint64_t free_before = rt_.heap->Stats().free_bytes;
+  std::array<uint64_t, 64> want{};
+  for (uint64_t i = 0; i < 3000; ++i) {
+    ASSERT_OK(txn::Run([&] {
+      if (auto st = write(&root_->words[i % 64], i); !st.ok()) return st;
+      return write(&root_->words[(i * 7) % 64], i + 1);
+    }));
+    want[i % 64] = i;
+    want[(i * 7) % 64] = i + 1;
+  }
+  ASSERT_GT(engine().stats().log_bytes_owned, 0u);
+  rt_.engine.reset();
+  EXPECT_FALSE(rt_.pool->txn_engine_open());
+  rt_.Reset();
+  auto r = OpenMemory(buf_.data(), kPoolSize, Eadr(), Quiet(), /*create=*/false);
+  ASSERT_OK(r);
+  rt_ = std::move(*r);
+  root_ = *rt_.pool->root<Root>();
+  EXPECT_TRUE(rt_.pool->was_clean_shutdown());
+  const Stats s = engine().stats();
+  EXPECT_EQ(s.records_read_at_open, 0u);
+  EXPECT_EQ(s.log_bytes_owned, 0u);
+  EXPECT_EQ(rt_.heap->Stats().free_bytes, free_before) << "the log's blocks are the heap's again";
+  for (size_t w = 0; w < want.size(); ++w) EXPECT_EQ(root_->words[w], want[w]) << w;
+  EXPECT_OK(rt_.heap->Check());
+  // Transactions after the reopen take blocks again, and a crash replays them.
+  ASSERT_OK(txn::Run([&] { return write(&root_->words[3], uint64_t{77}); }));
+  EXPECT_GT(engine().stats().log_bytes_owned, 0u);
+  CrashAndRecover();
+  EXPECT_EQ(root_->words[3], 77u);
+  EXPECT_GT(engine().stats().records_read_at_open, 0u);
+  EXPECT_OK(rt_.heap->Check());
+}
+
 TEST_F(TxnTest, MisuseErrors) {
   Open();
   EXPECT_THAT(commit(), StatusIs(absl::StatusCode::kFailedPrecondition, "no transaction"));

@@ -281,6 +281,12 @@ class Engine::Impl {
   // At close: writes back the line of every word a live record holds (hot words' lines are not
   // written back by epoch boundaries), so a clean shutdown leaves nothing to replay.
   void WriteBackForClose();
+  // After WriteBackForClose, no transaction open: completes the running epoch (every committed
+  // transaction's heap changes durable), then retires the whole log with one descriptor (K
+  // empty, horizon the completed epoch: no record is applied any more), empties the heads, and
+  // returns every log block to the heap (epoch-scoped, completed by a second Sync). The next
+  // open reads no record. False when the pool is in the failed mode (the log stays).
+  bool RetireForClose();
 
   Engine& engine;
   Pool& pool;
@@ -334,6 +340,7 @@ class Engine::Impl {
   std::function<void()> fold_hook;  // Engine::SetFoldHookForTesting; under reclaim_mu
   bool fail_next_cycle = false;     // Engine::FailNextReclaimForTesting; under reclaim_mu
   uint64_t recovered_records = 0, recovered_words = 0;
+  uint64_t records_read_at_open = 0;
   std::chrono::nanoseconds recovery_time{0};
 
  private:

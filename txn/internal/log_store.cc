@@ -174,6 +174,8 @@ absl::Status LogStore::Open(size_t block_size, bool* created) {
     count = i + 1;
   }
   count_.store(count, std::memory_order_release);
+  for (uint32_t i = count; i > 0; --i)
+    if (table_[i - 1] == 0) holes_.push_back(i - 1);  // lowest last: reused first
   next_gen_.store(0);
   return absl::OkStatus();
 }
@@ -273,14 +275,22 @@ absl::StatusOr<uint32_t> LogStore::Grow(uint32_t slot) {
   // the boundary.) A crash before the boundary fails the epoch: the allocation is rolled back; a
   // durable entry then names an unallocated block, which MarkTableAllocated re-marks at the
   // next open.
-  const uint32_t b = count_.load(std::memory_order_relaxed);
+  // The first hole (a block given back to the heap, ReturnFree, or an entry whose epoch failed),
+  // else the next entry.
+  uint32_t b = count_.load(std::memory_order_relaxed);
+  if (!holes_.empty()) {
+    b = holes_.back();
+    holes_.pop_back();
+  }
   if ((slot != kCompactSlot && by_offset_.size() >= limit_blocks_) || b >= kTableCapacity) {
+    if (b < count_.load(std::memory_order_relaxed)) holes_.push_back(b);
     return absl::ResourceExhaustedError(
         absl::StrCat(pool_.path(), ": transaction log limit reached (", by_offset_.size(),
                      " blocks of ", block_size_, " bytes)"));
   }
   void* p = heap_.Allocate(block_size_, 64);
   if (p == nullptr) {
+    if (b < count_.load(std::memory_order_relaxed)) holes_.push_back(b);
     return absl::ResourceExhaustedError(
         absl::StrCat(pool_.path(), ": no heap room for a transaction log block: ",
                      alloc::AllocErrorName(alloc::Heap::LastError())));
@@ -291,7 +301,7 @@ absl::StatusOr<uint32_t> LogStore::Grow(uint32_t slot) {
   if (!mutation::Swapped(kDirtyTable)) epochs_.RecordDirty(&table_[b], sizeof(uint64_t));
   blocks_[b] = {off, 0};
   by_offset_[off] = b;
-  count_.store(b + 1, std::memory_order_release);
+  if (b >= count_.load(std::memory_order_relaxed)) count_.store(b + 1, std::memory_order_release);
   return b;
 }
 
@@ -379,6 +389,47 @@ void LogStore::Release(const std::vector<uint32_t>& blocks) {
   std::lock_guard<std::mutex> l(mu_);
   free_.insert(free_.end(), blocks.begin(), blocks.end());
   in_use_.fetch_sub(blocks.size(), std::memory_order_relaxed);
+}
+
+uint64_t LogStore::ReturnFree(size_t keep) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (free_.size() <= keep) return 0;
+  // The oldest free blocks (the front: Acquire reuses the back first), grouped by table line.
+  std::vector<uint32_t> give(free_.begin(), free_.end() - static_cast<ptrdiff_t>(keep));
+  std::sort(give.begin(), give.end());
+  uint64_t returned = 0;
+  std::vector<uint32_t> kept;
+  for (size_t i = 0; i < give.size();) {
+    const uint32_t line = give[i] / 8;
+    size_t j = i;
+    while (j < give.size() && give[j] / 8 == line) ++j;
+    // The line's old entries go to the external undo log first (durable in Snapshot): a failed
+    // epoch restores them, and the heap's frees of this epoch are rolled back with it. The mark
+    // is this call's own: each line is logged once here.
+    std::atomic<uint64_t> mark{0};
+    uint64_t* entries = &table_[line * 8];
+    if (!epochs_.log().Snapshot(entries, 64, &mark).ok()) {
+      kept.insert(kept.end(), give.begin() + static_cast<ptrdiff_t>(i), give.end());
+      break;
+    }
+    for (size_t k = i; k < j; ++k) {
+      const uint32_t b = give[k];
+      void* block = BlockAt(b);
+      table_[b] = 0;  // registered dirty by Snapshot: written back by the epoch's boundary
+      by_offset_.erase(blocks_[b].offset);
+      blocks_[b] = {};
+      holes_.push_back(b);
+      (void)heap_.Free(block);  // a live block of this heap: cannot fail
+      ++returned;
+    }
+    i = j;
+  }
+  std::vector<uint32_t> rest(free_.end() - static_cast<ptrdiff_t>(keep), free_.end());
+  free_ = std::move(kept);
+  free_.insert(free_.end(), rest.begin(), rest.end());
+  // Reused lowest first (Grow pops the back).
+  std::sort(holes_.begin(), holes_.end(), std::greater<uint32_t>());
+  return returned;
 }
 
 }  // namespace pmrt::txn_internal

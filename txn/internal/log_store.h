@@ -190,6 +190,13 @@ class LogStore {
 
   // Returns blocks to the free pool. REQUIRES: no durable structure reaches them any more.
   void Release(const std::vector<uint32_t>& blocks);
+  // Gives free-pool blocks back to the heap, all but the `keep` most recently released: in the
+  // caller's guard's epoch, each table line first undo-logged in the epoch's external log, its
+  // entries zeroed, then the blocks freed (Heap::Free). The epoch's completion makes the whole
+  // return durable; its failure rolls back the table lines and the frees together. Returns the
+  // number of blocks returned; stops early (the rest stay owned) if the external log is full.
+  // REQUIRES: a Guard.
+  uint64_t ReturnFree(size_t keep);
 
   size_t max_record_bytes() const { return block_size_ - kBlockPayload; }
   uint64_t blocks_in_use() const { return in_use_.load(std::memory_order_relaxed); }
@@ -240,6 +247,7 @@ class LogStore {
   std::atomic<uint32_t> count_{0};
   std::unordered_map<uint64_t, uint32_t> by_offset_;
   std::vector<uint32_t> free_;
+  std::vector<uint32_t> holes_;  // table entries that are zero below count_, highest first
   std::atomic<uint64_t> in_use_{0};
   std::atomic<uint64_t> peak_{0};
   uint64_t limit_blocks_ = kTableCapacity;
