@@ -160,8 +160,9 @@ struct Trim {
 
 }  // namespace
 
-absl::Status Engine::Impl::Reclaim(bool advance) {
+absl::Status Engine::Impl::Reclaim(bool advance, bool idle) {
   std::lock_guard<std::mutex> cycle_lock(reclaim_mu);
+  if (idle) force_full_ = true;  // drops the compacted log's entries of the words that go cold
   if (txn_internal::TakeInjectedReclaimFailure()) {
     return absl::ResourceExhaustedError("reclamation: injected failure");
   }
@@ -178,8 +179,11 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
   // Never below the touch slack: a transaction open in epoch E declared its words without a CAS
   // when their touch epochs were >= E - touch_slack, and E > h_new (its guard keeps E from
   // completing), so cold_limit = h_new - age < E - touch_slack keeps all of them hot.
-  const uint64_t age =
-      mutation::Swapped(txn_detail::kSlackMutant) ? 0 : std::max<uint64_t>(cold_age, touch_slack);
+  // An idle engine's cycle (BackgroundLoop): no transaction has run for a while, so every word
+  // past the touch slack goes cold and the compacted log shrinks to nothing.
+  const uint64_t age = mutation::Swapped(txn_detail::kSlackMutant) ? 0
+                       : idle ? touch_slack
+                                     : std::max<uint64_t>(cold_age, touch_slack);
   // Fast lines unmarked by earlier cycles whose epoch has completed: their words may go cold now
   // (docs/txn.md, "Fast lines").
   for (auto it = unmarked_.begin(); it != unmarked_.end();) {
@@ -518,7 +522,7 @@ absl::Status Engine::Impl::Reclaim(bool advance) {
   } else {
     ++incremental_cycles_;
   }
-  if (full && options.adaptive_cold) {
+  if (full && options.adaptive_cold && !idle) {
     // Keep as many words hot as the budget affords: the compacted log holds one entry per hot
     // word, and a cold word costs a fence at its next first write.
     if (k_bytes > budget / 2) {
@@ -694,6 +698,23 @@ void Engine::Impl::BackgroundLoop() {
   // reaches it exactly when it reaches reclaim_trigger of the budget).
   const uint64_t trigger = trigger_blocks_ * store.block_size();
   uint64_t floor = 0;  // log bytes right after the last cycle: the compacted log and the tails
+  // Free blocks kept after a cycle: what the log takes until the next one (it runs again once
+  // the log has grown by budget / kRegrowthDivisor), twice over. The rest go back to the heap.
+  const uint64_t keep_blocks = 2 * (budget / kRegrowthDivisor / store.block_size() + 1);
+  // Idleness: no transaction ended for kIdleAfter. An idle engine runs a cycle every
+  // kIdleCycleEvery (each advances the epochs, so words age and go cold and the compacted log
+  // shrinks) and gives every free block back, until a cycle changes nothing.
+  constexpr auto kIdleAfter = std::chrono::milliseconds(500);
+  constexpr auto kIdleCycleEvery = std::chrono::milliseconds(250);
+  uint64_t seen_activity = ~uint64_t{0};
+  auto active_at = std::chrono::steady_clock::now();
+  auto idle_cycle_at = active_at;
+  int idle_unchanged = 0;  // idle cycles in a row that changed nothing (kIdleCycles: stop)
+  constexpr int kIdleCycles = 16;
+  auto give_back = [&](uint64_t keep) {
+    epoch::Guard g(epochs);
+    (void)store.ReturnFree(keep);
+  };
   std::unique_lock<std::mutex> l(bg_mu_);
   while (!bg_stop_) {
     bg_cv_.wait_for(l, std::chrono::milliseconds(5), [&] { return bg_stop_ || bg_kick_.load(); });
@@ -722,8 +743,30 @@ void Engine::Impl::BackgroundLoop() {
         reclaim_error_ = std::move(st);
       }
       floor = store.blocks_in_use() * store.block_size();
+      give_back(keep_blocks);
     } else if (used < floor) {
       floor = used;
+    }
+    // An idle engine: its log shrinks to what its hot words need, all of it back in the heap.
+    const auto now = std::chrono::steady_clock::now();
+    uint64_t activity = 0;
+    threads_.ForEach([&](const txn_detail::ThreadTx& t) {
+      activity += t.commits.Get() + t.one_commits.Get() + t.aborts.Get() + t.seq.load();
+    });
+    if (activity != seen_activity) {
+      seen_activity = activity;
+      active_at = now;
+      idle_unchanged = 0;
+    } else if (idle_unchanged < kIdleCycles && now - active_at >= kIdleAfter &&
+               now - idle_cycle_at >= kIdleCycleEvery) {
+      idle_cycle_at = now;
+      const uint64_t owned_before = store.blocks_owned();
+      const uint64_t in_use_before = store.blocks_in_use();
+      if (Reclaim(/*advance=*/true, /*idle=*/true).ok()) give_back(0);
+      floor = store.blocks_in_use() * store.block_size();
+      const bool unchanged =
+          store.blocks_owned() == owned_before && store.blocks_in_use() >= in_use_before;
+      idle_unchanged = unchanged ? idle_unchanged + 1 : 0;
     }
     // Committers kick only once the log reaches the size at which the test above runs a cycle.
     const uint64_t next = std::min(std::max(trigger, floor + budget / kRegrowthDivisor), budget);

@@ -242,6 +242,11 @@ void Engine::SealLogsForTesting() {
   for (uint32_t s = 0; s < txn_internal::kMaxSlots; ++s) impl_->store.Seal(impl_->store.chain(s));
 }
 
+uint64_t Engine::GiveBackLogBlocksForTesting(size_t keep) {
+  epoch::Guard g(impl_->epochs);
+  return impl_->store.ReturnFree(keep);
+}
+
 void Engine::FailNextReclaimForTesting() {
   std::lock_guard<std::mutex> l(impl_->reclaim_mu);
   impl_->fail_next_cycle = true;

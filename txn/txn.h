@@ -285,6 +285,10 @@ class Engine {
   bool IsFastLine(const void* p) const;
   // Tests: every log's next record starts a new block (the most recently freed one).
   void SealLogsForTesting();
+  // Tests: gives the log's free blocks back to the heap but the `keep` most recent (what the
+  // background reclaimer does after each cycle). REQUIRES: the calling thread holds no Guard.
+  // Returns the number of blocks given back.
+  uint64_t GiveBackLogBlocksForTesting(size_t keep);
   // Tests: the reclaimer calls `hook` on its own thread each time it has gathered a batch of
   // entries to decide, in the middle of a cycle's fold (before anything of the cycle is fenced).
   // Set it while no cycle runs.

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "alloc/allocator.h"
@@ -145,6 +146,43 @@ TEST_F(RuntimeTest, ASmallPoolTakesTransactionsUntilItsDataFillsIt) {
   ASSERT_OK(rt->sync());
   EXPECT_LT(rt->engine().stats().log_bytes_owned, rt->heap().capacity() / 4);
   EXPECT_OK(rt->heap().Check());
+}
+
+// An idle engine gives its log back: after a burst of transactions, once none has run for a
+// while, the background reclaimer's idle cycles turn every word cold and return the blocks to
+// the heap (waited for, up to a generous deadline: the machine may be busy).
+TEST_F(RuntimeTest, AnIdleEngineGivesItsLogBack) {
+  auto rt = OpenRt(Create(64 << 20));
+  ASSERT_NE(rt, nullptr);
+  Root* root = *rt->root<Root>();
+  auto* words = static_cast<uint64_t*>(rt->heap().AllocateZeroed(1 << 16, 8));
+  ASSERT_NE(words, nullptr);
+  uint64_t rng = 7;
+  for (int i = 0; i < 20000; ++i) {
+    ASSERT_OK(txn::Run([&]() -> absl::Status {
+      for (int k = 0; k < 4; ++k) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        if (auto st = txn::write(&words[(rng >> 20) % (1 << 16)], rng); !st.ok()) return st;
+      }
+      return txn::write(&root->users, uint64_t(i));
+    }));
+  }
+  const uint64_t busy = rt->engine().stats().log_bytes_owned;
+  ASSERT_GT(busy, 1u << 20);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  uint64_t owned = busy;
+  while (std::chrono::steady_clock::now() < deadline) {
+    owned = rt->engine().stats().log_bytes_owned;
+    if (owned <= 64 << 10) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_LE(owned, 64u << 10) << "owned " << busy << " bytes after the burst";
+  EXPECT_EQ(rt->engine().stats().compact_bytes, 0u);
+  EXPECT_EQ((*rt->root<Root>())->users, 19999u);
+  ASSERT_OK(rt->sync());
+  EXPECT_OK(rt->heap().Check());
+  // And it serves transactions again.
+  ASSERT_OK(txn::Run([&] { return txn::write(&root->users, uint64_t{1}); }));
 }
 
 TEST_F(RuntimeTest, IndexCreationInsideATransactionIsRefused) {

@@ -310,6 +310,7 @@ struct Outcome : pmrt::testing::CrashOutcome {
   uint64_t commits = 0, cycles = 0, full_cycles = 0, snapshots = 0, lines_marked = 0,
            lines_unmarked = 0;
   uint64_t padded = 0;  // records of one declaration padded to a line, seen in the logs
+  uint64_t blocks_returned = 0;  // log blocks given back to the heap during the run
 };
 
 Outcome RunCrash(const Config& cfg) {
@@ -336,6 +337,7 @@ Outcome RunCrash(const Config& cfg) {
       },
       [&](Sim& sim, testing::Runtime& rt, Outcome& out) {
         Engine& engine = *rt.engine;
+        uint64_t returned = 0;
         // The crash images cover line-ending records (docs/txn.md): the stamps of the padded
         // records of one declaration found in the logs before each reclamation and at the end.
         std::set<uint64_t> padded;
@@ -362,6 +364,9 @@ Outcome RunCrash(const Config& cfg) {
                   // Sometimes the next records go to new blocks at once: the blocks just freed
                   // are reused before any other fence (the window a missing head fence opens).
                   if (Next(sched) % 2 == 0) engine.SealLogsForTesting();
+                  // Sometimes free blocks go back to the heap (table lines undo-logged in this
+                  // epoch), and later blocks reuse their table entries.
+                  if (Next(sched) % 3 == 0) returned += engine.GiveBackLogBlocksForTesting(1);
                 } else {
                   return false;
                 }
@@ -382,6 +387,7 @@ Outcome RunCrash(const Config& cfg) {
         out.lines_unmarked = s.lines_unmarked;
         see_padded();
         out.padded = padded.size();
+        out.blocks_returned = returned;
       });
 }
 
@@ -390,10 +396,10 @@ void Report(const char* what, const Outcome& r) {
       "%s: %lu crash points (and %lu in nested recoveries), %lu images (max dirty lines %lu) in "
       "%.2f s (%lu commits, %lu "
       "snapshots, %lu cycles, %lu full; fast lines %lu marked, %lu unmarked; %lu records padded "
-      "to a line)\n",
+      "to a line; %lu log blocks given back)\n",
       what, r.stats.crash_points, r.stats.nested_crash_points, r.stats.images,
       r.stats.max_dirty_lines, r.seconds, r.commits, r.snapshots, r.cycles, r.full_cycles,
-      r.lines_marked, r.lines_unmarked, r.padded);
+      r.lines_marked, r.lines_unmarked, r.padded, r.blocks_returned);
 }
 
 TEST(TxnCrashTest, OneThread) {
@@ -404,6 +410,7 @@ TEST(TxnCrashTest, OneThread) {
   EXPECT_GT(r.full_cycles, 0u);
   EXPECT_GT(r.cycles, r.full_cycles) << "incremental cycles too";
   EXPECT_GT(r.padded, 0u) << "no record of one declaration padded to its line";
+  EXPECT_GT(r.blocks_returned, 0u) << "no log block went back to the heap";
 }
 
 TEST(TxnCrashTest, TwoThreads) {
@@ -542,7 +549,7 @@ TEST(TxnCrashTest, MutationGateKillsEverySite) {
       baseline.sites, "txn.", kGenericSites,
       {txn_detail::kOrderMutant, txn_detail::kRuleMutant, txn_detail::kStampMutant,
        txn_detail::kSoloMutant, txn_internal::kDirtyDirectoryLink, alloc_internal::kDirtyBitmapMark,
-       alloc_internal::kDirtyBitmapInit});
+       alloc_internal::kDirtyBitmapInit, txn_internal::kReturnLineMutant});
   const auto survivors = pmrt::testing::RunMutationGate(
       sites,
       [] {

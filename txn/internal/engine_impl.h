@@ -275,7 +275,9 @@ class Engine::Impl {
   void SetThresholds();  // after Recover (the block size is known): stall_blocks_, trigger_blocks_
 
   // ---- reclamation (reclaim.cc) ----
-  absl::Status Reclaim(bool advance);
+  // `idle`: the background thread's cycle of an idle engine (BackgroundLoop): a full cycle at
+  // the smallest cold age (touch_slack), so every word goes cold and the log empties.
+  absl::Status Reclaim(bool advance, bool idle = false);
   void StartBackground();
   void StopBackground();
   // At close: writes back the line of every word a live record holds (hot words' lines are not

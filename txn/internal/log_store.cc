@@ -1,6 +1,8 @@
 #include "txn/internal/log_store.h"
 
+#include <algorithm>
 #include <bit>
+#include <functional>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -275,12 +277,31 @@ absl::StatusOr<uint32_t> LogStore::Grow(uint32_t slot) {
   // the boundary.) A crash before the boundary fails the epoch: the allocation is rolled back; a
   // durable entry then names an unallocated block, which MarkTableAllocated re-marks at the
   // next open.
-  // The first hole (a block given back to the heap, ReturnFree, or an entry whose epoch failed),
-  // else the next entry.
-  uint32_t b = count_.load(std::memory_order_relaxed);
-  if (!holes_.empty()) {
-    b = holes_.back();
-    holes_.pop_back();
+  // The lowest hole (a block given back to the heap, ReturnFree, or an entry whose epoch failed),
+  // else the next entry; never in a table line that ReturnFree undo-logged in this epoch: a
+  // failure of the epoch restores that line, and with it would erase this entry, whose block may
+  // hold records of committed transactions (they outlive the epoch). Entries skipped that way
+  // stay holes.
+  const uint64_t e = epochs_.LocalSlot().epoch.load(std::memory_order_relaxed);
+  auto blocked = [&](uint32_t i) {
+    return e == return_epoch_ && return_lines_.count(i / 8) != 0 &&
+           !mutation::Swapped(kReturnLineMutant);
+  };
+  uint32_t b = kNoBlock;
+  for (size_t k = holes_.size(); k-- > 0;) {
+    if (!blocked(holes_[k])) {
+      b = holes_[k];
+      holes_.erase(holes_.begin() + static_cast<ptrdiff_t>(k));
+      break;
+    }
+  }
+  if (b == kNoBlock) {
+    b = count_.load(std::memory_order_relaxed);
+    for (; b < kTableCapacity && blocked(b); ++b) holes_.push_back(b);
+    if (b > count_.load(std::memory_order_relaxed)) {
+      std::sort(holes_.begin(), holes_.end(), std::greater<uint32_t>());
+      count_.store(b, std::memory_order_release);  // the skipped entries are holes below it
+    }
   }
   if ((slot != kCompactSlot && by_offset_.size() >= limit_blocks_) || b >= kTableCapacity) {
     if (b < count_.load(std::memory_order_relaxed)) holes_.push_back(b);
@@ -394,6 +415,11 @@ void LogStore::Release(const std::vector<uint32_t>& blocks) {
 uint64_t LogStore::ReturnFree(size_t keep) {
   std::lock_guard<std::mutex> l(mu_);
   if (free_.size() <= keep) return 0;
+  const uint64_t e = epochs_.LocalSlot().epoch.load(std::memory_order_relaxed);
+  if (e != return_epoch_) {  // Grow avoids the lines logged in return_epoch_ (see there)
+    return_epoch_ = e;
+    return_lines_.clear();
+  }
   // The oldest free blocks (the front: Acquire reuses the back first), grouped by table line.
   std::vector<uint32_t> give(free_.begin(), free_.end() - static_cast<ptrdiff_t>(keep));
   std::sort(give.begin(), give.end());
@@ -412,6 +438,7 @@ uint64_t LogStore::ReturnFree(size_t keep) {
       kept.insert(kept.end(), give.begin() + static_cast<ptrdiff_t>(i), give.end());
       break;
     }
+    return_lines_.insert(line);
     for (size_t k = i; k < j; ++k) {
       const uint32_t b = give[k];
       void* block = BlockAt(b);

@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -49,6 +50,10 @@ inline constexpr Site kHeadFlush{"txn.log.head.flush"};
 // own fence may come after the boundary, LogStore::Grow).
 inline constexpr Site kDirtyDirectoryLink{"txn.mutant.dirty.directory_link"};
 inline constexpr Site kDirtyTable{"txn.mutant.dirty.table"};
+// A logic mutant: Grow reuses a table entry in a line ReturnFree undo-logged in the same epoch
+// (a failed epoch then erases the entry of a block that holds committed records). The crash
+// suite's gate must kill it.
+inline constexpr Site kReturnLineMutant{"txn.mutant.return_line_reuse"};
 
 // One log: a thread slot's chain of blocks, or the compacted log's.
 struct Chain {
@@ -248,6 +253,9 @@ class LogStore {
   std::unordered_map<uint64_t, uint32_t> by_offset_;
   std::vector<uint32_t> free_;
   std::vector<uint32_t> holes_;  // table entries that are zero below count_, highest first
+  // The epoch of the last ReturnFree and the table lines it undo-logged then (Grow avoids them).
+  uint64_t return_epoch_ = 0;
+  std::unordered_set<uint32_t> return_lines_;
   std::atomic<uint64_t> in_use_{0};
   std::atomic<uint64_t> peak_{0};
   uint64_t limit_blocks_ = kTableCapacity;
