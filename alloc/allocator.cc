@@ -537,6 +537,14 @@ bool Heap::TakeRun(uint64_t n, uint64_t* start) {
   return true;
 }
 
+void Heap::ReturnExtent(uint64_t start, uint64_t n) {
+  // The head's state went free with the free (logged); the tails' volatile states follow now,
+  // before any allocation can take the run (on media a tail's header line was never written).
+  for (uint64_t t = 1; t < n; ++t)
+    state_[start + t].store(MakeState(ChunkKind::kFree, 0, 0), std::memory_order_release);
+  ReturnRun(start, n);
+}
+
 void Heap::ReturnRun(uint64_t start, uint64_t n) {
   std::lock_guard<std::mutex> l(chunk_mu_);
   auto next = free_runs_.lower_bound(start);
@@ -1292,7 +1300,7 @@ absl::Status Heap::FreeImpl(void* p, FreeMode mode) {
       // Runs once e has closed. Extents return to the free runs now; small blocks wait in the
       // batch for the cache that freed them.
       auto* fb = static_cast<FreeBatch*>(b);
-      for (auto [first, n] : fb->extents) ReturnRun(first, n);
+      for (auto [first, n] : fb->extents) ReturnExtent(first, n);
       fb->extents.clear();
       if (pressure_epoch_.load(std::memory_order_relaxed) == fb->epoch) {
         // A full heap waits for this advance: the blocks go where any thread finds them, and
@@ -1356,7 +1364,7 @@ uint64_t Heap::BatchToCentral(FreeBatch& b) {
 
 void Heap::ReleaseBatch(FreeBatch* batch) {
   BatchToCentral(*batch);
-  for (auto [chunk, n] : batch->extents) ReturnRun(chunk, n);
+  for (auto [chunk, n] : batch->extents) ReturnExtent(chunk, n);
   batch->extents.clear();
   batch->ready.store(false, std::memory_order_relaxed);
   std::lock_guard<std::mutex> l(batches_mu_);

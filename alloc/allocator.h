@@ -254,6 +254,8 @@ class Heap {
   bool TakeRun(uint64_t n, uint64_t* start);
   bool TakeChunk(uint64_t chunk);  // REQUIRES: chunk_mu_; removes one chunk from the free runs
   void ReturnRun(uint64_t start, uint64_t n);
+  // A freed extent's run, after its grace period: its tails' states reset, then ReturnRun.
+  void ReturnExtent(uint64_t start, uint64_t n);
   void SetChunkState(uint64_t chunk, uint64_t state, uint64_t e);
   // The same at the boundary: the logged line joins the boundary's flush ranges.
   void SetChunkStateAtBoundary(uint64_t chunk, uint64_t state, uint64_t e, std::vector<Range>& out);

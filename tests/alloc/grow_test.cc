@@ -9,12 +9,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 #include <string>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "alloc/allocator.h"
+#include "alloc/size_class.h"
 #include "epoch/epoch.h"
 #include "epoch/pool.h"
 #include "gtest/gtest.h"
@@ -239,6 +243,114 @@ TEST_F(GrowTest, AnInterruptedGrowthLeavesTheOldSizeAndTheNextGrowthReusesTheTai
   ASSERT_NE(r, nullptr);
   ExpectBlocks(*r->heap, live);
 }
+
+// Fill to full on every file backend, small pools (8 and 32 MiB): random sizes from 16 B to
+// 1 MiB, a fifth of them freed again, allocations inside transactions too, the epochs on the
+// background advancer; until an allocation outside any guard fails (after its wait for the
+// frees). Then: Check() passes, the stats add up (used = the usable bytes of the blocks held,
+// free = heap - used), and the pool serves a final allocation of its largest free run and of
+// every size class whose chunks have room, up to the fragmentation the stats report. Then the
+// same pool, reopened, grows and serves more.
+class FillTest : public GrowTest, public ::testing::WithParamInterface<std::tuple<BackendKind, size_t>> {};
+
+// Every block of `stamped` is live with its stamps, and so is every block of `other`; the
+// heap's stats add up with its walk.
+void ExpectHeld(const Heap& heap, const std::map<uint64_t, uint64_t>& stamped,
+                const std::set<uint64_t>& other) {
+  std::map<uint64_t, uint64_t> got;
+  ASSERT_OK(heap.Walk([&](const BlockInfo& b) { got[b.offset] = b.size; }));
+  for (const auto& [off, size] : stamped) {
+    ASSERT_EQ(got.count(off), 1u) << "block at " << off << " is gone";
+    ASSERT_EQ(got[off], size);
+    uint64_t first, last;
+    std::memcpy(&first, heap.pool().at(off), 8);
+    std::memcpy(&last, static_cast<const uint8_t*>(heap.pool().at(off)) + size - 8, 8);
+    ASSERT_EQ(first, Stamp(off)) << "block at " << off;
+    ASSERT_EQ(last, Stamp(off)) << "block at " << off;
+  }
+  for (uint64_t off : other) ASSERT_EQ(got.count(off), 1u) << "block at " << off << " is gone";
+  const HeapStats st = heap.Stats();
+  uint64_t used = 0;
+  for (const auto& [off, size] : got) used += size;
+  EXPECT_EQ(st.used_bytes, used);
+  EXPECT_EQ(st.live_blocks, got.size());
+  EXPECT_EQ(st.free_bytes, st.heap_bytes - st.used_bytes);
+  EXPECT_EQ(st.free_bytes, st.free_chunks * 65536 + st.free_in_small_chunks);
+  EXPECT_OK(heap.Check());
+}
+
+TEST_P(FillTest, AFullPoolIsConsistentAndServesWhatItsFreeBytesAllow) {
+  const auto [backend, size] = GetParam();
+  RuntimeOptions o;
+  o.create_size = size;
+  o.pool.backend = backend;
+  std::map<uint64_t, uint64_t> live;  // stamped blocks
+  std::set<uint64_t> txn_blocks;      // allocated in transactions
+  {
+    auto rt = Runtime::Open(path_, o);
+    ASSERT_OK(rt);
+    Heap& heap = (*rt)->heap();
+    uint64_t rng = size + static_cast<uint64_t>(backend);
+    for (int i = 0;; ++i) {
+      ASSERT_LT(i, 10000000) << "never full";
+      const uint64_t x = pmrt::testing::Next(rng);
+      const size_t bytes = x % 16 == 0 ? 16 + x % (1 << 20) : 16 + x % 4000;
+      if (x % 5 == 1) {  // in a transaction (its record must fit a log block: small ones)
+        uint8_t* p = nullptr;
+        absl::Status st = txn::Run([&]() -> absl::Status {
+          p = alloc::pnew_array<uint8_t>(std::min<size_t>(bytes, 2000));
+          return p != nullptr ? absl::OkStatus() : absl::ResourceExhaustedError("full");
+        });
+        if (st.ok()) txn_blocks.insert(heap.pool().offset_of(p));
+        continue;
+      }
+      void* p = AllocateStamped(heap, bytes, live);
+      if (p == nullptr) break;  // full, after waiting for the frees
+      if (x % 5 == 3) {
+        ASSERT_OK(heap.FreeUnshared(p));
+        live.erase(heap.pool().offset_of(p));
+      }
+    }
+    ASSERT_GT(live.size(), 100u);
+    ASSERT_OK((*rt)->sync());
+    ASSERT_OK((*rt)->sync());
+    ExpectHeld(heap, live, txn_blocks);
+    const HeapStats st = heap.Stats();
+    // What the free bytes allow: the largest free run, whole ...
+    if (st.largest_free_extent > 0) {
+      EXPECT_NE(AllocateStamped(heap, st.largest_free_extent, live), nullptr)
+          << st.largest_free_extent << " bytes: " << AllocErrorName(Heap::LastError());
+    }
+    // ... and a block of each class whose chunks are not full: those free bytes inside its
+    // chunks (the fragmentation the stats report) serve that class.
+    for (int c = 0; c < SizeClasses::kCount; ++c) {
+      const uint64_t held = st.live_per_class[c];
+      if (held == 0 || held % SizeClasses::BlocksPerChunk(c) == 0) continue;
+      EXPECT_NE(AllocateStamped(heap, SizeClasses::Size(c), live), nullptr)
+          << "class of " << SizeClasses::Size(c) << " bytes";
+    }
+    ExpectHeld(heap, live, txn_blocks);
+    ASSERT_OK((*rt)->Close());
+  }
+  // Reopened with growth: everything is there, and the full pool grows and serves more.
+  o.create_size = 0;
+  o.pool.grow_by = 4 << 20;
+  auto rt = Runtime::Open(path_, o);
+  ASSERT_OK(rt);
+  ExpectHeld((*rt)->heap(), live, txn_blocks);
+  ASSERT_NE(AllocateStamped((*rt)->heap(), 3 << 20, live), nullptr);
+  EXPECT_GE((*rt)->pool().growths(), 1u);
+  ExpectHeld((*rt)->heap(), live, txn_blocks);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Backends, FillTest,
+    ::testing::Combine(::testing::Values(BackendKind::kMsync, BackendKind::kPmem, BackendKind::kEadr),
+                       ::testing::Values(size_t{8} << 20, size_t{32} << 20)),
+    [](const auto& tp) {
+      return std::string(BackendName(std::get<0>(tp.param))) +
+             std::to_string(std::get<1>(tp.param) >> 20) + "MiB";
+    });
 
 // Transactions and an index over a pool that starts small: every write lands, some of them in
 // grown space (the transaction layer's word index covers every word the pool can grow to), and
