@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 ./scripts/install-deps.sh
+echo "=== include directions ==="
+python3 scripts/check_includes.py
 jobs=${PMRT_JOBS:-2}
 for preset in release asan; do
   echo "=== $preset: build ==="

@@ -158,14 +158,15 @@ void* MapSharedAt(int fd, void* at, size_t len, off_t off) {
 
 // Reserves *reserve bytes of address space (at least len; inaccessible, no memory committed)
 // and maps the file's first len bytes at its start, so that a growth can map more of the file
-// right after them. When the reservation is refused (RLIMIT_AS), reserves just len bytes.
-// Sets *reserve to what was reserved.
+// right after them. When the reservation is refused (RLIMIT_AS), halves it until it fits, down
+// to len. Sets *reserve to what was reserved.
 void* MapPool(int fd, size_t len, size_t* reserve) {
   size_t want = std::max(*reserve, len);
-  void* r = mmap(nullptr, want, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (r == MAP_FAILED && want > len) {
-    want = len;
+  void* r;
+  for (;;) {
     r = mmap(nullptr, want, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r != MAP_FAILED || want == len) break;
+    want = std::max(len, RoundUpToPage(want / 2));
   }
   if (r == MAP_FAILED) return MAP_FAILED;
   void* p = MapSharedAt(fd, r, len, 0);

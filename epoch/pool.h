@@ -59,9 +59,9 @@ struct PoolOptions {
   // Growth (Pool::Grow). The most the pool may grow to while this Pool is open: a file pool
   // reserves this much address space at open, so that growth extends the mapping in place
   // (pptrs are offsets, and raw pointers into the pool stay valid); an in-memory pool's caller
-  // owns this many bytes at `base`. 0: for a file pool, max(4 x its size, 16 GiB) (or just its
-  // size when the address space is limited, RLIMIT_AS); for an in-memory pool, its size (no
-  // growth). Not recorded in the pool: the next open may reserve more.
+  // owns this many bytes at `base`. 0: for a file pool, max(4 x its size, 16 GiB) (halved until
+  // the address space allows it, RLIMIT_AS, down to the pool's size); for an in-memory pool, its
+  // size (no growth). Not recorded in the pool: the next open may reserve more.
   size_t max_size = 0;
   // Automatic growth: when the heap cannot serve an allocation, the pool grows by this many
   // bytes (at least what the allocation needs) and the allocation is retried. 0: never.

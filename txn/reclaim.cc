@@ -464,20 +464,12 @@ absl::Status Engine::Impl::Reclaim(bool advance, bool idle) {
   //    commit point: before it a crash recovers from the old descriptor (every folded record is
   //    still in its log), after it from the new one (K' replaces them). A torn write fails its
   //    crc and the old one stays current.
-  Descriptor d{};
-  d.seq = new_seq;
-  d.horizon = h_new;
+  uint64_t k_head;
   {
     std::lock_guard<std::mutex> l(k_out.mu);
-    d.k_head = k_out.blocks.empty() ? 0 : store.BlockOffset(k_out.blocks.front());
+    k_head = k_out.blocks.empty() ? 0 : store.BlockOffset(k_out.blocks.front());
   }
-  d.max_stamp = next_stamp.load(std::memory_order_relaxed);
-  d.crc = Crc32c(&d, offsetof(Descriptor, crc));
-  const int line = 1 - desc_line;
-  std::memcpy(&store.dir()->desc[line], &d, sizeof(d));
-  pool.persister().Flush(txn_detail::kDescFlush, &store.dir()->desc[line], sizeof(d));
-  pool.persister().Fence(txn_detail::kDescFence);
-  desc_line = line;
+  WriteDescriptor(new_seq, h_new, k_head);
   // 4. Move the heads of the thread logs past the folded blocks (aligned 8-byte stores: old or
   //    new head on media, both fine now), durably before any of those blocks is reused.
   std::vector<uint32_t> freed;
@@ -628,6 +620,22 @@ void Engine::Impl::WriteBackForClose() {
   pool.persister().FlushBatch(txn_detail::kCloseWriteBack, ranges);
 }
 
+void Engine::Impl::WriteDescriptor(uint64_t new_seq, uint64_t new_horizon, uint64_t k_head) {
+  // Into the line not holding the current descriptor; the stamp counter as max_stamp (every
+  // stamp issued so far is below it). Flushed and fenced: the caller's commit point.
+  Descriptor d{};
+  d.seq = new_seq;
+  d.horizon = new_horizon;
+  d.k_head = k_head;
+  d.max_stamp = next_stamp.load(std::memory_order_relaxed);
+  d.crc = Crc32c(&d, offsetof(Descriptor, crc));
+  const int line = 1 - desc_line;
+  std::memcpy(&store.dir()->desc[line], &d, sizeof(d));
+  pool.persister().Flush(txn_detail::kDescFlush, &store.dir()->desc[line], sizeof(d));
+  pool.persister().Fence(txn_detail::kDescFence);
+  desc_line = line;
+}
+
 bool Engine::Impl::RetireForClose() {
   // 1. Every committed transaction's allocations and frees durable in the heap (the thread
   //    records are what would redo them after a failed epoch) and the write-back's lines with
@@ -639,20 +647,11 @@ bool Engine::Impl::RetireForClose() {
   //    applies none of them and replays no allocation. Its fence is the commit point: before it
   //    a crash recovers from the old descriptor, replaying values equal to what the write-back
   //    made durable. max_stamp keeps the next run's stamps above every stamp issued.
-  Descriptor d{};
-  d.seq = seq + 1;
-  d.horizon = epochs.completed();
-  d.k_head = 0;
-  d.max_stamp = next_stamp.load(std::memory_order_relaxed);
-  d.crc = Crc32c(&d, offsetof(Descriptor, crc));
-  const int line = 1 - desc_line;
-  std::memcpy(&store.dir()->desc[line], &d, sizeof(d));
-  pool.persister().Flush(txn_detail::kDescFlush, &store.dir()->desc[line], sizeof(d));
-  pool.persister().Fence(txn_detail::kDescFence);
+  const uint64_t completed = epochs.completed();
+  WriteDescriptor(seq + 1, completed, /*k_head=*/0);
   if (pool.failed()) return false;
-  seq = d.seq;
-  horizon = d.horizon;
-  desc_line = line;
+  seq = seq + 1;
+  horizon = completed;
   // 3. Empty heads: the next open walks no block (a head left on media names only retired
   //    records, so these need no fence of their own; the pool's clean close fences them).
   for (uint32_t s = 0; s < kMaxSlots; ++s) {

@@ -25,17 +25,25 @@ fail() {
   exit 1
 }
 
-: >"$dir/server.out" # exists before the background job's redirection opens it
-"$pmrt" serve "$dir/kv.pool" --create-size 256M --port 0 >>"$dir/server.out" 2>&1 &
-server_pid=$!
-port=
-for _ in $(seq 600); do
-  port=$(sed -n 's/.*listening on [0-9.]*:\([0-9]*\),.*/\1/p' "$dir/server.out")
-  [[ -n $port ]] && break
-  kill -0 "$server_pid" 2>/dev/null || fail "the server exited"
-  sleep 0.1
-done
-[[ -n $port ]] || fail "no listening line"
+# start_server POOL ARGS...: `pmrt serve POOL --port 0 ARGS...` in the background; sets
+# server_pid and port (from its start line).
+start_server() {
+  local pool=$1
+  shift
+  : >"$dir/server.out" # exists before the background job's redirection opens it
+  "$pmrt" serve "$pool" --port 0 "$@" >>"$dir/server.out" 2>&1 &
+  server_pid=$!
+  port=
+  for _ in $(seq 600); do
+    port=$(sed -n 's/.*listening on [0-9.]*:\([0-9]*\),.*/\1/p' "$dir/server.out")
+    [[ -n $port ]] && break
+    kill -0 "$server_pid" 2>/dev/null || fail "the server on $pool exited"
+    sleep 0.1
+  done
+  [[ -n $port ]] || fail "no listening line"
+}
+
+start_server "$dir/kv.pool" --create-size 256M
 echo "server on port $port"
 
 cli() { redis-cli -p "$port" "$@"; }
@@ -104,16 +112,7 @@ grep -q 'warning' "$dir/server.out" && fail "a loopback server warned: $(grep wa
 
 # A 16 MiB pool that grows by 16 MiB whenever it is full: redis-benchmark writes ~60 MB of
 # values through it with zero errors; the pool then checks healthy and grows by hand too.
-: >"$dir/server.out"
-"$pmrt" serve "$dir/grow.pool" --create-size 16M --grow-by 16M --port 0 >>"$dir/server.out" 2>&1 &
-server_pid=$!
-port=
-for _ in $(seq 600); do
-  port=$(sed -n 's/.*listening on [0-9.]*:\([0-9]*\),.*/\1/p' "$dir/server.out")
-  [[ -n $port ]] && break
-  kill -0 "$server_pid" 2>/dev/null || fail "the growing server exited"
-  sleep 0.1
-done
+start_server "$dir/grow.pool" --create-size 16M --grow-by 16M
 out=$(redis-benchmark -p "$port" -t set -n 100000 -r 100000 -d 1000 -P 16 -q 2>&1) ||
   fail "redis-benchmark on a growing pool exited with $?: $out"
 if echo "$out" | grep -qi 'error'; then fail "redis-benchmark on a growing pool: $out"; fi

@@ -116,6 +116,17 @@ class TxnTest : public ::testing::Test {
     root_ = *rt_.pool->root<Root>();
   }
   Engine& engine() { return *rt_.engine; }
+  // Closes the engine (its write-back, the log retired), then the rest, and opens the pool
+  // again: a clean shutdown.
+  void CloseCleanlyAndReopen() {
+    rt_.engine.reset();
+    EXPECT_FALSE(rt_.pool->txn_engine_open());
+    rt_.Reset();
+    auto r = OpenMemory(buf_.data(), kPoolSize, Eadr(), Quiet(), /*create=*/false);
+    ASSERT_OK(r);
+    rt_ = std::move(*r);
+    root_ = *rt_.pool->root<Root>();
+  }
   // Word 5 is written, the epoch advances `advances` times, and a transaction touches the word
   // (in place, no snapshot: it is hot) and is still open while the reclaimer runs: the word's
   // record must stay, so a crash before the commit recovers the value from before it.
@@ -842,13 +853,7 @@ TEST_F(TxnTest, ThePoolIsMarkedCleanOnlyAfterTheEnginesWriteBack) {
   Open();
   EXPECT_TRUE(rt_.pool->txn_engine_open());
   ASSERT_OK(txn::Run([&] { return write(&root_->words[0], uint64_t{5}); }));
-  rt_.engine.reset();
-  EXPECT_FALSE(rt_.pool->txn_engine_open());
-  rt_.Reset();
-  auto r = OpenMemory(buf_.data(), kPoolSize, Eadr(), Quiet(), /*create=*/false);
-  ASSERT_OK(r);
-  rt_ = std::move(*r);
-  root_ = *rt_.pool->root<Root>();
+  ASSERT_NO_FATAL_FAILURE(CloseCleanlyAndReopen());
   EXPECT_EQ(root_->words[0], 5u);
   EXPECT_TRUE(rt_.pool->was_clean_shutdown());
 }
@@ -869,13 +874,7 @@ TEST_F(TxnTest, ACleanCloseRetiresTheLogAndGivesItsBlocksBack) {
     want[(i * 7) % 64] = i + 1;
   }
   ASSERT_GT(engine().stats().log_bytes_owned, 0u);
-  rt_.engine.reset();
-  EXPECT_FALSE(rt_.pool->txn_engine_open());
-  rt_.Reset();
-  auto r = OpenMemory(buf_.data(), kPoolSize, Eadr(), Quiet(), /*create=*/false);
-  ASSERT_OK(r);
-  rt_ = std::move(*r);
-  root_ = *rt_.pool->root<Root>();
+  ASSERT_NO_FATAL_FAILURE(CloseCleanlyAndReopen());
   EXPECT_TRUE(rt_.pool->was_clean_shutdown());
   const Stats s = engine().stats();
   EXPECT_EQ(s.records_read_at_open, 0u);

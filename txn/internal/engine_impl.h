@@ -289,6 +289,8 @@ class Engine::Impl {
   // returns every log block to the heap (epoch-scoped, completed by a second Sync). The next
   // open reads no record. False when the pool is in the failed mode (the log stays).
   bool RetireForClose();
+  // Writes a reclamation descriptor (docs/txn.md, "Reclamation" step 3). REQUIRES: reclaim_mu.
+  void WriteDescriptor(uint64_t new_seq, uint64_t new_horizon, uint64_t k_head);
 
   Engine& engine;
   Pool& pool;
