@@ -25,10 +25,10 @@ using alloc_internal::kWordsPerLine;
 using alloc_internal::LineWriter;
 using alloc_internal::LoggedLine;
 using alloc_internal::MakeState;
+using alloc_internal::SegmentHeader;
 using alloc_internal::StateClass;
 using alloc_internal::StateKind;
 using alloc_internal::StateRun;
-using alloc_internal::SegmentHeader;
 
 namespace alloc_detail {
 
@@ -247,11 +247,10 @@ absl::StatusOr<std::unique_ptr<Heap>> Heap::Open(Pool& pool, epoch::Manager& epo
   if (auto st = h->Load(); !st.ok()) return st;
   h->flush_source_ = epochs.AddFlushSource(
       [p = h.get()](uint64_t e, std::vector<Range>& out) { p->CollectDirty(e, out); });
-  pool.SetGrowthListener(
-      {[p = h.get()](uint64_t old_size, uint64_t new_size) {
-         return p->PrepareGrowth(old_size, new_size);
-       },
-       [p = h.get()](uint64_t, uint64_t) { p->CommitGrowth(); }});
+  pool.SetGrowthListener({[p = h.get()](uint64_t old_size, uint64_t new_size) {
+                            return p->PrepareGrowth(old_size, new_size);
+                          },
+                          [p = h.get()](uint64_t, uint64_t) { p->CommitGrowth(); }});
   Heap* none = nullptr;
   g_default.compare_exchange_strong(none, h.get());
   return h;
@@ -958,11 +957,10 @@ void* Heap::Reallocate(void* p, size_t size, size_t align) {
 absl::StatusOr<void*> Heap::TryAllocate(size_t size, size_t align) {
   void* p = Allocate(size, align);
   if (p != nullptr) return p;
-  const std::string what =
-      absl::StrCat(pool_.path(), ": cannot allocate ", size, " bytes aligned to ", align, ": ",
-                   AllocErrorName(tls_error),
-                   tls_grow_error.ok() ? "" : "; growing the pool failed: ",
-                   tls_grow_error.ok() ? "" : tls_grow_error.message());
+  const std::string what = absl::StrCat(
+      pool_.path(), ": cannot allocate ", size, " bytes aligned to ", align, ": ",
+      AllocErrorName(tls_error), tls_grow_error.ok() ? "" : "; growing the pool failed: ",
+      tls_grow_error.ok() ? "" : tls_grow_error.message());
   if (tls_error == AllocError::kBadAlignment) return absl::InvalidArgumentError(what);
   return absl::ResourceExhaustedError(what);
 }

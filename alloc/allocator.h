@@ -311,7 +311,7 @@ class Heap {
   std::atomic<uint64_t> segment_count_{0};
   // The grown segment that holds `chunk`, which is past segment 0.
   const Segment& SegmentOf(uint64_t chunk) const;
-  Segment pending_;    // the segment PrepareGrowth wrote, for CommitGrowth (under the pool's lock)
+  Segment pending_;     // the segment PrepareGrowth wrote, for CommitGrowth (under the pool's lock)
   std::mutex grow_mu_;  // one automatic growth at a time
   int flush_source_ = 0;
 

@@ -137,7 +137,8 @@ int main(int argc, char** argv) {
   if (pid == 0) {
     close(fds[0]);
     const uint64_t rss0 = RssBytes();
-    const uint64_t live = RunTrace(a, [](size_t n) { return std::malloc(n); }, [](void* p) { std::free(p); });
+    const uint64_t live = RunTrace(
+        a, [](size_t n) { return std::malloc(n); }, [](void* p) { std::free(p); });
     const uint64_t rss = RssBytes() - rss0;
     const struct mallinfo2 mi = mallinfo2();
     const uint64_t out[3] = {live, rss, static_cast<uint64_t>(mi.arena + mi.hblkhd)};
@@ -157,7 +158,8 @@ int main(int argc, char** argv) {
   // pmrt.
   const std::string path = a.dir + "/pmrt-space.pool";
   std::remove(path.c_str());
-  uint64_t live = 0, footprint = 0, meta = 0, frag = 0, usable = 0, pool_size = 4 * (a.live_mb << 20) + (64 << 20);
+  uint64_t live = 0, footprint = 0, meta = 0, frag = 0, usable = 0,
+           pool_size = 4 * (a.live_mb << 20) + (64 << 20);
   {
     auto pool = pmrt::Pool::Create(path, pool_size, "pmrt-space");
     if (!pool.ok()) {
@@ -169,7 +171,8 @@ int main(int argc, char** argv) {
     auto heap = pmrt::alloc::Heap::Open(**pool, **epochs);
     if (!heap.ok()) return 1;
     pmrt::alloc::Heap& h = **heap;
-    live = RunTrace(a, [&](size_t n) { return h.Allocate(n); }, [&](void* p) { (void)h.FreeUnshared(p); });
+    live = RunTrace(
+        a, [&](size_t n) { return h.Allocate(n); }, [&](void* p) { (void)h.FreeUnshared(p); });
     (void)(*epochs)->Sync();
     (void)(*epochs)->Sync();
     const pmrt::alloc::HeapStats st = h.Stats();
@@ -186,31 +189,34 @@ int main(int argc, char** argv) {
   std::printf("trace: %lu MiB live, %lu churn operations, seed %lu\n",
               static_cast<unsigned long>(a.live_mb), static_cast<unsigned long>(a.churn),
               static_cast<unsigned long>(a.seed));
-  std::printf("pmrt    %.1f MiB live in %.1f MiB of chunks (+%.1f MiB metadata): efficiency %.3f; "
-              "blocks' usable bytes %.1f MiB (size rounding %.1f MiB), free inside small-block "
-              "chunks %.1f MiB\n",
-              live / 1048576.0, footprint / 1048576.0, meta / 1048576.0, pmrt_eff,
-              usable / 1048576.0, (usable - live) / 1048576.0, frag / 1048576.0);
-  std::printf("malloc  %.1f MiB live, RSS grew %.1f MiB (efficiency %.3f); mallinfo2 %.1f MiB "
-              "(efficiency %.3f)\n",
-              m[0] / 1048576.0, m[1] / 1048576.0, rss_eff, m[2] / 1048576.0, mi_eff);
+  std::printf(
+      "pmrt    %.1f MiB live in %.1f MiB of chunks (+%.1f MiB metadata): efficiency %.3f; "
+      "blocks' usable bytes %.1f MiB (size rounding %.1f MiB), free inside small-block "
+      "chunks %.1f MiB\n",
+      live / 1048576.0, footprint / 1048576.0, meta / 1048576.0, pmrt_eff, usable / 1048576.0,
+      (usable - live) / 1048576.0, frag / 1048576.0);
+  std::printf(
+      "malloc  %.1f MiB live, RSS grew %.1f MiB (efficiency %.3f); mallinfo2 %.1f MiB "
+      "(efficiency %.3f)\n",
+      m[0] / 1048576.0, m[1] / 1048576.0, rss_eff, m[2] / 1048576.0, mi_eff);
   std::printf("pmrt / malloc (RSS): %.3f\n", pmrt_eff / rss_eff);
   if (!a.json.empty()) {
     FILE* j = std::fopen(a.json.c_str(), "a");
     if (j != nullptr) {
-      std::fprintf(j,
-                   "{\"bench\": \"space\", \"live_mb\": %lu, \"churn\": %lu, \"seed\": %lu, "
-                   "\"pmrt_live\": %lu, \"pmrt_chunk_bytes\": %lu, \"pmrt_meta_bytes\": %lu, "
-                   "\"pmrt_efficiency\": %.4f, \"pmrt_usable_bytes\": %lu, "
-                   "\"pmrt_free_in_small_chunks\": %lu, \"malloc_live\": %lu, \"malloc_rss_bytes\": %lu, "
-                   "\"malloc_mallinfo_bytes\": %lu, \"malloc_rss_efficiency\": %.4f, "
-                   "\"malloc_mallinfo_efficiency\": %.4f}\n",
-                   static_cast<unsigned long>(a.live_mb), static_cast<unsigned long>(a.churn),
-                   static_cast<unsigned long>(a.seed), static_cast<unsigned long>(live),
-                   static_cast<unsigned long>(footprint), static_cast<unsigned long>(meta),
-                   pmrt_eff, static_cast<unsigned long>(usable), static_cast<unsigned long>(frag),
-                   static_cast<unsigned long>(m[0]), static_cast<unsigned long>(m[1]),
-                   static_cast<unsigned long>(m[2]), rss_eff, mi_eff);
+      std::fprintf(
+          j,
+          "{\"bench\": \"space\", \"live_mb\": %lu, \"churn\": %lu, \"seed\": %lu, "
+          "\"pmrt_live\": %lu, \"pmrt_chunk_bytes\": %lu, \"pmrt_meta_bytes\": %lu, "
+          "\"pmrt_efficiency\": %.4f, \"pmrt_usable_bytes\": %lu, "
+          "\"pmrt_free_in_small_chunks\": %lu, \"malloc_live\": %lu, \"malloc_rss_bytes\": %lu, "
+          "\"malloc_mallinfo_bytes\": %lu, \"malloc_rss_efficiency\": %.4f, "
+          "\"malloc_mallinfo_efficiency\": %.4f}\n",
+          static_cast<unsigned long>(a.live_mb), static_cast<unsigned long>(a.churn),
+          static_cast<unsigned long>(a.seed), static_cast<unsigned long>(live),
+          static_cast<unsigned long>(footprint), static_cast<unsigned long>(meta), pmrt_eff,
+          static_cast<unsigned long>(usable), static_cast<unsigned long>(frag),
+          static_cast<unsigned long>(m[0]), static_cast<unsigned long>(m[1]),
+          static_cast<unsigned long>(m[2]), rss_eff, mi_eff);
       std::fclose(j);
     }
   }

@@ -124,7 +124,8 @@ int Run(const Args& a, uint64_t size, FILE* json) {
     }
     opens.push_back(ms);
     steps = (*rt)->open_times();
-    recovery_ms = std::chrono::duration<double, std::milli>((*rt)->engine().stats().recovery_time).count();
+    recovery_ms =
+        std::chrono::duration<double, std::milli>((*rt)->engine().stats().recovery_time).count();
     (void)(*rt)->Close();
   }
   std::sort(opens.begin(), opens.end());
@@ -135,10 +136,11 @@ int Run(const Args& a, uint64_t size, FILE* json) {
       static_cast<unsigned long>(size >> 20), static_cast<unsigned long>(a.txns), a.words, run_s,
       busy_owned / 1048576.0, owned / 1048576.0, in_use / 1048576.0, budget / 1048576.0, opens[2],
       opens.back());
-  std::printf("  last open: pool %.2f ms, epochs %.2f ms, heap %.2f ms, engine %.2f ms "
-              "(recovery %.2f ms), catalog %.2f ms\n",
-              Ms(steps.pool), Ms(steps.epochs), Ms(steps.heap), Ms(steps.engine), recovery_ms,
-              Ms(steps.catalog));
+  std::printf(
+      "  last open: pool %.2f ms, epochs %.2f ms, heap %.2f ms, engine %.2f ms "
+      "(recovery %.2f ms), catalog %.2f ms\n",
+      Ms(steps.pool), Ms(steps.epochs), Ms(steps.heap), Ms(steps.engine), recovery_ms,
+      Ms(steps.catalog));
   if (json != nullptr) {
     std::fprintf(json,
                  "{\"bench\": \"txn-reopen\", \"pool_bytes\": %lu, \"txns\": %lu, \"words\": %d, "
@@ -148,9 +150,8 @@ int Run(const Args& a, uint64_t size, FILE* json) {
                  "\"reopen_ms_max\": %.3f}\n",
                  static_cast<unsigned long>(size), static_cast<unsigned long>(a.txns), a.words,
                  static_cast<unsigned long>(a.array), run_s, static_cast<unsigned long>(busy_owned),
-                 static_cast<unsigned long>(owned),
-                 static_cast<unsigned long>(in_use), static_cast<unsigned long>(budget), opens[2],
-                 opens.back());
+                 static_cast<unsigned long>(owned), static_cast<unsigned long>(in_use),
+                 static_cast<unsigned long>(budget), opens[2], opens.back());
     std::fflush(json);
   }
   std::remove(path.c_str());

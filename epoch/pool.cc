@@ -150,8 +150,8 @@ absl::Status PreadFull(int fd, void* buf, size_t len, off_t off, std::string_vie
 // refuse MAP_SYNC and get a plain shared mapping.
 // Maps [off, off + len) of the file at `at` (MAP_FIXED), MAP_SYNC first for DAX.
 void* MapSharedAt(int fd, void* at, size_t len, off_t off) {
-  void* p = mmap(at, len, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC | MAP_FIXED, fd,
-                 off);
+  void* p =
+      mmap(at, len, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC | MAP_FIXED, fd, off);
   if (p != MAP_FAILED) return p;
   return mmap(at, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, off);
 }
@@ -463,9 +463,9 @@ absl::StatusOr<uint64_t> PoolSizeOf(const PoolHeader& h, const PoolState& s, uin
   }
   const uint64_t size = grown != 0 ? grown : h.pool_size;
   if (available < size) {
-    return DataLoss(name, absl::StrFormat("truncated: %d bytes, but the %s %d", available,
-                                          grown != 0 ? "pool has grown to" : "header says the pool is",
-                                          size));
+    return DataLoss(
+        name, absl::StrFormat("truncated: %d bytes, but the %s %d", available,
+                              grown != 0 ? "pool has grown to" : "header says the pool is", size));
   }
   return size;
 }
@@ -967,8 +967,8 @@ absl::Status Pool::ExtendFile(size_t old_size, size_t new_size) {
   // new bytes are zeroes whatever that growth wrote.
   if (ftruncate(fd_, static_cast<off_t>(old_size)) != 0 ||
       ftruncate(fd_, static_cast<off_t>(new_size)) != 0) {
-    return ErrnoError(errno, path_, absl::StrFormat("cannot extend the pool file to %d bytes",
-                                                    new_size));
+    return ErrnoError(errno, path_,
+                      absl::StrFormat("cannot extend the pool file to %d bytes", new_size));
   }
   auto undo = [&] { (void)!ftruncate(fd_, static_cast<off_t>(old_size)); };
   if (int err = sparse_ ? 0

@@ -443,9 +443,10 @@ int GrowCommand(const std::vector<std::string>& args) {
   const std::optional<uint64_t> bytes =
       ParseByteCount(relative ? std::string_view(size_arg).substr(1) : std::string_view(size_arg));
   if (a->pool.empty() || !bytes.has_value()) {
-    std::fprintf(stderr, "pmrt grow: %s\nusage:\n%s",
-                 size_arg.empty() ? "missing SIZE" : absl::StrCat("bad SIZE '", size_arg, "'").c_str(),
-                 kInspectUsage);
+    std::fprintf(
+        stderr, "pmrt grow: %s\nusage:\n%s",
+        size_arg.empty() ? "missing SIZE" : absl::StrCat("bad SIZE '", size_arg, "'").c_str(),
+        kInspectUsage);
     return kExitUsage;
   }
   int status = kExitOk;

@@ -53,7 +53,7 @@ struct PoolReport {
   std::string path, layout, uuid, backend;
   uint32_t format_major = 0, format_minor = 0;
   uint64_t size = 0, create_time_ns = 0, open_count = 0;
-  uint64_t created_size = 0;  // the header's size; less than `size` once the pool has grown
+  uint64_t created_size = 0;   // the header's size; less than `size` once the pool has grown
   bool clean_shutdown = true;  // the previous run closed the pool
   struct Region {
     const char* name;

@@ -182,8 +182,8 @@ absl::Status Engine::Impl::Reclaim(bool advance, bool idle) {
   // An idle engine's cycle (BackgroundLoop): no transaction has run for a while, so every word
   // past the touch slack goes cold and the compacted log shrinks to nothing.
   const uint64_t age = mutation::Swapped(txn_detail::kSlackMutant) ? 0
-                       : idle ? touch_slack
-                                     : std::max<uint64_t>(cold_age, touch_slack);
+                       : idle                                      ? touch_slack
+                              : std::max<uint64_t>(cold_age, touch_slack);
   // Fast lines unmarked by earlier cycles whose epoch has completed: their words may go cold now
   // (docs/txn.md, "Fast lines").
   for (auto it = unmarked_.begin(); it != unmarked_.end();) {

@@ -1268,8 +1268,8 @@ template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine, class Ops>
   // line does not wait for the line (our reading of the gain: a freed block comes back from the
   // reclaimer, whose core read its lines last; the floor's ring, which no other core reads, did
   // not slow down at 64 MiB instead of 1 MiB). Past the block's end it fetches
-  // another block's line, or none: a hint, never a fault (docs/performance.md, "Round of
-  // 2026-12-02 21:36": K = 1 +3-9%, K = 16 Zipfian +6-8% with the slot's prefetch in add()).
+  // another block's line, or none: a hint, never a fault (docs/performance.md, "Write
+  // prefetches", measures it with the slot's prefetch in add()).
   txn_detail::PrefetchForWrite(at + kLogWriteAhead);
   // (at == BlockAt(log.tail) + log.pos, as read again below; kOne keeps what it needs of the
   // chain in registers instead, the position to publish among them.)

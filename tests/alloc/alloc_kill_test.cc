@@ -233,9 +233,10 @@ TEST(AllocKillTest, APoolThatGrowsLosesNothingAcrossSigkill) {
   if (kills >= 100) {
     EXPECT_GT(t.full_heaps, 0u) << "the pool never filled at its largest";
   }
-  std::printf("%d kills over a 2 MiB pool growing to 24 MiB, %lu heap operations, %lu growths, "
-              "%lu full heaps\n",
-              kills, t.total_ops, t.growths, t.full_heaps);
+  std::printf(
+      "%d kills over a 2 MiB pool growing to 24 MiB, %lu heap operations, %lu growths, "
+      "%lu full heaps\n",
+      kills, t.total_ops, t.growths, t.full_heaps);
 }
 
 }  // namespace

@@ -251,7 +251,8 @@ TEST_F(GrowTest, AnInterruptedGrowthLeavesTheOldSizeAndTheNextGrowthReusesTheTai
 // free = heap - used), and the pool serves a final allocation of its largest free run and of
 // every size class whose chunks have room, up to the fragmentation the stats report. Then the
 // same pool, reopened, grows and serves more.
-class FillTest : public GrowTest, public ::testing::WithParamInterface<std::tuple<BackendKind, size_t>> {};
+class FillTest : public GrowTest,
+                 public ::testing::WithParamInterface<std::tuple<BackendKind, size_t>> {};
 
 // Every block of `stamped` is live with its stamps, and so is every block of `other`; the
 // heap's stats add up with its walk.
@@ -343,14 +344,15 @@ TEST_P(FillTest, AFullPoolIsConsistentAndServesWhatItsFreeBytesAllow) {
   ExpectHeld((*rt)->heap(), live, txn_blocks);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Backends, FillTest,
-    ::testing::Combine(::testing::Values(BackendKind::kMsync, BackendKind::kPmem, BackendKind::kEadr),
-                       ::testing::Values(size_t{8} << 20, size_t{32} << 20)),
-    [](const auto& tp) {
-      return std::string(BackendName(std::get<0>(tp.param))) +
-             std::to_string(std::get<1>(tp.param) >> 20) + "MiB";
-    });
+INSTANTIATE_TEST_SUITE_P(Backends, FillTest,
+                         ::testing::Combine(::testing::Values(BackendKind::kMsync,
+                                                              BackendKind::kPmem,
+                                                              BackendKind::kEadr),
+                                            ::testing::Values(size_t{8} << 20, size_t{32} << 20)),
+                         [](const auto& tp) {
+                           return std::string(BackendName(std::get<0>(tp.param))) +
+                                  std::to_string(std::get<1>(tp.param) >> 20) + "MiB";
+                         });
 
 // Transactions and an index over a pool that starts small: every write lands, some of them in
 // grown space (the transaction layer's word index covers every word the pool can grow to), and

@@ -1298,8 +1298,12 @@ absl::StatusOr<PoolView> Observe(uint8_t* base, size_t size) {
     if (pool.status().code() != absl::StatusCode::kDataLoss) return pool.status();
     return PoolView{};
   }
-  return PoolView{layout, (*pool)->was_clean_shutdown() ? 1u : 0u, (*pool)->open_count() - 1,
-                  (*pool)->state().root_type_size.value.load(), content, (*pool)->size()};
+  return PoolView{layout,
+                  (*pool)->was_clean_shutdown() ? 1u : 0u,
+                  (*pool)->open_count() - 1,
+                  (*pool)->state().root_type_size.value.load(),
+                  content,
+                  (*pool)->size()};
 }
 
 struct Fence {
@@ -1441,8 +1445,8 @@ ScenarioResult RunPoolScenario() {
           {{Site("pool.grow.zero.fence"), view("a", 0, 1, kRoot, with_heap)},
            {Site("pool.grow.commit.fence"), view("a", 0, 1, kRoot, with_heap, kGrown)}},
           [&] {
-            pool->SetGrowthListener({[](uint64_t, uint64_t) { return absl::OkStatus(); },
-                                     [](uint64_t, uint64_t) {}});
+            pool->SetGrowthListener(
+                {[](uint64_t, uint64_t) { return absl::OkStatus(); }, [](uint64_t, uint64_t) {}});
             EXPECT_OK(pool->Grow(kGrown));
             EXPECT_EQ(pool->size(), kGrown);
           });

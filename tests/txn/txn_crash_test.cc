@@ -309,7 +309,7 @@ Config PmemConfig(RecordWrites writes) {
 struct Outcome : pmrt::testing::CrashOutcome {
   uint64_t commits = 0, cycles = 0, full_cycles = 0, snapshots = 0, lines_marked = 0,
            lines_unmarked = 0;
-  uint64_t padded = 0;  // records of one declaration padded to a line, seen in the logs
+  uint64_t padded = 0;           // records of one declaration padded to a line, seen in the logs
   uint64_t blocks_returned = 0;  // log blocks given back to the heap during the run
 };
 

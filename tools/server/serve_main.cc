@@ -19,7 +19,8 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: pmrt serve POOL [--port P] [--bind ADDR] [--create-size BYTES] [--grow-by BYTES]\n"
-    "                       [--epoch-ms N] [--threads N] [--max-clients N] [--max-bulk BYTES] [--max-key BYTES]\n"
+    "                       [--epoch-ms N] [--threads N] [--max-clients N] [--max-bulk BYTES] "
+    "[--max-key BYTES]\n"
     "                       [--max-reply BYTES] [--timeout SECONDS]\n"
     "\n"
     "Serves the key-value tree of POOL over RESP2 (the Redis protocol; redis-cli and\n"

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <bit>
-#include <functional>
 #include <cstring>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "epoch/crc32c.h"
