@@ -26,8 +26,9 @@
 // undo record (one per epoch) is enough. At open the epochs after `completed` are recorded as
 // failed (c+1, and c+2 for good measure: it never holds changes).
 //
-// Thread safety: everything here may be called from any thread. A Guard must not be held while
-// calling Advance() or Sync() on the same thread (they wait for guards to end).
+// Thread safety: everything here may be called from any thread. Advance() or Sync() while the
+// calling thread holds a Guard would wait for that guard for ever: they return
+// kFailedPrecondition instead.
 #ifndef PMRT_EPOCH_EPOCH_H_
 #define PMRT_EPOCH_EPOCH_H_
 

@@ -7,6 +7,7 @@
 //   pmrt dump POOL [--limit N] [--from KEY] [--hex | --json]   keys and values in order
 //   pmrt bench [YCSB options] [--json FILE]          the YCSB driver (tools/bench_cmd.h)
 //   pmrt demo [POOL]                                 the README's demo (tools/demo.h)
+//   pmrt serve POOL [options]                        the RESP2 server (tools/server/serve_main.h)
 //
 // docs/tool.md describes each. Errors print one line naming the file and the problem, and exit
 // with status 1 (2 for usage; 3 when info, check or dump cannot open the pool).
