@@ -430,11 +430,12 @@ uint64_t LogStore::ReturnFree(size_t keep) {
     size_t j = i;
     while (j < give.size() && give[j] / 8 == line) ++j;
     // The line's old entries go to the external undo log first (durable in Snapshot): a failed
-    // epoch restores them, and the heap's frees of this epoch are rolled back with it. The mark
-    // is this call's own: each line is logged once here.
-    std::atomic<uint64_t> mark{0};
+    // epoch restores them, and the heap's frees of this epoch are rolled back with it. Once per
+    // line per epoch (its mark): a second snapshot in the same epoch would hold the entries the
+    // first return zeroed, and restoring it would leave that return's blocks allocated in the
+    // heap and in no table.
     uint64_t* entries = &table_[line * 8];
-    if (!epochs_.log().Snapshot(entries, 64, &mark).ok()) {
+    if (!epochs_.log().Snapshot(entries, 64, &line_marks_[line]).ok()) {
       kept.insert(kept.end(), give.begin() + static_cast<ptrdiff_t>(i), give.end());
       break;
     }

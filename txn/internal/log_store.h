@@ -256,6 +256,10 @@ class LogStore {
   // The epoch of the last ReturnFree and the table lines it undo-logged then (Grow avoids them).
   uint64_t return_epoch_ = 0;
   std::unordered_set<uint32_t> return_lines_;
+  // Per table line, the epoch in which ReturnFree undo-logged it (ExternalLog::Snapshot's mark;
+  // volatile: a mark only needs to hold within the run, as a crash ends the epoch).
+  std::unique_ptr<std::atomic<uint64_t>[]> line_marks_ =
+      std::make_unique<std::atomic<uint64_t>[]>(kTableCapacity / 8);
   std::atomic<uint64_t> in_use_{0};
   std::atomic<uint64_t> peak_{0};
   uint64_t limit_blocks_ = kTableCapacity;
