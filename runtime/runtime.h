@@ -165,8 +165,8 @@ class Runtime {
  public:
   // Opens (or creates, with options.create_size) the pool at `path` and every layer. Errors:
   // the pool's (kNotFound, kFailedPrecondition for another layout, kDataLoss for a corrupt
-  // header, kFailedPrecondition for a pool in use), each layer's recovery errors, kDataLoss when the
-  // root region holds no runtime header of this format, kInvalidArgument for options.
+  // header, kFailedPrecondition for a pool in use), each layer's recovery errors, kDataLoss when
+  // the root region holds no runtime header of this format, kInvalidArgument for options.
   static absl::StatusOr<std::unique_ptr<Runtime>> Open(const std::string& path,
                                                        RuntimeOptions options = {});
   // The same on a pool opened by the caller (an in-memory pool, say); create_size, layout and
