@@ -68,6 +68,7 @@ absl::StatusOr<std::unique_ptr<DurableMasstree>> DurableMasstree::Create(Pool& p
     return leaf_mem.status();
   }
   auto* desc = new (*desc_mem) MasstreeDescriptor{};
+  desc->version = MasstreeDescriptor::kVersion;  // before the policy reads it
   DurablePolicy policy(pool, epochs, desc);
   // Both blocks are new in e: the heap registered their lines dirty, so the boundary that
   // completes e makes them durable; if e fails they are free again (and the caller's link to
@@ -75,7 +76,6 @@ absl::StatusOr<std::unique_ptr<DurableMasstree>> DurableMasstree::Create(Pool& p
   LeafNode* root = LeafNode::Init(*leaf_mem, /*root=*/true, /*locked=*/false, /*low=*/0);
   policy.InitLeaf(root, e);
   desc->magic = MasstreeDescriptor::kMagic;
-  desc->version = MasstreeDescriptor::kVersion;
   desc->leaf_size = sizeof(LeafNode);
   desc->root.store(pool.offset_of(root), std::memory_order_relaxed);
   desc->logged_epoch.store(e, std::memory_order_relaxed);  // new in e: never copied in e
@@ -98,11 +98,13 @@ absl::StatusOr<std::unique_ptr<DurableMasstree>> DurableMasstree::Open(Pool& poo
     return absl::DataLossError(absl::StrCat(pool.path(), ": no Masstree descriptor at offset ",
                                             descriptor, " (bad magic)"));
   }
-  if (desc->version != MasstreeDescriptor::kVersion || desc->leaf_size != sizeof(LeafNode)) {
+  if (desc->version < MasstreeDescriptor::kOldestVersion ||
+      desc->version > MasstreeDescriptor::kVersion || desc->leaf_size != sizeof(LeafNode)) {
     return absl::FailedPreconditionError(absl::StrCat(
         pool.path(), ": Masstree at offset ", descriptor, " has layout version ", desc->version,
-        " and ", desc->leaf_size, "-byte leaves; this build reads version ",
-        MasstreeDescriptor::kVersion, " with ", sizeof(LeafNode), "-byte leaves"));
+        " and ", desc->leaf_size, "-byte leaves; this build reads versions ",
+        MasstreeDescriptor::kOldestVersion, " to ", MasstreeDescriptor::kVersion, " with ",
+        sizeof(LeafNode), "-byte leaves"));
   }
   const uint64_t root = desc->root.load(std::memory_order_acquire);
   if (!AlignedInPool(pool, root, sizeof(LeafNode))) {

@@ -42,6 +42,8 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "ds/internal/node_layout.h"
 #include "ds/internal/tree_check.h"
@@ -109,6 +111,16 @@ class BasicMasstree {
   std::optional<std::string> get(std::string_view key) const;
   // Copies the value under `key` into *value; false when absent (*value untouched).
   bool get(std::string_view key, std::string* value) const;
+  // As get(key, value), comparing the value's checksum first where the tree keeps them (the
+  // durable tree, ds/durable_masstree.h): kDataLoss naming the key when it fails (*value
+  // untouched). True when found, false when absent.
+  absl::StatusOr<bool> get_verified(std::string_view key, std::string* value) const;
+  // True when `value`, a view that this tree's scan or range passed to its callback with `key`,
+  // matches its checksum, or when the tree keeps none. REQUIRES: called inside that callback.
+  bool value_intact(std::string_view key, std::string_view value) const {
+    return !core_.policy.value_checksums() ||
+           ds_internal::ValueChecksum(key, value) == ds_internal::ValueObject::LoadChecksum(value);
+  }
   // The value under `key` as a T (its bytes, as put_as stored them); nullopt when absent or when
   // the stored value is not sizeof(T) bytes.
   template <class T>
@@ -141,10 +153,13 @@ class BasicMasstree {
   // counts its keys once, at the first call.
   size_t size() const;
 
-  // Structural check (ds/internal/tree_check.h), including size() against the keys found;
-  // fills *shape when given; `visitor` (may be null) sees every node and value object the
-  // check reaches. REQUIRES: no writer runs concurrently.
-  absl::Status CheckInvariants(TreeShape* shape = nullptr, TreeVisitor* visitor = nullptr) const;
+  // Structural check (ds/internal/tree_check.h) and, where the tree keeps them, value checksums
+  // (kDataLoss when only those fail), including size() against the keys found; fills *shape
+  // when given, with what was found up to a failure; `visitor` (may be null) sees every node and
+  // value object the check reaches. REQUIRES: no writer runs concurrently. `values` false checks
+  // the structure alone (no value checksums: what a reader needs before it trusts the links).
+  absl::Status CheckInvariants(TreeShape* shape = nullptr, TreeVisitor* visitor = nullptr,
+                               bool values = true) const;
 
   A& allocator() { return alloc_; }
   const Policy& policy() const { return core_.policy; }
@@ -248,6 +263,26 @@ bool BasicMasstree<A>::get(std::string_view key, std::string* value) const {
   Guard g(alloc_);
   const ds_internal::ValueObject* v = ds_internal::Lookup(core_, key);
   if (v == nullptr) return false;
+  value->assign(v->value());
+  return true;
+}
+
+template <IsNodeAllocator A>
+absl::StatusOr<bool> BasicMasstree<A>::get_verified(std::string_view key,
+                                                    std::string* value) const {
+  Guard g(alloc_);
+  const ds_internal::ValueObject* v = ds_internal::Lookup(core_, key);
+  if (v == nullptr) return false;
+  if (!value_intact(key, v->value())) {
+    std::string where;
+    if constexpr (kDurable) {
+      where = absl::StrCat(" at offset ", reinterpret_cast<uintptr_t>(v) - core_.policy.base());
+    }
+    return absl::DataLossError(
+        absl::StrCat("the value object", where, " of key \"",
+                     absl::CHexEscape(absl::string_view(key.data(), key.size())), "\" (",
+                     v->value_len, " bytes) fails its checksum"));
+  }
   value->assign(v->value());
   return true;
 }
@@ -360,11 +395,19 @@ size_t BasicMasstree<A>::size() const {
 }
 
 template <IsNodeAllocator A>
-absl::Status BasicMasstree<A>::CheckInvariants(TreeShape* shape, TreeVisitor* visitor) const {
+absl::Status BasicMasstree<A>::CheckInvariants(TreeShape* shape, TreeVisitor* visitor,
+                                               bool values) const {
   Guard g(alloc_);
   TreeShape found;
-  if (absl::Status s = ds_internal::CheckTree(core_, &found, visitor); !s.ok()) return s;
-  if (shape != nullptr) *shape = found;
+  absl::Status s = ds_internal::CheckTree(core_, &found, visitor, values);
+  if (shape != nullptr) *shape = found;  // what was found so far, also on a failure
+  if (!s.ok() && s.code() != absl::StatusCode::kDataLoss) return s;
+  // A reopened tree not yet counted takes the check's count (no writer runs): size() below
+  // does not walk the tree a second time.
+  int64_t unknown = kUnknownCount;
+  base_count_.compare_exchange_strong(unknown, static_cast<int64_t>(found.keys) - core_.size.Sum(),
+                                      std::memory_order_acq_rel);
+  if (!s.ok()) return s;
   if (found.keys != size()) {
     return absl::InternalError(
         absl::StrCat("size() is ", size(), " but the tree holds ", found.keys, " keys"));

@@ -399,34 +399,50 @@ int DumpCommand(const std::vector<std::string>& args) {
     std::fprintf(stderr, "pmrt dump: %s: the pool holds no key-value tree yet\n", a->pool.c_str());
     return Finish("dump", *view, kExitOk);
   }
+  // The structure is checked before anything is read through it (a corrupt pool's links may
+  // point anywhere): a tree that fails is not walked. Values that fail their checksum are named
+  // on stderr and left out, never printed as if they were the data written.
+  if (absl::Status st = view->tree()->CheckInvariants();
+      !st.ok() && st.code() != absl::StatusCode::kDataLoss) {
+    std::fprintf(stderr, "pmrt dump: %s: the tree fails its check, nothing dumped: %s\n",
+                 a->pool.c_str(), std::string(st.message()).c_str());
+    return Finish("dump", *view, kExitFailed);
+  }
   // One key past the limit tells whether more follow (and which key to continue --from).
   const size_t limit = a->limit == 0 ? SIZE_MAX : static_cast<size_t>(a->limit);
-  size_t shown = 0;
+  size_t shown = 0, bad = 0;
   std::optional<std::string> next;
-  view->tree()->scan(a->from.value_or(""), limit == SIZE_MAX ? SIZE_MAX : limit + 1,
-                     [&](std::string_view key, std::string_view value) {
-                       if (shown == limit) {
-                         next = std::string(key);
-                         return false;
-                       }
-                       ++shown;
-                       if (a->json) {
-                         std::printf("{\"key\":%s,\"value\":%s}\n", JsonString(key).c_str(),
-                                     JsonString(value).c_str());
-                       } else if (a->hex) {
-                         std::printf("%s\t%s\n", HexBytes(key).c_str(), HexBytes(value).c_str());
-                       } else {
-                         std::printf("%s\t%s\n", EscapeBytes(key).c_str(),
-                                     EscapeBytes(value).c_str());
-                       }
-                       return true;
-                     });
+  const ds::DurableMasstree& tree = *view->tree();
+  tree.scan(a->from.value_or(""), limit == SIZE_MAX ? SIZE_MAX : limit + 1,
+            [&](std::string_view key, std::string_view value) {
+              if (shown == limit) {
+                next = std::string(key);
+                return false;
+              }
+              ++shown;
+              if (!tree.value_intact(key, value)) {
+                ++bad;
+                std::fflush(stdout);
+                std::fprintf(stderr,
+                             "pmrt dump: %s: the value of key \"%s\" fails its checksum "
+                             "(not shown)\n",
+                             a->pool.c_str(), EscapeBytes(key).c_str());
+              } else if (a->json) {
+                std::printf("{\"key\":%s,\"value\":%s}\n", JsonString(key).c_str(),
+                            JsonString(value).c_str());
+              } else if (a->hex) {
+                std::printf("%s\t%s\n", HexBytes(key).c_str(), HexBytes(value).c_str());
+              } else {
+                std::printf("%s\t%s\n", EscapeBytes(key).c_str(), EscapeBytes(value).c_str());
+              }
+              return true;
+            });
   if (next.has_value()) {
     std::fflush(stdout);
     std::fprintf(stderr, "pmrt dump: %zu key%s shown, more follow: --from '%s' continues\n", shown,
                  shown == 1 ? "" : "s", EscapeBytes(*next).c_str());
   }
-  return Finish("dump", *view, kExitOk);
+  return Finish("dump", *view, bad == 0 ? kExitOk : kExitFailed);
 }
 
 int GrowCommand(const std::vector<std::string>& args) {

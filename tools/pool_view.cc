@@ -410,7 +410,16 @@ void PoolView::CheckHeapAndTree(CheckReport& r) const {
     return;
   }
   ds::TreeShape shape;
-  if (absl::Status st = tree_->CheckInvariants(&shape, &objects); !st.ok()) {
+  if (absl::Status st = tree_->CheckInvariants(&shape, &objects);
+      st.code() == absl::StatusCode::kDataLoss) {
+    // The structure holds; values fail their checksums: each named, and the walk goes on.
+    r.problems.push_back(absl::StrCat("tree (descriptor at offset ", tree_->descriptor(),
+                                      "): ", shape.bad_checksums, " of ", shape.checksummed_values,
+                                      " values fail their checksum"));
+    for (const std::string& f : shape.checksum_failures) {
+      r.problems.push_back(absl::StrCat("value: ", f));
+    }
+  } else if (!st.ok()) {
     r.problems.push_back(
         absl::StrCat("tree (descriptor at offset ", tree_->descriptor(), "): ", st.message()));
     r.skipped.push_back("reachability: not checked (the tree is not intact)");

@@ -61,10 +61,14 @@ struct LeafEpoch {
 //   line 0  magic | version, leaf_size | root | logged_epoch | reserved[4]
 //
 // `root` is the pool offset of layer 0's root node; it changes when that root splits, after the
-// descriptor is copied to the external log (logged_epoch is the copy's mark).
+// descriptor is copied to the external log (logged_epoch is the copy's mark). Version 2 trees
+// write a checksum trailer into every value object (value_ref.h); version 1 trees, created by
+// older builds, have none and are read and written without it.
 struct alignas(64) MasstreeDescriptor {
   static constexpr uint64_t kMagic = 0x45455254534D4D50ull;  // "PMMSTREE"
-  static constexpr uint32_t kVersion = 1;
+  static constexpr uint32_t kVersion = 2;
+  static constexpr uint32_t kFirstChecksumVersion = 2;
+  static constexpr uint32_t kOldestVersion = 1;
   uint64_t magic;                      // kMagic
   uint32_t version;                    // kVersion
   uint32_t leaf_size;                  // sizeof(LeafNode): a layout check
@@ -129,6 +133,8 @@ class DurablePolicy {
   const Persister& persister() const { return p_; }
   MasstreeDescriptor* descriptor() const { return desc_; }
   DurableStats stats() const;
+  // Value objects carry the checksum trailer (a tree of descriptor version 2 or later).
+  bool value_checksums() const { return checksums_; }
 
   // Lazy recovery: repairs `n` if this execution has not yet (its version word, and for a leaf
   // the in-line logs of a failed epoch). Fast path: one acquire load of a word in the node's
@@ -187,6 +193,7 @@ class DurablePolicy {
   uint64_t x_;                // execution_first
   uint64_t ready_leaf_word_;  // LeafEpoch::Make(x_, 0): a leaf word below it needs repair
   MasstreeDescriptor* desc_;
+  bool checksums_;
   std::unique_ptr<epoch::RecoveryLocks> locks_;
   std::unique_ptr<Counters> counters_;
 };

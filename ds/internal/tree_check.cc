@@ -4,9 +4,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "ds/internal/durable_policy.h"
+#include "ds/internal/key_slice.h"
 #include "ds/internal/node_layout.h"
+#include "ds/internal/tree_split.h"
+#include "ds/internal/value_ref.h"
 #include "epoch/pool.h"
 
 namespace pmrt::ds_internal {
@@ -39,7 +43,8 @@ struct Range {
 template <class P>
 class Checker {
  public:
-  Checker(const P& p, TreeVisitor* visitor) : p_(p), visitor_(visitor) {}
+  Checker(const P& p, TreeVisitor* visitor, bool values)
+      : p_(p), visitor_(visitor), values_(values) {}
 
   // The durable tree's links are pool offsets that a corrupt pool may set to anything: each is
   // checked to lie inside the pool (`bytes` from the target on) before it is read through.
@@ -58,6 +63,9 @@ class Checker {
   }
 
   absl::Status CheckLayer(NodeHeader* entry, int depth) {
+    if (depth > kMaxCheckedLayers) {
+      return Fail(entry, depth, absl::StrCat("more than ", kMaxCheckedLayers, " layers"));
+    }
     NodeHeader* root = entry;
     p_.Ready(root);
     for (int climbs = 0; !NodeVersion::IsRoot(root->version.Load()); ++climbs) {
@@ -91,6 +99,12 @@ class Checker {
 
   absl::Status CheckNode(NodeHeader* n, InteriorNode* parent, Range range, int depth, int level,
                          int* leaf_level, std::vector<LeafNode*>* leaves) {
+    // A node reached twice (linked from two places, or in a cycle) would be walked again, for
+    // ever in a cycle: each node is reached once, before anything else reads it.
+    if (!seen_.insert(n).second) return Fail(n, depth, "node reached twice");
+    if (level > kMaxLevels) {
+      return Fail(n, depth, absl::StrCat("more than ", kMaxLevels, " levels in one layer"));
+    }
     p_.Ready(n);
     const uint64_t v = n->version.Load();
     if (v & kBadBits) return Fail(n, depth, "version locked, dirty or deleted");
@@ -166,32 +180,65 @@ class Checker {
   absl::Status CheckSlot(LeafNode* leaf, int slot, int depth) {
     const uint8_t kx = leaf->keylenx[slot].load(std::memory_order_relaxed);
     const uint64_t bits = leaf->lv[slot].load(std::memory_order_relaxed);
+    const uint64_t slice = leaf->ikey[slot].load(std::memory_order_relaxed);
     if (kx > kKeyLenLayer) return Fail(leaf, depth, "bad keylenx");
     if (bits == 0) return Fail(leaf, depth, "null value or layer link");
+    const size_t mark = prefix_.size();
     if (kx == kKeyLenLayer) {
       NodeHeader* layer = DecodeLink<NodeHeader>(p_, bits);
       if (auto s = CheckLink(leaf, depth, layer, kNodeBytes, kCacheLine, "layer"); !s.ok()) {
         return s;
       }
-      return CheckLayer(layer, depth + 1);
+      AppendSliceBytes(prefix_, slice, kSliceBytes);
+      absl::Status s = CheckLayer(layer, depth + 1);
+      prefix_.resize(mark);
+      return s;
     }
     const ValueObject* value = ValueRef::FromBits(bits).get(p_);
     if (auto s = CheckLink(leaf, depth, value, sizeof(ValueObject), ValueObject::kAlign, "value");
         !s.ok()) {
       return s;
     }
-    if (auto s = CheckLink(leaf, depth, value, value->size(), ValueObject::kAlign, "value");
-        !s.ok()) {
+    const size_t bytes = ValueBytes(p_, value);
+    if (auto s = CheckLink(leaf, depth, value, bytes, ValueObject::kAlign, "value"); !s.ok()) {
       return s;
     }
     if ((kx == kKeyLenSuffix) != (value->suffix_len > 0)) {
       return Fail(leaf, depth, "suffix present iff the key continues past the slice");
     }
+    if (values_ && p_.value_checksums()) CheckValue(leaf, slot, depth, kx, slice, value);
     if (visitor_ != nullptr) {
-      if (auto s = visitor_->Value(value, value->size(), leaf, slot); !s.ok()) return s;
+      if (auto s = visitor_->Value(value, bytes, leaf, slot); !s.ok()) return s;
     }
     ++shape_.keys;
     return absl::OkStatus();
+  }
+
+  // The value's checksum trailer against the full key this slot spells and the value bytes.
+  // A mismatch is counted and the walk goes on (the structure is still checked).
+  void CheckValue(LeafNode* leaf, int slot, int depth, uint8_t kx, uint64_t slice,
+                  const ValueObject* value) {
+    const size_t mark = prefix_.size();
+    AppendSliceBytes(prefix_, slice, kx == kKeyLenSuffix ? kSliceBytes : kx);
+    prefix_.append(value->suffix());
+    ++shape_.checksummed_values;
+    if (ValueChecksum(prefix_, value->value()) != value->checksum()) {
+      ++shape_.bad_checksums;
+      if (shape_.checksum_failures.size() < TreeShape::kMaxListedFailures) {
+        shape_.checksum_failures.push_back(
+            absl::StrCat(Where(p_, leaf, depth), "slot ", slot, ": the value object at ",
+                         ObjectName(value), " (", value->value_len, " bytes) fails its checksum"));
+      }
+    }
+    prefix_.resize(mark);
+  }
+
+  std::string ObjectName(const void* obj) const {
+    if constexpr (P::kDurable) {
+      return absl::StrCat("offset ", EncodeLink(p_, obj));
+    } else {
+      return absl::StrCat("address ", reinterpret_cast<uintptr_t>(obj));
+    }
   }
 
   // Durable: the in-line logs are well formed (LeafEpoch, PackedValLog).
@@ -230,14 +277,18 @@ class Checker {
 
   const P& p_;
   TreeVisitor* visitor_;
+  const bool values_;
   TreeShape shape_;
+  std::string prefix_;                           // bytes of the layers above the one being checked
+  absl::flat_hash_set<const NodeHeader*> seen_;  // every node reached so far
 };
 
 }  // namespace
 
 template <class P>
-absl::Status CheckTree(const TreeCore<P>& tree, TreeShape* shape, TreeVisitor* visitor) {
-  Checker<P> checker(tree.policy, visitor);
+absl::Status CheckTree(const TreeCore<P>& tree, TreeShape* shape, TreeVisitor* visitor,
+                       bool values) {
+  Checker<P> checker(tree.policy, visitor, values);
   NodeHeader* root = tree.Root();
   if (root == nullptr) return absl::InternalError("tree has no root");
   if (auto s = checker.CheckLink(root, 0, root, kNodeBytes, kCacheLine, "root"); !s.ok()) return s;
@@ -247,12 +298,18 @@ absl::Status CheckTree(const TreeCore<P>& tree, TreeShape* shape, TreeVisitor* v
   }
   absl::Status s = checker.CheckLayer(root, 0);
   if (shape != nullptr) *shape = checker.shape();
+  if (s.ok() && checker.shape().bad_checksums > 0) {
+    const TreeShape& found = checker.shape();
+    return absl::DataLossError(
+        absl::StrCat(found.bad_checksums, " of ", found.checksummed_values,
+                     " values fail their checksum; first: ", found.checksum_failures.front()));
+  }
   return s;
 }
 
 template absl::Status CheckTree<TransientPolicy>(const TreeCore<TransientPolicy>&, TreeShape*,
-                                                 TreeVisitor*);
+                                                 TreeVisitor*, bool);
 template absl::Status CheckTree<DurablePolicy>(const TreeCore<DurablePolicy>&, TreeShape*,
-                                               TreeVisitor*);
+                                               TreeVisitor*, bool);
 
 }  // namespace pmrt::ds_internal

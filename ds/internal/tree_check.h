@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "ds/internal/tree_core.h"
@@ -18,6 +20,11 @@ struct TreeShape {
   size_t empty_leaves = 0;  // border nodes without keys
   size_t interiors = 0;     // interior nodes
   int height = 0;           // levels of layer 0 (1: a single border node)
+  // Trees that keep value checksums (value_ref.h): values compared, and those that failed.
+  size_t checksummed_values = 0;
+  size_t bad_checksums = 0;
+  static constexpr size_t kMaxListedFailures = 8;
+  std::vector<std::string> checksum_failures;  // the first kMaxListedFailures, named
 };
 
 // Receives every object a checked tree links to, each time the checker reaches it, after the
@@ -42,17 +49,28 @@ class TreeVisitor {
 // range, its low bound equal to the range's start; the leaf chain (next/prev) equal to the
 // in-order leaves; no version word locked, dirty or deleted; layer links and value objects
 // consistent with keylenx (suffix present exactly for class-9 keys). Fills *shape (may be
-// null). Returns kInternal with the first violation found.
+// null). Returns kInternal with the first violation found. Where the tree keeps value
+// checksums, every value's trailer is compared with the full key its slot spells (the layers'
+// slices, the length class, the suffix) and its bytes; when the structure holds but values fail,
+// the result is kDataLoss naming how many and the first (*shape lists up to eight).
 // The durable tree adds, per border node: the node epoch is not ahead of the current epoch,
 // perm_log is a valid permutation, and each valid value log names a slot of its own line.
 // The durable tree also checks that every link it follows (child, layer, value, leaf chain) lies
 // inside the pool, 64-byte aligned for nodes, before reading through it, and names nodes by
 // pool offset in its errors ("node at offset N"); the transient tree names them by address.
 // `visitor` (may be null) sees every node and value object reached (see TreeVisitor).
-// REQUIRES: no thread modifies the tree during the call; inside a Guard (the durable tree
-// repairs nodes on first access). Instantiated in tree_check.cc for both policies.
+// The walk is bounded whatever the tree holds: a node reached a second time (two links to it, or
+// a cycle) fails the check before it is walked again, and so do a layer deeper than
+// kMaxCheckedLayers and a layer taller than kMaxLevels (tree_split.h: more than any tree holds).
+// `values` false skips the value checksums (the structure alone, reading no value bytes past each
+// object's header). REQUIRES: no thread modifies the tree during the call; inside a Guard (the
+// durable tree repairs nodes on first access). Instantiated in tree_check.cc for both policies.
 template <class P>
-absl::Status CheckTree(const TreeCore<P>& tree, TreeShape* shape, TreeVisitor* visitor = nullptr);
+absl::Status CheckTree(const TreeCore<P>& tree, TreeShape* shape, TreeVisitor* visitor = nullptr,
+                       bool values = true);
+
+// The check's bound on layers: keys that share prefixes of 64 KiB.
+inline constexpr int kMaxCheckedLayers = 8192;
 
 }  // namespace pmrt::ds_internal
 

@@ -27,12 +27,23 @@ namespace pmrt::ds_internal {
 
 enum class PutMode { kUpsert, kInsertIfAbsent };
 
-// A new value object for a key whose bytes after its slice are `suffix`; nullptr when out of
-// memory.
+// A new value object for a key whose bytes after its slice are `suffix`, with the checksum
+// trailer `crc` where the tree keeps one; nullptr when out of memory.
 template <class A, class P>
-ValueObject* NewValue(Writer<A, P>& w, std::string_view suffix, std::string_view value) {
-  void* mem = w.alloc.AllocateValue(ValueObject::SizeFor(suffix.size(), value.size()));
-  return mem == nullptr ? nullptr : ValueObject::Init(mem, suffix, value);
+ValueObject* NewValue(Writer<A, P>& w, std::string_view suffix, std::string_view value,
+                      uint32_t crc) {
+  const bool ck = w.p().value_checksums();
+  void* mem = w.alloc.AllocateValue(ValueObject::SizeFor(suffix.size(), value.size(), ck));
+  if (mem == nullptr) return nullptr;
+  ValueObject* v = ValueObject::Init(mem, suffix, value);
+  if (ck) v->set_checksum(crc);
+  return v;
+}
+// The same for the whole key `key` (the checksum is computed only where the tree keeps one).
+template <class A, class P>
+ValueObject* NewValue(Writer<A, P>& w, std::string_view key, std::string_view suffix,
+                      std::string_view value) {
+  return NewValue(w, suffix, value, w.p().value_checksums() ? ValueChecksum(key, value) : 0);
 }
 
 // Slot `slot` of the locked `leaf` holds a key that continues past its slice (value `old`), and
@@ -46,11 +57,13 @@ WriteOutcome MakeLayer(Writer<A, P>& w, LeafNode* leaf, int slot, const ValueObj
   KeyCursor rest(old->suffix());  // at least one byte: the key continued past the slice
   void* mem = w.alloc.AllocateNode(sizeof(LeafNode), alignof(LeafNode));
   if (mem == nullptr) return WriteOutcome::kNoMemory;
-  ValueObject* moved = NewValue(w, rest.cls() == kClassSuffix ? rest.suffix() : "", old->value());
+  // The full key is unchanged, so is the checksum: the old trailer is copied.
+  ValueObject* moved = NewValue(w, rest.cls() == kClassSuffix ? rest.suffix() : "", old->value(),
+                                p.value_checksums() ? old->checksum() : 0);
   if (moved == nullptr || !p.LogLeaf(leaf, w.epoch)) {  // the slot changes meaning: a copy
     w.alloc.RetireNode(mem, sizeof(LeafNode));          // never published
     if (moved == nullptr) return WriteOutcome::kNoMemory;
-    w.alloc.RetireValue(moved, moved->size());
+    w.alloc.RetireValue(moved, ValueBytes(p, moved));
     return WriteOutcome::kNoLog;
   }
   LeafNode* sub = LeafNode::Init(mem, /*root=*/true, /*locked=*/false, /*low=*/0);
@@ -103,7 +116,7 @@ WriteOutcome PutKey(Writer<A, P>& w, std::string_view key, std::string_view valu
     const int pos = leaf->LowerBound(k.pos(), perm, &found);
     if (!found) {
       const bool long_key = k.cls() == kClassSuffix;
-      ValueObject* nv = NewValue(w, long_key ? k.suffix() : "", value);
+      ValueObject* nv = NewValue(w, key, long_key ? k.suffix() : "", value);
       if (nv == nullptr) {
         leaf->version().Unlock();
         return WriteOutcome::kNoMemory;
@@ -121,7 +134,7 @@ WriteOutcome PutKey(Writer<A, P>& w, std::string_view key, std::string_view valu
         if (out != WriteOutcome::kInserted) leaf->version().Unlock();
       }
       if (out != WriteOutcome::kInserted) {
-        w.alloc.RetireValue(nv, nv->size());  // never published
+        w.alloc.RetireValue(nv, ValueBytes(p, nv));  // never published
         return out;
       }
       w.tree.size.Add(1);
@@ -142,7 +155,7 @@ WriteOutcome PutKey(Writer<A, P>& w, std::string_view key, std::string_view valu
       const WriteOutcome out = MakeLayer(w, leaf, slot, old, &sub);
       leaf->version().Unlock();
       if (out != WriteOutcome::kInserted) return out;
-      w.alloc.RetireValue(old, old->size());
+      w.alloc.RetireValue(old, ValueBytes(p, old));
       entry = sub;
       k.Descend();
       continue;
@@ -151,7 +164,7 @@ WriteOutcome PutKey(Writer<A, P>& w, std::string_view key, std::string_view valu
       leaf->version().Unlock();
       return WriteOutcome::kExists;
     }
-    ValueObject* nv = NewValue(w, kx == kKeyLenSuffix ? k.suffix() : "", value);
+    ValueObject* nv = NewValue(w, key, kx == kKeyLenSuffix ? k.suffix() : "", value);
     if (nv == nullptr) {
       leaf->version().Unlock();
       return WriteOutcome::kNoMemory;
@@ -162,13 +175,13 @@ WriteOutcome PutKey(Writer<A, P>& w, std::string_view key, std::string_view valu
     if (p.UpdateValue(leaf, slot, ValueRef::FromObject(p, nv).bits(), w.epoch) ==
         UpdateKind::kNoLog) {
       leaf->version().Unlock();
-      w.alloc.RetireValue(nv, nv->size());  // never published
+      w.alloc.RetireValue(nv, ValueBytes(p, nv));  // never published
       return WriteOutcome::kNoLog;
     }
     leaf->version().Unlock();
     // (The old object stays allocated until the writer's guard ends: retired, not freed.)
     if (previous != nullptr) previous->assign(old->value());
-    w.alloc.RetireValue(old, old->size());
+    w.alloc.RetireValue(old, ValueBytes(p, old));
     return WriteOutcome::kUpdated;
   }
 }

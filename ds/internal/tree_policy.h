@@ -40,6 +40,7 @@ enum class UpdateKind : uint8_t { kInPlace, kRelocated, kNoLog };
 //   LogParent(node, e): before node's parent link changes (caller holds the old parent's lock).
 //   LogRoot(e): before TreeCore's root word changes.
 //   InitLeaf / InitInterior(node, e): a node created in e, before it is published.
+//   value_checksums(): value objects carry the checksum trailer (value_ref.h).
 template <class P>
 concept IsTreePolicy = requires(const P& p, NodeHeader* h, LeafNode* l, InteriorNode* in,
                                 uint64_t v, int slot, bool b) {
@@ -55,6 +56,7 @@ concept IsTreePolicy = requires(const P& p, NodeHeader* h, LeafNode* l, Interior
   { p.LogRoot(v) } -> std::same_as<bool>;
   p.InitLeaf(l, v);
   p.InitInterior(in, v);
+  { p.value_checksums() } -> std::convertible_to<bool>;
 };
 
 // Durability compiled out: links are addresses, nothing is logged, nothing needs repair.
@@ -80,6 +82,7 @@ struct TransientPolicy {
   bool LogRoot(uint64_t) const { return true; }
   void InitLeaf(LeafNode*, uint64_t) const {}
   void InitInterior(InteriorNode*, uint64_t) const {}
+  static constexpr bool value_checksums() { return false; }
 };
 static_assert(IsTreePolicy<TransientPolicy>);
 

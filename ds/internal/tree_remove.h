@@ -308,7 +308,7 @@ WriteOutcome RemoveKey(Writer<A, P>& w, std::string_view key) {
     perm.RemoveAt(pos);
     p.PublishPerm(leaf, perm.value(), w.epoch, /*removal=*/true);
     leaf->version().Unlock();
-    w.alloc.RetireValue(old, old->size());
+    w.alloc.RetireValue(old, ValueBytes(w.p(), old));
     w.tree.size.Add(-1);
     if (perm.size() == 0) CollectEmpty(w, entries, k, leaf);
     return WriteOutcome::kRemoved;
@@ -336,7 +336,7 @@ void DestroyNode(Writer<A, P>& w, NodeHeader* n) {
         DestroyNode(w, sub);
       } else {
         ValueObject* v = ValueRef::FromBits(bits).get(p);
-        w.alloc.RetireValue(v, v->size());
+        w.alloc.RetireValue(v, ValueBytes(w.p(), v));
       }
     }
     w.alloc.RetireNode(leaf, sizeof(LeafNode));

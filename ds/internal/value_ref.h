@@ -5,10 +5,19 @@
 // key's suffix (the bytes after the slot's slice) when the key is longer than the slice, so a
 // lookup checks the suffix with the same dereference that fetches the value:
 //
-//   +-----------+------------+------------------+-----------------+
-//   | value_len | suffix_len | suffix bytes ... | value bytes ... |
-//   |  uint32   |   uint32   |  suffix_len      |  value_len      |
-//   +-----------+------------+------------------+-----------------+
+//   +-----------+------------+------------------+-----------------+----------+
+//   | value_len | suffix_len | suffix bytes ... | value bytes ... | checksum |
+//   |  uint32   |   uint32   |  suffix_len      |  value_len      |  uint32  |
+//   +-----------+------------+------------------+-----------------+----------+
+//
+// The checksum trailer is written by trees whose policy keeps value checksums (the durable tree,
+// from layout version 2; ValueChecksums below): the CRC32C of the key's length, the whole key
+// (every layer's slice and the suffix) and the value. It is set before the object is published
+// and never changes, so it covers the key bytes in the border node's slot (slice, length class)
+// and the link to the object as well as the value: a changed key, a link to a different object
+// or a changed value all fail the comparison. Moving a key into a new layer moves its object's
+// bytes with the same full key, hence the same checksum. The trailer sits right after the value
+// bytes, so a (key, value view) pair is all a check needs.
 //
 // ValueRef is what the slot stores: the object's address in the transient tree, its 8-byte pool
 // offset in the durable one (DESIGN.md: no raw pointer on media), encoded and decoded against the
@@ -23,7 +32,18 @@
 #include <string_view>
 #include <type_traits>
 
+#include "epoch/crc32c.h"
+
 namespace pmrt::ds_internal {
+
+// The checksum a value object of `key` holding `value` carries (see above).
+inline uint32_t ValueChecksum(std::string_view key, std::string_view value) {
+  const uint32_t n = static_cast<uint32_t>(key.size());
+  uint32_t crc = Crc32c(&n, sizeof(n));
+  crc = Crc32c(key.data(), key.size(), crc);
+  return Crc32c(value.data(), value.size(), crc);
+}
+inline constexpr size_t kValueChecksumBytes = sizeof(uint32_t);
 
 struct ValueObject {
   uint32_t value_len;   // bytes of value
@@ -31,10 +51,11 @@ struct ValueObject {
 
   static constexpr size_t kAlign = 16;
 
-  static size_t SizeFor(size_t suffix_len, size_t value_len) {
-    return sizeof(ValueObject) + suffix_len + value_len;
+  static size_t SizeFor(size_t suffix_len, size_t value_len, bool checksum = false) {
+    return sizeof(ValueObject) + suffix_len + value_len + (checksum ? kValueChecksumBytes : 0);
   }
-  size_t size() const { return SizeFor(suffix_len, value_len); }
+  // Bytes of the object; `checksum` says whether its tree writes the trailer.
+  size_t size(bool checksum = false) const { return SizeFor(suffix_len, value_len, checksum); }
 
   // Builds an object in `mem` (SizeFor(suffix.size(), value.size()) bytes).
   static ValueObject* Init(void* mem, std::string_view suffix, std::string_view value) {
@@ -51,8 +72,25 @@ struct ValueObject {
   std::string_view value() const {
     return {reinterpret_cast<const char*>(this + 1) + suffix_len, value_len};
   }
+  // The checksum trailer. REQUIRES: the object was built with one (SizeFor(..., true) bytes).
+  uint32_t checksum() const { return LoadChecksum(value()); }
+  void set_checksum(uint32_t crc) {
+    std::memcpy(reinterpret_cast<char*>(this + 1) + suffix_len + value_len, &crc, sizeof(crc));
+  }
+  // The trailer of the object whose value() is `value`.
+  static uint32_t LoadChecksum(std::string_view value) {
+    uint32_t crc;
+    std::memcpy(&crc, value.data() + value.size(), sizeof(crc));
+    return crc;
+  }
 };
 static_assert(sizeof(ValueObject) == 8 && std::is_trivially_copyable_v<ValueObject>);
+
+// Bytes of a value object of a tree with policy P (the trailer included where it keeps one).
+template <class P>
+size_t ValueBytes(const P& p, const ValueObject* v) {
+  return v->size(p.value_checksums());
+}
 
 class ValueRef {
  public:

@@ -258,6 +258,54 @@ TEST(ServerLimits, AFullPoolRefusesWritesKeepsReadsAndADelMakesRoom) {
   EXPECT_THAT(s.kv->Close(), pmrt::testing::IsOk());
 }
 
+// --verify-reads: a value whose bytes changed on media is an error reply in GET, in its MGET
+// element and in PMRT.RANGE, never served; the other keys read as written.
+TEST(ServerLimits, VerifiedReadsRefuseADamagedValue) {
+  pmrt::testing::TempDir dir;
+  const std::string path = dir.File("served.pool");
+  {
+    auto kv = tools::KvStore::Open(path, testing::CreatePoolOf(16 << 20));
+    ASSERT_THAT(kv, pmrt::testing::IsOk());
+    ASSERT_NE((*kv)->tree().put("a", "apple-as-written"), ds::PutResult::kNoMemory);
+    ASSERT_NE((*kv)->tree().put("b", "banana-as-written"), ds::PutResult::kNoMemory);
+    ASSERT_THAT((*kv)->Close(), pmrt::testing::IsOk());
+  }
+  const std::optional<std::string> image = pmrt::testing::ReadFile(path);
+  ASSERT_TRUE(image.has_value());
+  const size_t at = image->find("banana-as-written");
+  ASSERT_NE(at, std::string::npos);
+  ASSERT_EQ(image->find("banana-as-written", at + 1), std::string::npos);
+  pmrt::testing::WriteFileAt(path, at, "B");
+
+  ServerOptions opt;
+  opt.threads = 1;
+  opt.verify_reads = true;
+  Served s = Serve(dir, {}, opt);
+  ASSERT_NE(s.server, nullptr);
+  Client c(s.server->port());
+  EXPECT_EQ(c.Call({"GET", "a"})->str, "apple-as-written");
+  auto r = c.Call({"GET", "b"});
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r->IsError());
+  EXPECT_THAT(r->str, StartsWith("ERR the value of key 'b' fails its checksum"));
+  r = c.Call({"MGET", "a", "b", "missing"});
+  ASSERT_TRUE(r && r->type == '*' && r->elements.size() == 3u);
+  EXPECT_EQ(r->elements[0].str, "apple-as-written");
+  EXPECT_TRUE(r->elements[1].IsError());
+  EXPECT_EQ(r->elements[2].ToString(), "(nil)");
+  r = c.Call({"PMRT.RANGE", "", ""});
+  ASSERT_TRUE(r);
+  EXPECT_THAT(r->str, StartsWith("ERR the value of key 'b' fails its checksum"));
+  EXPECT_EQ(c.Call({"CONFIG", "GET", "pmrt-verify-reads"})->ToString(),
+            "[\"pmrt-verify-reads\", \"yes\"]");
+  // Rewriting the key replaces the damaged object.
+  EXPECT_EQ(c.Call({"SET", "b", "banana-again"})->ToString(), "+OK");
+  EXPECT_EQ(c.Call({"GET", "b"})->str, "banana-again");
+  s.server->Stop();
+  EXPECT_THAT(s.kv->tree().CheckInvariants(), pmrt::testing::IsOk());
+  EXPECT_THAT(s.kv->Close(), pmrt::testing::IsOk());
+}
+
 // Long reads work in slices and leave the epoch guard between them: while a SCAN whose MATCH
 // costs |pattern| x |key| per key, and a PMRT.RANGE over a million keys, run, epochs keep
 // completing and another client's writes keep being acknowledged. Counted, not timed: with a

@@ -181,7 +181,8 @@ struct Targets {
   uint64_t ikey_offset = 0;  // of ikey[0] inside a border node
   uint64_t lv_offset = 0;    // of lv[0]
   int first_slot = 0;        // a live slot of `leaf`
-  uint64_t value = 0;        // a value object (16-byte class)
+  uint64_t value = 0;        // a value object
+  uint64_t value_block = 0;  // the size of its heap block
   uint64_t heap_offset = 0, data_offset = 0, chunk_count = 0;
   uint32_t heap_version = 0;
   std::vector<alloc::BlockInfo> blocks;
@@ -215,6 +216,9 @@ Targets Find(const std::string& path) {
   t.chunk_count = hh->chunk_count;
   t.heap_version = hh->version;
   EXPECT_OK((*view)->heap()->Walk([&](const alloc::BlockInfo& b) { t.blocks.push_back(b); }));
+  for (const alloc::BlockInfo& b : t.blocks) {
+    if (b.offset == t.value) t.value_block = b.size;
+  }
   EXPECT_OK((*view)->Close());
   return t;
 }
@@ -250,6 +254,40 @@ TEST_F(CheckTest, WildValueLinkIsReportedNotFollowed) {
                                             wild)));
 }
 
+TEST_F(CheckTest, AChangedValueByteFailsItsChecksum) {
+  const Targets t = Find(path_);
+  ASSERT_NE(t.value, 0u);
+  // The first byte of the value ("value-..."): the structure is intact, the bytes are not.
+  WriteFileAt(path_, t.value + sizeof(ds_internal::ValueObject), "V");
+  const ToolResult r = Check();
+  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr(absl::StrCat("the value object at offset ", t.value)));
+  EXPECT_THAT(r.out, HasSubstr("1 of 400 values fail their checksum"));
+  // dump names the key instead of printing the changed bytes as its value.
+  const ToolResult dump = RunTool({"dump", path_});
+  EXPECT_EQ(dump.status, 1) << dump.out << dump.err;
+  EXPECT_THAT(dump.out, Not(HasSubstr("Value-")));
+  EXPECT_THAT(dump.err, HasSubstr("fails its checksum"));
+}
+
+TEST_F(CheckTest, TwoSwappedValueLinksFailTheirChecksums) {
+  const Targets t = Find(path_);
+  ASSERT_NE(t.leaf, 0u);
+  // Two slots of one border node trade values: every key still links a well-formed object,
+  // each one written for the other key.
+  const std::optional<std::string> image = ReadFile(path_);
+  ASSERT_TRUE(image.has_value());
+  const uint64_t lv = t.leaf + t.lv_offset;
+  const auto* leaf = reinterpret_cast<const ds_internal::LeafNode*>(image->data() + t.leaf);
+  const int a = leaf->perm()[0], b = leaf->perm()[1];
+  WriteFileAt(path_, lv + 8 * static_cast<uint64_t>(a), image->substr(lv + 8 * b, 8));
+  WriteFileAt(path_, lv + 8 * static_cast<uint64_t>(b), image->substr(lv + 8 * a, 8));
+  const ToolResult r = Check();
+  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("2 of 400 values fail their checksum"));
+  EXPECT_THAT(r.out, HasSubstr(absl::StrCat("node at offset ", t.leaf, " in layer 0: slot ")));
+}
+
 TEST_F(CheckTest, FlippedHeapBitmapBitIsALeakAtItsOffset) {
   const Targets t = Find(path_);
   // A free block in the value's chunk: its bit set makes a live block nothing links to.
@@ -261,14 +299,16 @@ TEST_F(CheckTest, FlippedHeapBitmapBitIsALeakAtItsOffset) {
       if (b.offset == off) return true;
     return false;
   };
-  uint64_t block = alloc_internal::kMaxBlocksPerChunk;
-  for (uint64_t j = alloc_internal::kMaxBlocksPerChunk; j-- > 0;) {
-    if (!live(chunk_start + 16 * j)) {
+  ASSERT_NE(t.value_block, 0u);
+  const uint64_t blocks = alloc_internal::kChunkSize / t.value_block;
+  uint64_t block = blocks;
+  for (uint64_t j = blocks; j-- > 0;) {
+    if (!live(chunk_start + t.value_block * j)) {
       block = j;
       break;
     }
   }
-  ASSERT_LT(block, alloc_internal::kMaxBlocksPerChunk) << "the value's chunk is full";
+  ASSERT_LT(block, blocks) << "the value's chunk is full";
   // Heap version 2 (alloc/internal/heap_layout.h): every chunk's header line, then every
   // chunk's kBitmapLines bitmap lines.
   ASSERT_EQ(t.heap_version, 2u);
@@ -290,7 +330,8 @@ TEST_F(CheckTest, FlippedHeapBitmapBitIsALeakAtItsOffset) {
   const ToolResult r = Check();
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_THAT(r.out, HasSubstr(absl::StrCat("leak: live heap block at offset ",
-                                            chunk_start + 16 * block, " (16 bytes)")));
+                                            chunk_start + t.value_block * block, " (",
+                                            t.value_block, " bytes)")));
 }
 
 TEST_F(CheckTest, CorruptHeaderIsUnhealthyAndUntouched) {

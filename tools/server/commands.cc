@@ -79,6 +79,12 @@ std::string Quote(std::string_view s) {
   return r;
 }
 
+// The error of a read whose value fails its checksum (--verify-reads).
+absl::Status CorruptValue(std::string_view key) {
+  return absl::DataLossError(
+      absl::StrCat("the value of key ", Quote(key), " fails its checksum: the pool is damaged"));
+}
+
 // A slice of a scan: at most kSliceKeys pairs and (past the first) kSliceBytes bytes, read
 // under one epoch guard (one tree scan) and copied out of the tree.
 constexpr size_t kSliceKeys = 256;
@@ -89,18 +95,25 @@ constexpr size_t kSliceBytes = 1 << 20;
 // and `visit` runs after that guard has ended. So no request holds an epoch guard for more than
 // one slice, whatever it does per key (a MATCH pattern) or however many keys it reads; a key
 // inserted or removed between slices is seen in either state, as by one concurrent scan.
-// `values`: copy the values too (else visit gets empty ones).
+// `values`: copy the values too (else visit gets empty ones); `verify`: compare each copied
+// value with its checksum first. Returns kDataLoss naming the first key whose value fails (the
+// pairs before it were visited), else OK.
 template <class Visit>
-void SlicedScan(const ds::DurableMasstree& tree, std::string from, std::string_view end,
-                bool values, Visit&& visit) {
+absl::Status SlicedScan(const ds::DurableMasstree& tree, std::string from, std::string_view end,
+                        bool values, bool verify, Visit&& visit) {
   std::vector<std::pair<std::string, std::string>> slice;
   for (;;) {
     slice.clear();
     size_t bytes = 0;
     bool at_end = false;
+    std::optional<std::string> corrupt;
     tree.scan(from, kSliceKeys, [&](std::string_view k, std::string_view v) {
       if (!end.empty() && k >= end) {
         at_end = true;
+        return false;
+      }
+      if (values && verify && !tree.value_intact(k, v)) {
+        corrupt = std::string(k);
         return false;
       }
       slice.emplace_back(std::string(k), values ? std::string(v) : std::string());
@@ -108,9 +121,12 @@ void SlicedScan(const ds::DurableMasstree& tree, std::string from, std::string_v
       return bytes < kSliceBytes;
     });
     for (auto& [k, v] : slice) {
-      if (!visit(std::string_view(k), std::string_view(v))) return;
+      if (!visit(std::string_view(k), std::string_view(v))) return absl::OkStatus();
     }
-    if (at_end || slice.empty() || (slice.size() < kSliceKeys && bytes < kSliceBytes)) return;
+    if (corrupt.has_value()) return CorruptValue(*corrupt);
+    if (at_end || slice.empty() || (slice.size() < kSliceKeys && bytes < kSliceBytes)) {
+      return absl::OkStatus();
+    }
     from = std::move(slice.back().first);
     from.push_back('\0');  // the smallest key after the last one
   }
@@ -338,12 +354,25 @@ After Executor::SetNx(Args& a, std::string& out, uint64_t*) {
 After Executor::Get(Args& a, std::string& out, uint64_t*) {
   if (!KeyOk(a[1], out)) return After::kNone;
   std::string value;
-  if (kv_.tree().get(a[1], &value)) {
+  AppendRead(a[1], value, out);
+  return After::kNone;
+}
+
+void Executor::AppendRead(std::string_view key, std::string& value, std::string& out) const {
+  if (options_.verify_reads) {
+    const absl::StatusOr<bool> found = kv_.tree().get_verified(key, &value);
+    if (!found.ok()) {
+      AppendError(out, absl::StrCat("ERR ", CorruptValue(key).message()));
+    } else if (*found) {
+      AppendBulk(out, value);
+    } else {
+      AppendNullBulk(out);
+    }
+  } else if (kv_.tree().get(key, &value)) {
     AppendBulk(out, value);
   } else {
     AppendNullBulk(out);
   }
-  return After::kNone;
 }
 
 After Executor::Del(Args& a, std::string& out, uint64_t*) {
@@ -387,8 +416,8 @@ After Executor::MGet(Args& a, std::string& out, uint64_t*) {
   AppendArrayHeader(out, a.size() - 1);
   std::string value;
   for (size_t i = 1; i < a.size(); ++i) {
-    if (a[i].size() <= options_.max_key && kv_.tree().get(a[i], &value)) {
-      AppendBulk(out, value);
+    if (a[i].size() <= options_.max_key) {
+      AppendRead(a[i], value, out);  // an element that fails its checksum is an error
     } else {
       AppendNullBulk(out);
     }
@@ -483,24 +512,24 @@ After Executor::Scan(Args& a, std::string& out, uint64_t*) {
   uint64_t seen = 0;
   size_t key_bytes = 0;
   bool too_large = false;
-  SlicedScan(kv_.tree(), std::move(from), {}, /*values=*/false,
-             [&](std::string_view k, std::string_view) {
-               if (seen == count) {
-                 next.assign(k);
-                 more = true;
-                 return false;
-               }
-               ++seen;
-               if (strings && (!match || GlobMatch(*match, k))) {
-                 keys.emplace_back(k);
-                 key_bytes += k.size() + 16;
-                 if (key_bytes > MaxReply()) {
-                   too_large = true;
-                   return false;
-                 }
-               }
-               return true;
-             });
+  (void)SlicedScan(kv_.tree(), std::move(from), {}, /*values=*/false, /*verify=*/false,
+                   [&](std::string_view k, std::string_view) {
+                     if (seen == count) {
+                       next.assign(k);
+                       more = true;
+                       return false;
+                     }
+                     ++seen;
+                     if (strings && (!match || GlobMatch(*match, k))) {
+                       keys.emplace_back(k);
+                       key_bytes += k.size() + 16;
+                       if (key_bytes > MaxReply()) {
+                         too_large = true;
+                         return false;
+                       }
+                     }
+                     return true;
+                   });
   if (too_large) {
     ReplyTooLarge(out, "SCAN", keys.size());
     return After::kNone;
@@ -537,7 +566,13 @@ After Executor::Range(Args& a, std::string& out, uint64_t*) {
     }
     return ++pairs < limit;
   };
-  SlicedScan(kv_.tree(), std::string(a[1]), a[2], /*values=*/true, emit);  // empty: no bound
+  // An empty end: no bound.
+  if (absl::Status st = SlicedScan(kv_.tree(), std::string(a[1]), a[2], /*values=*/true,
+                                   options_.verify_reads, emit);
+      !st.ok()) {
+    AppendError(out, absl::StrCat("ERR ", st.message()));
+    return After::kNone;
+  }
   if (too_large) {
     ReplyTooLarge(out, "PMRT.RANGE", 2 * pairs);
     return After::kNone;
@@ -556,6 +591,7 @@ std::vector<std::pair<std::string, std::string>> Executor::ConfigValues() const 
       {"bind", options_.bind},
       {"maxclients", std::to_string(options_.max_clients)},
       {"timeout", std::to_string(options_.idle_timeout_s)},
+      {"pmrt-verify-reads", options_.verify_reads ? "yes" : "no"},
       {"proto-max-bulk-len", std::to_string(options_.limits.max_bulk)},
       {"pmrt-max-key-len", std::to_string(options_.max_key)},
       {"pmrt-epoch-ms", std::to_string(options_.epoch_ms)},
@@ -684,11 +720,11 @@ After Executor::FlushAll(Args& a, std::string& out, uint64_t*) {
   // Keys are removed outside the scan's guards, a slice at a time (SlicedScan). The sweep
   // only moves forward, so it ends even while other clients insert: keys inserted behind it
   // survive (not atomic).
-  SlicedScan(kv_.tree(), std::string(), {}, /*values=*/false,
-             [&](std::string_view k, std::string_view) {
-               kv_.tree().remove(k);
-               return true;
-             });
+  (void)SlicedScan(kv_.tree(), std::string(), {}, /*values=*/false, /*verify=*/false,
+                   [&](std::string_view k, std::string_view) {
+                     kv_.tree().remove(k);
+                     return true;
+                   });
   AppendSimple(out, "OK");
   return After::kNone;
 }

@@ -85,6 +85,9 @@ class Executor {
 
   // False (with an -ERR reply appended) when a key is longer than options_.max_key.
   bool KeyOk(std::string_view key, std::string& out) const;
+  // Appends the value of `key` as a bulk string, a null bulk when absent, or with
+  // --verify-reads an error when the value fails its checksum. `value` is scratch.
+  void AppendRead(std::string_view key, std::string& value, std::string& out) const;
   // Writes `value` under `key`; false with an -OOM reply when the heap is full.
   bool Put(std::string_view key, std::string_view value, std::string& out);
   // The OOM error of a write the pool has no room for (pool path and size, value size).

@@ -31,6 +31,10 @@ struct ServerOptions {
   // server closes it, as Redis's `timeout`; 0 (the default, as Redis's): never. A connection
   // waiting in PMRT.SYNC is not idle. Checked about once a second.
   int idle_timeout_s = 0;
+  // Compare every value read (GET, MGET, PMRT.RANGE) with its checksum and reply with an error
+  // instead of bytes that differ from what was written (a damaged pool). Off by default: a
+  // read then costs one CRC32C over its key and value.
+  bool verify_reads = false;
 };
 
 // A snapshot of ServerCounters.
