@@ -1627,6 +1627,26 @@ HeapStats Heap::Stats() const {
   return st;
 }
 
+uint64_t Heap::SettleFailedLines() {
+  epoch::Guard g(epochs_);
+  const Persister& p = pool_.persister();
+  uint64_t settled = 0;
+  auto settle = [&](LoggedLine& line) {
+    if (!alloc_internal::TagFailed(line.tag.load(std::memory_order_acquire), epochs_)) return;
+    // The writer's constructor is the whole recovery: undo copy restored, logged again in this
+    // epoch, registered dirty; no word changes after it.
+    LineWriter w(line, g.epoch(), epochs_, p,
+                 [this](const LoggedLine* l) { epochs_.RecordDirty(l, sizeof(*l)); });
+    ++settled;
+  };
+  for (uint64_t i = 0; i < chunks_; ++i) {
+    settle(HeaderLine(i));
+    LoggedLine* bits = BitmapLines(i);
+    for (size_t line = 0; line < kBitmapLines; ++line) settle(bits[line]);
+  }
+  return settled;
+}
+
 absl::Status Heap::Check() const {
   for (uint64_t i = 0; i < chunks_; ++i) {
     uint64_t hw[kWordsPerLine];

@@ -169,6 +169,12 @@ class Heap {
   // Deep consistency check of the metadata: chunk states, extent runs, bitmap bits beyond a
   // chunk's blocks, free chunks with allocated bits. kDataLoss naming the chunk and offset.
   absl::Status Check() const;
+  // Recovers now every metadata line still tagged with a failed epoch of an earlier execution
+  // (the heap recovers them lazily, at their next change; until then they name that epoch):
+  // its words restored from its undo copy and tagged with the current epoch, dirty until the
+  // next boundary. For epoch::Manager::ClearFailedEpochs (`pmrt repair`). Returns the number of
+  // lines. REQUIRES: no other thread uses the heap, no background advancer runs.
+  uint64_t SettleFailedLines();
 
   // ---- transaction hooks (txn/): allocation and free that follow a transaction's outcome ----
   // Replays a committed transaction's allocation or free after a crash: idempotent, logged in

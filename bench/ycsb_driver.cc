@@ -128,6 +128,7 @@ const char kOptionsHelp[] =
     "  --backend pmem|msync|eadr persistence backend of the durable tree's pool (pmem)\n"
     "  --pool PATH               pool file (/dev/shm/pmrt-ycsb-<pid>.pool, removed after)\n"
     "  --keep-pool               keep the pool file\n"
+    "  --no-value-checksums      the durable tree's values without checksums (layout 1)\n"
     "  --json FILE               append one JSON object per run to FILE\n"
     "  --epoch-ms N --seed N --rounds R   epoch length (64), seed (1), rounds of both (10)\n"
     "  --recovery [--repeat K] [--pool-size BYTES]   time recovery after a SIGKILL instead\n";
@@ -138,6 +139,8 @@ absl::StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
     const std::string& a = args[i];
     if (a == "--keep-pool") {
       o.keep_pool = true;
+    } else if (a == "--no-value-checksums") {
+      o.value_checksums = false;
     } else if (a == "--recovery") {
       o.recovery = true;
     } else if (a == "--workload" || a == "--dist" || a == "--variant" || a == "--backend" ||
@@ -404,13 +407,14 @@ void Report(const Options& o, const RunResult& r, const EpochFigures& f) {
                "\"seconds\":%.3f,\"backend\":\"%s\",\"epochs\":%lu,"
                "\"lines_flushed_per_epoch\":%.1f,\"boundary_ms_per_epoch\":%.3f,"
                "\"flush_ms_per_epoch\":%.3f,\"log_entries_per_epoch\":%.2f,"
-               "\"fences_per_op\":%.6f}\n",
+               "\"fences_per_op\":%.6f,\"value_checksums\":%s}\n",
                static_cast<int>(getpid()), o.workload, dist, variant, o.threads, o.keys, r.ops,
                ops_per_sec, r.p50, r.p99, ops_per_cpu_sec, r.cpu_seconds, r.seconds,
                o.durable ? std::string(BackendName(o.backend)).c_str() : "none", f.epochs,
                f.lines * per_epoch, f.boundary_ms * per_epoch, f.flush_ms * per_epoch,
                f.log_entries * per_epoch,
-               static_cast<double>(f.fences) / static_cast<double>(std::max<uint64_t>(1, r.ops)));
+               static_cast<double>(f.fences) / static_cast<double>(std::max<uint64_t>(1, r.ops)),
+               o.durable && o.value_checksums ? "true" : "false");
   std::fclose(out);
 }
 
@@ -480,7 +484,9 @@ void CreateLoaded(const Options& o) {
       Check(epoch::Manager::Open(*d.pool, {.interval = std::chrono::milliseconds(o.epoch_ms)}),
             "Manager::Open");
   d.heap = Check(alloc::Heap::Open(*d.pool, *d.epochs), "Heap::Open");
-  d.tree = Check(ds::DurableMasstree::Create(*d.pool, *d.epochs, *d.heap), "Create");
+  d.tree = Check(ds::DurableMasstree::Create(*d.pool, *d.epochs, *d.heap,
+                                             {.value_checksums = o.value_checksums}),
+                 "Create");
   {
     epoch::Guard g(*d.epochs);
     tools::KvRoot* root = Check(d.pool->root<tools::KvRoot>(), "root");

@@ -102,7 +102,8 @@ struct Options {
   bool both = false;
   int repeat = 3;
   int rounds = 10;
-  size_t pool_size = 0;  // 0: by the key count
+  size_t pool_size = 0;         // 0: by the key count
+  bool value_checksums = true;  // the durable tree's values carry checksums
   ProgressMode progress = ProgressMode::kNone;
   std::string program = "pmrt-ycsb";  // prefix of error messages
 };

@@ -54,9 +54,8 @@ bool AlignedInPool(const Pool& pool, uint64_t off, size_t size) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DurableMasstree>> DurableMasstree::Create(Pool& pool,
-                                                                         epoch::Manager& epochs,
-                                                                         alloc::Heap& heap) {
+absl::StatusOr<std::unique_ptr<DurableMasstree>> DurableMasstree::Create(
+    Pool& pool, epoch::Manager& epochs, alloc::Heap& heap, const DurableMasstreeOptions& options) {
   if (absl::Status st = CheckRuntime(pool, epochs, heap); !st.ok()) return st;
   epoch::Guard g(epochs);
   const uint64_t e = g.epoch();
@@ -68,7 +67,9 @@ absl::StatusOr<std::unique_ptr<DurableMasstree>> DurableMasstree::Create(Pool& p
     return leaf_mem.status();
   }
   auto* desc = new (*desc_mem) MasstreeDescriptor{};
-  desc->version = MasstreeDescriptor::kVersion;  // before the policy reads it
+  // Before the policy reads it.
+  desc->version = options.value_checksums ? MasstreeDescriptor::kVersion
+                                          : MasstreeDescriptor::kFirstChecksumVersion - 1;
   DurablePolicy policy(pool, epochs, desc);
   // Both blocks are new in e: the heap registered their lines dirty, so the boundary that
   // completes e makes them durable; if e fails they are free again (and the caller's link to

@@ -83,13 +83,23 @@ class PoolNodeAllocator {
 };
 static_assert(IsNodeAllocator<PoolNodeAllocator>);
 
+// How DurableMasstree::Create lays a new tree out.
+struct DurableMasstreeOptions {
+  // Every value object carries a CRC32C of its full key and bytes (layout version 2), checked
+  // by CheckInvariants, get_verified and value_intact. False makes a version-1 tree, without
+  // them: 4 bytes less per value, no checksum computed per write, and no way to tell a value
+  // changed on media from the one written.
+  bool value_checksums = true;
+};
+
 class DurableMasstree : public BasicMasstree<PoolNodeAllocator> {
  public:
   // A new, empty tree in the pool (a descriptor and a root leaf, allocated in the current
   // epoch: durable once it completes). Errors: kInvalidArgument (heap of another pool or
   // manager), kResourceExhausted (heap full).
-  static absl::StatusOr<std::unique_ptr<DurableMasstree>> Create(Pool& pool, epoch::Manager& epochs,
-                                                                 alloc::Heap& heap);
+  static absl::StatusOr<std::unique_ptr<DurableMasstree>> Create(
+      Pool& pool, epoch::Manager& epochs, alloc::Heap& heap,
+      const DurableMasstreeOptions& options = {});
   // Reopens the tree whose descriptor() was `descriptor`. REQUIRES: Manager::Open and
   // Heap::Open of this execution are done. Errors: kInvalidArgument (offset outside the pool or
   // misaligned, heap of another pool), kDataLoss (no tree descriptor there, or a root outside

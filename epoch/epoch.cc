@@ -20,6 +20,10 @@ constexpr Site kFailedCountFlush{"epoch.failed.count.flush"};
 constexpr Site kFailedFence{"epoch.failed.fence"};
 constexpr Site kFailedWidenFlush{"epoch.failed.widen.flush"};  // a range widened in place
 constexpr Site kFailedWidenFence{"epoch.failed.widen.fence"};
+constexpr Site kFailedClearFlush{"epoch.failed.clear.flush"};  // the slots, then the count
+constexpr Site kFailedClearFence{"epoch.failed.clear.fence"};
+constexpr Site kFailedClearCountFlush{"epoch.failed.clear.count.flush"};
+constexpr Site kFailedClearCountFence{"epoch.failed.clear.count.fence"};
 constexpr Site kCompletedFlush{"epoch.completed.flush"};
 constexpr Site kCompletedFence{"epoch.completed.fence"};
 // The boundary's write-back of the closing epoch's dirty lines, one site per call: by the
@@ -123,6 +127,7 @@ absl::Status Manager::InitArea() {
                                               " has no header but holds data at byte ", i));
     }
   }
+  pool_.BeginWrites();  // the area is valid: this open may write (PoolOptions::defer_attach)
   EpochAreaHeader h{kEpochAreaMagic, kEpochAreaVersion, 0};
   h.crc = HeaderCrc(h);
   // Version and crc first, the magic last, in one line (PCSO): until the magic is on media
@@ -180,16 +185,21 @@ absl::Status Manager::RecordFailed(uint64_t lo, uint64_t hi) {
     // place. One aligned 8-byte store: media has the old or new `hi`; either way the range
     // still covers the older epochs, and the newer ones are re-added by the next open.
     // Durable before `completed` moves past the widened range (Recover step 4).
+    pool_.BeginWrites();
     area_->failed[count - 1].hi = hi;
     persister().Persist(kFailedWidenFlush, kFailedWidenFence, &area_->failed[count - 1], 16);
     failed_.back().second = hi;
     return absl::OkStatus();
   }
-  if (count == kMaxFailedRanges) {
+  // The last slot is kept for an open by `pmrt repair` (ManagerOptions::repair).
+  const uint64_t limit = options_.repair ? kMaxFailedRanges : kMaxFailedRanges - 1;
+  if (count >= limit) {
     return absl::ResourceExhaustedError(
-        absl::StrCat(pool_.path(), ": the failed-epoch set is full (", kMaxFailedRanges,
-                     " crashes recorded); the pool can no longer record a crash"));
+        absl::StrCat(pool_.path(), ": the failed-epoch set is full (", count,
+                     " crashes recorded); the pool can no longer record a crash: `pmrt repair ",
+                     pool_.path(), "` rolls the set up"));
   }
+  pool_.BeginWrites();  // the range fits: this open may write (PoolOptions::defer_attach)
   // Range and count are flushed together and made durable by one fence, before `completed`
   // moves (Recover step 4). A crash before that fence may leave the count without the range
   // (a slot that was zero: the range [0, 0], which names no epoch) or the range without the
@@ -220,6 +230,8 @@ absl::Status Manager::Recover() {
     if (auto st = RecordFailed(c + 1, c + 2); !st.ok()) return st;
     if (pool_.failed()) return pool_.health();  // its fence failed: the crash is not recorded
   }
+  // Validation is over: from here the open writes (replay, `completed`, then the epochs).
+  pool_.BeginWrites();
   execution_first_ = std::max(c, failed_.empty() ? 0 : failed_.back().second) + 1;
   global_.store(execution_first_, std::memory_order_release);
   // 3. Roll back the failed epochs' externally logged objects (eagerly; InCLL is lazy).
@@ -244,6 +256,27 @@ bool Manager::IsFailed(uint64_t e) const {
 }
 
 std::vector<std::pair<uint64_t, uint64_t>> Manager::failed_ranges() const { return failed_; }
+
+absl::Status Manager::ClearFailedEpochs() {
+  if (LocalSlot().depth > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        pool_.path(), ": ClearFailedEpochs under the calling thread's own epoch guard"));
+  }
+  if (pool_.failed()) return pool_.health();
+  const uint64_t count = area_->failed_count.load(std::memory_order_relaxed);
+  if (count == 0) return absl::OkStatus();
+  // 1. The ranges zeroed and durable: from here the set reads as empty whatever the count
+  //    says ([0, 0] names no epoch, LoadArea skips it).
+  std::memset(static_cast<void*>(area_->failed), 0, count * sizeof(FailedRange));
+  persister().Persist(kFailedClearFlush, kFailedClearFence, area_->failed,
+                      count * sizeof(FailedRange));
+  // 2. The count, so that the next crash is recorded in slot 0.
+  area_->failed_count.store(0, std::memory_order_release);
+  persister().Persist(kFailedClearCountFlush, kFailedClearCountFence, &area_->failed_count, 8);
+  if (pool_.failed()) return pool_.health();
+  failed_.clear();
+  return absl::OkStatus();
+}
 
 // ---- threads ----------------------------------------------------------------------------------
 

@@ -68,6 +68,10 @@ struct ManagerOptions {
   // meanwhile). An epoch whose guards are still held then cannot complete: the pool enters its
   // failed mode (docs/durability.md) and the epoch reopens, so that no guard waits for it.
   std::chrono::milliseconds max_guard_wait{10000};
+  // For `pmrt repair` only: this open may record its crash in the failed-epoch set's last slot,
+  // which every other open leaves free, so that a pool whose set is full can still be opened to
+  // roll the set up (ClearFailedEpochs).
+  bool repair = false;
 };
 
 struct ManagerStats {
@@ -164,6 +168,15 @@ class Manager : public EpochView {
   }
   // The failed epochs recorded so far, as inclusive ranges.
   std::vector<std::pair<uint64_t, uint64_t>> failed_ranges() const;
+  // Empties the failed-epoch set, durably. Sound only once nothing in the pool names a failed
+  // epoch any more: every record recovered lazily (each Masstree node: a full CheckInvariants
+  // walk; the heap's metadata lines: Heap::SettleFailedLines) has been recovered in this
+  // execution and made durable by a Sync, and the external log and transaction log were
+  // replayed by their opens. `pmrt repair` does exactly that for the pools it knows. The slots
+  // are zeroed before the count (a crash between leaves a count whose ranges read as empty;
+  // the next repair finishes). Errors: kFailedPrecondition under the caller's own guard; the
+  // failed mode's error.
+  absl::Status ClearFailedEpochs();
 
   // True when guards use asymmetric fences (membarrier); see Guard.
   static bool AsymmetricFences();

@@ -9,6 +9,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -180,8 +181,19 @@ void* MapPool(int fd, size_t len, size_t* reserve) {
   return p;
 }
 
+// The address space a file pool reserves. By default max(4 x size, 16 GiB), but under an
+// address-space limit (RLIMIT_AS) at most a quarter of it: the reservation, the heap's
+// per-chunk arrays sized by it and the rest of the process (threads, buffers, replies) all count
+// against the limit, and a reservation that took all of it would leave the process to die of
+// its first large allocation.
 size_t FileReserve(const PoolOptions& o, size_t size) {
-  return o.max_size != 0 ? std::max(o.max_size, size) : std::max(4 * size, kDefaultReserve);
+  if (o.max_size != 0) return std::max(o.max_size, size);
+  size_t want = std::max(4 * size, kDefaultReserve);
+  rlimit as;
+  if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
+    want = std::min<size_t>(want, RoundUpToPage(static_cast<size_t>(as.rlim_cur) / 4));
+  }
+  return std::max(want, size);
 }
 
 // Random bytes from getrandom(2) (no file I/O, so in-memory Create may use it too); falls back
@@ -796,22 +808,31 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::Attach(std::unique_ptr<Pool> pool,
   pool->grow_by_ = options.grow_by;
   RETURN_IF_ERROR(pool->ChooseBackend(options));
 
-  // 2. clean_shutdown = 0, durably, before anything else is written: from here until Close
-  //    persists 1, any crash is seen by the next Open as an unclean shutdown. A crash before
-  //    this fence leaves the previous value (and nothing else of ours has been written).
-  PoolState& s = pool->state();
-  pool->was_clean_shutdown_ = s.clean_shutdown.value.load(std::memory_order_relaxed) == 1;
-  s.clean_shutdown.value.store(0, std::memory_order_relaxed);
-  pool->persister_.Persist(kOpenDirty, kOpenDirtyFence, &s.clean_shutdown, kCacheLine);
+  pool->was_clean_shutdown_ =
+      pool->state().clean_shutdown.value.load(std::memory_order_relaxed) == 1;
   pool->closed_ = false;
-
-  // 3. open_count + 1: its own line and fence; a crash before the fence loses only the count.
-  s.open_count.value.fetch_add(1, std::memory_order_relaxed);
-  pool->persister_.Persist(kOpenCount, kOpenCountFence, &s.open_count, kCacheLine);
+  if (!options.defer_attach) pool->BeginWrites();
 
   Pool* expected = nullptr;
   g_default_pool.compare_exchange_strong(expected, pool.get());
   return pool;
+}
+
+void Pool::BeginWrites() {
+  std::call_once(begin_writes_, [this] { WriteAttach(); });
+}
+
+void Pool::WriteAttach() {
+  // 2. clean_shutdown = 0, durably, before anything else is written: from here until Close
+  //    persists 1, any crash is seen by the next Open as an unclean shutdown. A crash before
+  //    this fence leaves the previous value (and nothing else of ours has been written).
+  PoolState& s = state();
+  s.clean_shutdown.value.store(0, std::memory_order_relaxed);
+  persister_.Persist(kOpenDirty, kOpenDirtyFence, &s.clean_shutdown, kCacheLine);
+  // 3. open_count + 1: its own line and fence; a crash before the fence loses only the count.
+  s.open_count.value.fetch_add(1, std::memory_order_relaxed);
+  persister_.Persist(kOpenCount, kOpenCountFence, &s.open_count, kCacheLine);
+  writes_begun_.store(true, std::memory_order_release);
 }
 
 // ---- backend --------------------------------------------------------------------------------
@@ -867,7 +888,9 @@ absl::Status Pool::Close() {
     //    promises the next Open that nothing needs recovering. (Layers above persist their own
     //    state before Close; this also covers plain stores the user never flushed.) If the
     //    sync fails, the flag stays 0 and the next Open runs recovery.
-    if (fd_ >= 0 && (msync(base_, size(), MS_SYNC) != 0 || fsync(fd_) != 0)) {
+    if (!writes_begun_.load(std::memory_order_acquire)) {
+      // Opened with defer_attach and never written: closed as it was found.
+    } else if (fd_ >= 0 && (msync(base_, size(), MS_SYNC) != 0 || fsync(fd_) != 0)) {
       result = ErrnoError(errno, path_, "cannot sync the pool before closing it");
     } else if (health_->failed()) {
       // The failed mode: epochs after the last durable one did not complete, so the pool stays
@@ -915,6 +938,7 @@ absl::Status Pool::BindRoot(size_t size, size_t align) {
   // a crash before the fence leaves 0 and the next run binds again. The region itself is zero
   // from Create, so the root is zero at first use. Relaxed: the CAS publishes only the size
   // word itself, which every caller reads through this same CAS.
+  BeginWrites();  // the caller writes through the root it gets
   auto& bound = state().root_type_size.value;
   uint64_t expected = 0;
   if (bound.compare_exchange_strong(expected, size, std::memory_order_relaxed)) {
@@ -1017,6 +1041,8 @@ absl::Status Pool::Grow(size_t new_size) {
     return PoolError(absl::StatusCode::kFailedPrecondition, path_,
                      "a pool grows through its heap: open an alloc::Heap on it first");
   }
+  BeginWrites();
+
   if (new_size > capacity_) {
     return PoolError(absl::StatusCode::kResourceExhausted, path_,
                      absl::StrFormat("cannot grow the pool from %d to %d bytes: this run can "

@@ -59,13 +59,20 @@ struct PoolOptions {
   // Growth (Pool::Grow). The most the pool may grow to while this Pool is open: a file pool
   // reserves this much address space at open, so that growth extends the mapping in place
   // (pptrs are offsets, and raw pointers into the pool stay valid); an in-memory pool's caller
-  // owns this many bytes at `base`. 0: for a file pool, max(4 x its size, 16 GiB) (halved until
-  // the address space allows it, RLIMIT_AS, down to the pool's size); for an in-memory pool, its
-  // size (no growth). Not recorded in the pool: the next open may reserve more.
+  // owns this many bytes at `base`. 0: for a file pool, max(4 x its size, 16 GiB), but at most
+  // a quarter of an address-space limit (RLIMIT_AS), and halved until the address space allows
+  // it, down to the pool's size; for an in-memory pool, its size (no growth). Not recorded in the
+  // pool: the next open may reserve more.
   size_t max_size = 0;
   // Automatic growth: when the heap cannot serve an allocation, the pool grows by this many
   // bytes (at least what the allocation needs) and the allocation is retried. 0: never.
   size_t grow_by = 0;
+  // Open writes nothing: the clean-shutdown flag and the open count (docs/format.md, "Attach")
+  // are written by the first layer that writes, once its own validation has passed
+  // (epoch::Manager::Open, through BeginWrites), or by root<T>() or Grow; a pool that nothing
+  // wrote to is closed without a write. So a pool whose layer refuses to open is left
+  // byte-identical. For readers that must not change a pool they cannot open (the pmrt tools).
+  bool defer_attach = false;
 };
 
 enum class PoolRegion { kRoot, kEpoch, kLog, kHeap };
@@ -226,6 +233,10 @@ class Pool {
   bool was_clean_shutdown() const { return was_clean_shutdown_; }
   // Number of times the pool has been opened (including this one); persisted.
   uint64_t open_count() const;
+  // The open's first writes (clean_shutdown = 0, open_count + 1, each durable), done at Open
+  // unless PoolOptions::defer_attach; then by the first layer about to write (idempotent; the
+  // layers open on one thread, before any other thread uses the pool).
+  void BeginWrites();
 
   // The process-wide default pool (the first one opened that is still open), used by the
   // single-pool conveniences of the layers above. Null when none is open.
@@ -264,7 +275,10 @@ class Pool {
   bool owns_mapping_ = false;
   bool closed_ = false;
   bool was_clean_shutdown_ = true;
-  std::atomic<uint32_t> recovered_{0};  // RecoveryPart bits acknowledged in this run
+  void WriteAttach();
+  std::once_flag begin_writes_;
+  std::atomic<bool> writes_begun_{false};  // BeginWrites done
+  std::atomic<uint32_t> recovered_{0};     // RecoveryPart bits acknowledged in this run
   std::atomic<bool> txn_engine_open_{false};
   std::atomic<uint32_t> layers_{0};                                      // PoolLayer bits attached
   std::unique_ptr<PoolHealth> health_ = std::make_unique<PoolHealth>();  // persister_ points here

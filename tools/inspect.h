@@ -21,8 +21,12 @@ int DumpCommand(const std::vector<std::string>& args);
 // pmrt grow POOL SIZE|+BYTES [--layout NAME]: grows the pool to SIZE bytes (or by BYTES) through
 // its heap (Pool::Grow), after the ordinary open (and recovery); prints the old and new sizes.
 int GrowCommand(const std::vector<std::string>& args);
+// pmrt repair POOL: opens a key-value pool (its recovery may use the failed-epoch set's reserved
+// last slot), recovers every tree node and heap line that still names a failed epoch, makes it
+// durable, then empties the failed-epoch set (epoch::Manager::ClearFailedEpochs).
+int RepairCommand(const std::vector<std::string>& args);
 
-// The usage lines of the four, for the tool's usage message.
+// The usage lines of these, for the tool's usage message.
 extern const char kInspectUsage[];
 
 }  // namespace pmrt::tools

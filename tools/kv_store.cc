@@ -27,7 +27,11 @@ absl::StatusOr<std::unique_ptr<KvStore>> KvStore::Open(const std::string& path,
     kv->pool_ = std::move(*pool);
     kv->created_ = true;
   } else {
-    auto pool = Pool::Open(path, options.layout, options.pool);
+    // Nothing is written until a layer's own validation has passed: a pool whose layer refuses
+    // to open is left byte-identical.
+    PoolOptions po = options.pool;
+    po.defer_attach = true;
+    auto pool = Pool::Open(path, options.layout, po);
     if (!pool.ok()) return pool.status();
     kv->pool_ = std::move(*pool);
   }

@@ -106,6 +106,7 @@ int main(int argc, char** argv) {
   if (cmd == "check") return pmrt::tools::CheckCommand(args);
   if (cmd == "dump") return pmrt::tools::DumpCommand(args);
   if (cmd == "grow") return pmrt::tools::GrowCommand(args);
+  if (cmd == "repair") return pmrt::tools::RepairCommand(args);
   if (cmd == "bench") return pmrt::tools::BenchCommand(args);
   if (cmd == "demo") return pmrt::tools::DemoMain(args);
   if (cmd == "serve") return pmrt::tools::ServeMain(args);

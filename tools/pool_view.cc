@@ -105,7 +105,11 @@ absl::StatusOr<std::unique_ptr<PoolView>> PoolView::Open(const std::string& path
                                                          const std::string& layout,
                                                          const std::string& index) {
   std::unique_ptr<PoolView> v(new PoolView());
-  auto pool = Pool::Open(path, layout);
+  // Nothing is written until a layer's own validation has passed: a pool whose layer refuses
+  // to open is left byte-identical.
+  PoolOptions po;
+  po.defer_attach = true;
+  auto pool = Pool::Open(path, layout, po);
   if (!pool.ok()) return pool.status();
   v->pool_ = std::move(*pool);
   v->kv_ = layout == kKvLayout;

@@ -97,9 +97,9 @@ TEST(EpochTest, AFailedOpenLeavesTheAreaUnchanged) {
     auto pool = Pool::OpenInMemory(b.base(), kPoolSize, "epoch-test", Eadr());
     ASSERT_OK(pool);
     auto* area = static_cast<EpochAreaLayout*>((*pool)->region_base(PoolRegion::kEpoch));
-    if (full) {  // every range taken, none contiguous with this crash's
-      for (size_t i = 0; i < kMaxFailedRanges; ++i) area->failed[i] = {10 * i + 1, 10 * i + 2};
-      area->failed_count.store(kMaxFailedRanges);
+    if (full) {  // every range an ordinary open may use taken, none contiguous with this crash's
+      for (size_t i = 0; i + 1 < kMaxFailedRanges; ++i) area->failed[i] = {10 * i + 1, 10 * i + 2};
+      area->failed_count.store(kMaxFailedRanges - 1);
       area->completed.store(10 * kMaxFailedRanges + 100);
     } else {  // range 1 has lo > hi
       area->failed[0] = {1, 2};
@@ -115,6 +115,55 @@ TEST(EpochTest, AFailedOpenLeavesTheAreaUnchanged) {
     EXPECT_EQ(std::memcmp(b.base(), before.base(), kPoolSize), 0)
         << (full ? "full set" : "malformed range") << ": the failed open wrote to the pool";
   }
+}
+
+// A full failed-epoch set: an ordinary open is refused (above); an open for repair records
+// the crash in the reserved last slot, and ClearFailedEpochs empties the set durably, so later
+// crashes are recorded from slot 0 again. The epochs before stay predating the execution.
+TEST(EpochTest, ARepairOpenUsesTheLastSlotAndClearEmptiesTheSet) {
+  Memory a, b, c;
+  {
+    Opened o = Open(a, true);
+    for (int i = 0; i < 3; ++i) ASSERT_OK(o.epochs->Advance());
+    b.CopyFrom(a);  // a crash
+  }
+  uint64_t completed;
+  {
+    auto pool = Pool::OpenInMemory(b.base(), kPoolSize, "epoch-test", Eadr());
+    ASSERT_OK(pool);
+    auto* area = static_cast<EpochAreaLayout*>((*pool)->region_base(PoolRegion::kEpoch));
+    completed = area->completed.load();
+    for (size_t i = 0; i + 1 < kMaxFailedRanges; ++i) area->failed[i] = {i + 1, i + 1};
+    ASSERT_LT(kMaxFailedRanges, completed + 0x100000);
+    // Ranges below `completed`: shift it up past them, with room before this crash's range.
+    area->completed.store(completed + 2 * kMaxFailedRanges);
+    area->failed_count.store(kMaxFailedRanges - 1);
+    EXPECT_EQ(Manager::Open(**pool, Manual()).status().code(),
+              absl::StatusCode::kResourceExhausted);
+    ManagerOptions repair = Manual();
+    repair.repair = true;
+    auto m = Manager::Open(**pool, repair);
+    ASSERT_OK(m);
+    EXPECT_EQ((*m)->failed_ranges().size(), kMaxFailedRanges);
+    const uint64_t crashed = completed + 2 * kMaxFailedRanges + 1;
+    EXPECT_TRUE((*m)->IsFailed(crashed));
+    ASSERT_OK((*m)->ClearFailedEpochs());
+    EXPECT_TRUE((*m)->failed_ranges().empty());
+    EXPECT_FALSE((*m)->IsFailed(crashed));
+    EXPECT_EQ(area->failed_count.load(), 0u);
+    for (size_t i = 0; i < kMaxFailedRanges; ++i) {
+      ASSERT_EQ(area->failed[i].lo | area->failed[i].hi, 0u) << "slot " << i;
+    }
+    ASSERT_OK((*m)->Advance());
+    c.CopyFrom(b);  // a crash after the repair
+    // Under a guard of the caller's own: refused, not a wait.
+    Guard g(**m);
+    EXPECT_EQ((*m)->ClearFailedEpochs().code(), absl::StatusCode::kFailedPrecondition);
+  }
+  // The next crash's range is the only one, in slot 0.
+  Opened o = Open(c, false);
+  ASSERT_EQ(o.epochs->failed_ranges().size(), 1u);
+  EXPECT_GT(o.epochs->failed_ranges()[0].first, completed + 2 * kMaxFailedRanges);
 }
 
 TEST(EpochTest, FailedEpochsAcrossSeveralCrashesInARow) {

@@ -691,16 +691,11 @@ CrashOutcome RunCrash(const CrashConfig& cfg) {
   return out;
 }
 
-uint64_t EnvOr(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? fallback : std::strtoull(v, nullptr, 10);
-}
-
 template <class Cell>
 void ExpectEveryImageRecovers(const char* what, uint64_t seed) {
   CrashConfig cfg;
   cfg.seed = seed;
-  cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 60000);
+  cfg.target_images = testing::EnvOr("PMRT_SIM_IMAGES", 60000);
   CrashOutcome r = RunCrash<Cell>(cfg);
   ASSERT_TRUE(r.failures.empty()) << r.failures[0].ToString();
   EXPECT_GE(r.stats.images, cfg.target_images);

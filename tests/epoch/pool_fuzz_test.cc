@@ -32,23 +32,7 @@ namespace {
 constexpr size_t kSize = Pool::kMinPoolSize;
 constexpr char kLayout[] = "fuzz";
 
-uint64_t EnvOr(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  return v == nullptr || *v == '\0' ? fallback : std::strtoull(v, nullptr, 10);
-}
-
-struct Rng {
-  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
-  uint64_t Next() {  // splitmix64
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  uint64_t Below(uint64_t n) { return n == 0 ? 0 : Next() % n; }
-  bool Chance(int percent) { return Below(100) < static_cast<uint64_t>(percent); }
-  uint64_t s;
-};
+using Rng = testing::SplitMix;
 
 struct Field {
   const char* name;
@@ -272,8 +256,8 @@ std::vector<uint8_t> ReadAll(int fd) {
 }
 
 TEST(PoolFuzzTest, OpenNeverCrashesAndNeverWritesABadPool) {
-  const uint64_t cases = EnvOr("PMRT_FUZZ_CASES", 10000);
-  const uint64_t seed = EnvOr("PMRT_FUZZ_SEED", 1);
+  const uint64_t cases = testing::EnvOr("PMRT_FUZZ_CASES", 10000);
+  const uint64_t seed = testing::EnvOr("PMRT_FUZZ_SEED", 1);
   testing::TempDir dir;
   const std::string path = dir.File("fuzz.pool");
   {

@@ -25,13 +25,19 @@ fail() {
   exit 1
 }
 
-# start_server POOL ARGS...: `pmrt serve POOL --port 0 ARGS...` in the background; sets
-# server_pid and port (from its start line).
+# start_server POOL ARGS... [--wrap-prlimit]: `pmrt serve POOL --port 0 ARGS...` in the
+# background (under a 2.5 GiB address-space limit with --wrap-prlimit); sets server_pid and port
+# (from its start line).
 start_server() {
   local pool=$1
   shift
+  local wrap=()
+  if [[ ${*: -1} == --wrap-prlimit ]]; then # the last argument: run under 2.5 GiB of address space
+    wrap=(prlimit --as=$((2560 << 20)) --)
+    set -- "${@:1:$#-1}"
+  fi
   : >"$dir/server.out" # exists before the background job's redirection opens it
-  "$pmrt" serve "$pool" --port 0 "$@" >>"$dir/server.out" 2>&1 &
+  "${wrap[@]}" "$pmrt" serve "$pool" --port 0 "$@" >>"$dir/server.out" 2>&1 &
   server_pid=$!
   port=
   for _ in $(seq 600); do
@@ -130,6 +136,26 @@ server_pid=
 "$pmrt" grow "$dir/grow.pool" +16M >"$dir/grow.out" 2>&1 || fail "pmrt grow: $(cat "$dir/grow.out")"
 grep -q "$((size + (16 << 20))) bytes" "$dir/grow.out" || fail "pmrt grow printed: $(cat "$dir/grow.out")"
 "$pmrt" check "$dir/grow.pool" >"$dir/check.out" 2>&1 || fail "pmrt check after pmrt grow: $(cat "$dir/check.out")"
+
+# Reply amplification under a memory limit: with 2.5 GiB of address space (prlimit), a
+# 2.3 KB MGET of one 8 MiB value 256 times (a 2 GiB reply) gets the reply-limit error, and the
+# server goes on serving, the value intact.
+if command -v prlimit >/dev/null; then
+  start_server "$dir/big.pool" --create-size 64M --threads 2 --wrap-prlimit
+  head -c $((8 << 20)) /dev/zero | tr '\0' v >"$dir/big.value"
+  cli -x SET big <"$dir/big.value" >/dev/null || fail "SET of an 8 MiB value"
+  args=()
+  for _ in $(seq 256); do args+=(big); done
+  got=$(cli MGET "${args[@]}" 2>&1 | head -c 200)
+  [[ $got == *"reply too large: MGET"* ]] || fail "MGET of 256 x 8 MiB: got '$got'"
+  kill -0 "$server_pid" 2>/dev/null || fail "the server died of an amplified reply"
+  expect PONG PING
+  [[ $(cli GET big | wc -c) == $(((8 << 20) + 1)) ]] || fail "the 8 MiB value after the MGET"
+  kill -TERM "$server_pid"
+  wait "$server_pid" || fail "the memory-limited server exited with $? after SIGTERM"
+  server_pid=
+  echo "memory-limited server: amplified MGET refused, server alive"
+fi
 
 # Bound to every address with no authentication: the server says so at start.
 : >"$dir/server.out"

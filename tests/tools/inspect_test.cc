@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,11 +14,14 @@
 #include "absl/strings/str_cat.h"
 #include "alloc/allocator.h"
 #include "epoch/epoch.h"
+#include "epoch/epoch_layout.h"
 #include "epoch/pool.h"
+#include "epoch/pool_layout.h"
 #include "gtest/gtest.h"
 #include "runtime/runtime.h"
 #include "tests/tools/tool_test_util.h"
 #include "tests/util/test_util.h"
+#include "tools/kv_store.h"
 #include "txn/txn.h"
 
 namespace pmrt::testing {
@@ -281,6 +286,91 @@ TEST(InspectTest, RuntimePoolsShowTheirIndexesAfterAKill) {
   r = RunTool({"info", pool, "--layout", "pmrt-runtime", "--index", "nope"});
   EXPECT_EQ(r.status, 3);
   EXPECT_THAT(r.err, HasSubstr("no index named 'nope'"));
+}
+
+// The failed-epoch set's way out. A server's pool has recorded 3,999 crashes, the most an
+// ordinary open may record, when it is killed once more with an acknowledged but not yet
+// durable write: every tool is refused with a message naming `pmrt repair`, and leaves the file
+// as it was. `pmrt repair` recovers the pool (the unsynced write rolled back), settles every
+// record that names a failed epoch and empties the set; the pool then opens, shows the durable
+// value, checks healthy and records its next crash again.
+TEST(InspectTest, RepairRollsUpAFullFailedEpochSet) {
+  TempDir dir;
+  const std::string path = dir.File("kv.pool");
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    tools::KvStoreOptions o;
+    o.create_size = 16 << 20;
+    o.epochs.interval = std::chrono::milliseconds(0);
+    auto kv = tools::KvStore::Open(path, o);
+    if (!kv.ok()) _exit(1);
+    (*kv)->tree().put("k", "v1");
+    (*kv)->tree().put("other", "kept");
+    for (int i = 0; i < 8100; ++i) {  // empty epochs, recorded failed below
+      if (!(*kv)->epochs().Advance().ok()) _exit(2);
+    }
+    (*kv)->tree().put("k", "v2");
+    if (!(*kv)->epochs().Sync().ok()) _exit(3);
+    (*kv)->tree().put("k", "v3-unsynced");
+    _exit(0);  // a crash: nothing closed
+  }
+  int status;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  // 3,999 ranges of the empty epochs, as if recorded by earlier crashes, written into the file
+  // (an open and close would mark the pool cleanly shut down).
+  {
+    std::optional<std::string> image = ReadFile(path);
+    ASSERT_TRUE(image.has_value());
+    PoolHeader h;
+    std::memcpy(&h, image->data(), sizeof(h));
+    using epoch::EpochAreaLayout;
+    auto word = [&](size_t at) {
+      uint64_t v;
+      std::memcpy(&v, image->data() + h.epoch.offset + at, 8);
+      return v;
+    };
+    ASSERT_GT(word(offsetof(EpochAreaLayout, completed)), 8100u);
+    ASSERT_EQ(word(offsetof(EpochAreaLayout, failed_count)), 0u);
+    std::vector<uint64_t> ranges;
+    for (uint64_t i = 0; i + 1 < epoch::kMaxFailedRanges; ++i) {
+      ranges.push_back(100 + 2 * i);
+      ranges.push_back(100 + 2 * i);
+    }
+    WriteFileAt(path, h.epoch.offset + offsetof(EpochAreaLayout, failed),
+                std::string(reinterpret_cast<const char*>(ranges.data()), 8 * ranges.size()));
+    const uint64_t count = epoch::kMaxFailedRanges - 1;
+    WriteFileAt(path, h.epoch.offset + offsetof(EpochAreaLayout, failed_count),
+                std::string(reinterpret_cast<const char*>(&count), 8));
+  }
+  const std::optional<std::string> before = ReadFile(path);
+  for (const char* cmd : {"info", "check", "dump"}) {
+    const ToolResult r = RunTool({cmd, path});
+    EXPECT_NE(r.status, 0) << cmd;
+    EXPECT_THAT(r.err, HasSubstr("the failed-epoch set is full (3999 crashes recorded)")) << cmd;
+    EXPECT_THAT(r.err, HasSubstr("pmrt repair " + path)) << cmd;
+    const std::optional<std::string> after = ReadFile(path);
+    ASSERT_TRUE(after.has_value() && before.has_value());
+    ASSERT_EQ(after->size(), before->size());
+    size_t first_diff = 0;
+    while (first_diff < after->size() && (*after)[first_diff] == (*before)[first_diff]) {
+      ++first_diff;
+    }
+    EXPECT_EQ(first_diff, after->size()) << cmd << " changed the pool at byte " << first_diff;
+  }
+  const ToolResult repair = RunTool({"repair", path});
+  ASSERT_EQ(repair.status, 0) << repair.out << repair.err;
+  EXPECT_THAT(repair.out, HasSubstr(": 4000 failed-epoch ranges cleared"));
+  const ToolResult dump = RunTool({"dump", path});
+  EXPECT_EQ(dump.status, 0) << dump.err;
+  EXPECT_EQ(dump.out, "k\tv2\nother\tkept\n");
+  const ToolResult check = RunTool({"check", path});
+  EXPECT_EQ(check.status, 0) << check.out;
+  EXPECT_THAT(check.out, HasSubstr("0 failed range(s)"));
+  const ToolResult again = RunTool({"repair", path});
+  EXPECT_EQ(again.status, 0) << again.err;
+  EXPECT_THAT(again.out, HasSubstr(": 0 failed-epoch ranges cleared"));
 }
 
 }  // namespace

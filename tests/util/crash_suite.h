@@ -32,12 +32,6 @@ struct CrashOutcome {
   double seconds = 0;
 };
 
-// An environment override for an image budget (the ASan preset lowers them).
-inline uint64_t EnvOr(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? fallback : std::strtoull(v, nullptr, 10);
-}
-
 // The knobs every crash suite has; a suite derives its Config and sets its own defaults.
 struct CrashConfig {
   Sim::Options options;

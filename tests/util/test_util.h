@@ -4,6 +4,7 @@
 #define PMRT_TESTS_UTIL_TEST_UTIL_H_
 
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
@@ -54,6 +55,28 @@ inline uint64_t Next(uint64_t& s) {
   s ^= s << 17;
   return s;
 }
+
+// The unsigned number in environment variable `name` (a case count, an image budget, a seed),
+// or `fallback` when it is unset or empty.
+inline uint64_t EnvOr(const char* name, uint64_t fallback) {
+  const char* v = std::getenv(name);
+  return v == nullptr || *v == '\0' ? fallback : std::strtoull(v, nullptr, 10);
+}
+
+// splitmix64, the generator of the fuzz tests: any seed (0 included) gives a full-period
+// stream, so PMRT_*_SEED plus a case number names one case.
+struct SplitMix {
+  explicit SplitMix(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
+  uint64_t Next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  uint64_t Below(uint64_t n) { return n == 0 ? 0 : Next() % n; }
+  bool Chance(int percent) { return Below(100) < static_cast<uint64_t>(percent); }
+  uint64_t s;
+};
 
 inline const absl::Status& GetStatus(const absl::Status& s) { return s; }
 template <class T>
