@@ -20,10 +20,8 @@ constexpr Site kFailedCountFlush{"epoch.failed.count.flush"};
 constexpr Site kFailedFence{"epoch.failed.fence"};
 constexpr Site kFailedWidenFlush{"epoch.failed.widen.flush"};  // a range widened in place
 constexpr Site kFailedWidenFence{"epoch.failed.widen.fence"};
-constexpr Site kFailedClearFlush{"epoch.failed.clear.flush"};  // the slots, then the count
+constexpr Site kFailedClearFlush{"epoch.failed.clear.flush"};  // ClearFailedEpochs' count
 constexpr Site kFailedClearFence{"epoch.failed.clear.fence"};
-constexpr Site kFailedClearCountFlush{"epoch.failed.clear.count.flush"};
-constexpr Site kFailedClearCountFence{"epoch.failed.clear.count.fence"};
 constexpr Site kCompletedFlush{"epoch.completed.flush"};
 constexpr Site kCompletedFence{"epoch.completed.fence"};
 // The boundary's write-back of the closing epoch's dirty lines, one site per call: by the
@@ -263,16 +261,13 @@ absl::Status Manager::ClearFailedEpochs() {
         pool_.path(), ": ClearFailedEpochs under the calling thread's own epoch guard"));
   }
   if (pool_.failed()) return pool_.health();
-  const uint64_t count = area_->failed_count.load(std::memory_order_relaxed);
-  if (count == 0) return absl::OkStatus();
-  // 1. The ranges zeroed and durable: from here the set reads as empty whatever the count
-  //    says ([0, 0] names no epoch, LoadArea skips it).
-  std::memset(static_cast<void*>(area_->failed), 0, count * sizeof(FailedRange));
-  persister().Persist(kFailedClearFlush, kFailedClearFence, area_->failed,
-                      count * sizeof(FailedRange));
-  // 2. The count, so that the next crash is recorded in slot 0.
+  if (area_->failed_count.load(std::memory_order_relaxed) == 0) return absl::OkStatus();
+  // One aligned 8-byte store, durable before this returns: media has the whole set or none of
+  // it. The ranges stay in their slots, past the count, where LoadArea never reads them; the
+  // next crash writes slot 0 and the count under one fence (RecordFailed), and were the count
+  // to reach media first, slot 0 would name an old range, which nothing names any more.
   area_->failed_count.store(0, std::memory_order_release);
-  persister().Persist(kFailedClearCountFlush, kFailedClearCountFence, &area_->failed_count, 8);
+  persister().Persist(kFailedClearFlush, kFailedClearFence, &area_->failed_count, 8);
   if (pool_.failed()) return pool_.health();
   failed_.clear();
   return absl::OkStatus();

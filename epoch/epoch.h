@@ -172,10 +172,9 @@ class Manager : public EpochView {
   // epoch any more: every record recovered lazily (each Masstree node: a full CheckInvariants
   // walk; the heap's metadata lines: Heap::SettleFailedLines) has been recovered in this
   // execution and made durable by a Sync, and the external log and transaction log were
-  // replayed by their opens. `pmrt repair` does exactly that for the pools it knows. The slots
-  // are zeroed before the count (a crash between leaves a count whose ranges read as empty;
-  // the next repair finishes). Errors: kFailedPrecondition under the caller's own guard; the
-  // failed mode's error.
+  // replayed by their opens. `pmrt repair` does exactly that for the pools it knows. The count
+  // is zeroed by one durable 8-byte store: a crash leaves the whole set or none of it.
+  // Errors: kFailedPrecondition under the caller's own guard; the failed mode's error.
   absl::Status ClearFailedEpochs();
 
   // True when guards use asymmetric fences (membarrier); see Guard.

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "epoch/epoch.h"
+#include "epoch/epoch_layout.h"
 #include "epoch/incll.h"
 #include "epoch/pool.h"
 #include "epoch/sim.h"
@@ -340,6 +341,70 @@ TEST(EpochCrashTest, CrashesDuringTheRecoveryOfARecovery) {
   const CrashOutcome r = RunCrash(cfg);
   testing::ExpectFinishedRun(r, cfg.target_images, "1 thread, depth-2 recoveries");
   EXPECT_EQ(r.sites.count(Site("epoch.failed.widen.fence").id), 1u) << "no range widened";
+}
+
+// Manager::ClearFailedEpochs under the simulator: a pool with three recorded failed ranges has
+// its set cleared, then advances. Every crash image opens (a crash: its own range is added
+// last) with the three old ranges or with none, and every image from a fence after the call
+// returned with none. Returns the images that broke that.
+size_t RunClearScenario() {
+  Sim::Options so;
+  so.crash_points = Sim::CrashPoints::kNone;  // the setup
+  auto sim_or = Sim::Create(kPoolSize, so);
+  EXPECT_OK(sim_or);
+  if (!sim_or.ok()) return 1;
+  Sim& sim = **sim_or;
+  auto pool = Pool::CreateInMemory(sim.working(), kPoolSize, "epoch-crash",
+                                   testing::SimPoolOptions(sim), "sim-pool");
+  EXPECT_OK(pool);
+  if (!pool.ok()) return 1;
+  auto m = Manager::Open(**pool, Manual());
+  EXPECT_OK(m);
+  if (!m.ok()) return 1;
+  for (int i = 0; i < 6; ++i) EXPECT_OK((*m)->Advance());
+  auto* area = static_cast<EpochAreaLayout*>((*pool)->region_base(PoolRegion::kEpoch));
+  area->failed[0] = {1, 1};
+  area->failed[1] = {3, 3};
+  area->failed[2] = {5, 5};
+  area->failed_count.store(3);
+  (*pool)->persister().Persist(Site("test.clear.setup"), Site("test.clear.setup.fence"),
+                               &area->failed_count,
+                               offsetof(EpochAreaLayout, failed) + 3 * sizeof(FailedRange) -
+                                   offsetof(EpochAreaLayout, failed_count));
+  bool returned = false;
+  sim.SetHandler([&](CrashImage& img) -> absl::Status {
+    auto p = Pool::OpenInMemory(img.base(), kPoolSize, "epoch-crash", testing::EadrPoolOptions(),
+                                "crash-image");
+    if (!p.ok()) return p.status();
+    auto mm = Manager::Open(**p, Manual());
+    if (!mm.ok()) return mm.status();
+    const size_t old = (*mm)->failed_ranges().size() - 1;  // this crash's range is the last
+    if (old != 0 && (returned || old != 3)) {
+      return absl::InternalError(absl::StrCat(old, " old failed ranges",
+                                              returned ? " after ClearFailedEpochs returned" : ""));
+    }
+    return absl::OkStatus();
+  });
+  sim.SetCrashPoints(Sim::CrashPoints::kEveryFence);
+  EXPECT_OK((*m)->ClearFailedEpochs());
+  returned = true;
+  EXPECT_OK((*m)->Advance());
+  sim.SetCrashPoints(Sim::CrashPoints::kNone);
+  EXPECT_GT(sim.stats().images, 0u);
+  const size_t failures = sim.failures().size();
+  m->reset();
+  pool->reset();
+  return failures;
+}
+
+TEST(EpochCrashTest, ClearingTheFailedSetIsAtomic) {
+  EXPECT_EQ(RunClearScenario(), 0u);
+  // Each of its two sites disabled: an image after the return still has the old ranges.
+  for (const char* name : {"epoch.failed.clear.flush", "epoch.failed.clear.fence"}) {
+    mutation::Disable(Site(name));
+    EXPECT_GT(RunClearScenario(), 0u) << name << " disabled and no image noticed";
+    mutation::EnableAll();
+  }
 }
 
 // The gate's explicit list: every flush/fence/batch-flush site of the epoch layer (the pool's
