@@ -218,10 +218,14 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Open(const std::string& path,
                                                        RuntimeOptions options) {
   struct stat sb;
   const auto start = std::chrono::steady_clock::now();
+  // An existing pool is written only once its epoch manager has validated it: a pool that a
+  // layer refuses is left byte-identical (PoolOptions::defer_attach).
+  PoolOptions open_options = options.pool;
+  open_options.defer_attach = true;
   absl::StatusOr<std::unique_ptr<Pool>> pool =
       options.create_size != 0 && stat(path.c_str(), &sb) != 0 && errno == ENOENT
           ? Pool::Create(path, options.create_size, options.layout, options.pool)
-          : Pool::Open(path, options.layout, options.pool);
+          : Pool::Open(path, options.layout, open_options);
   if (!pool.ok()) return pool.status();
   const auto pool_time = std::chrono::steady_clock::now() - start;
   auto rt = Attach(std::move(*pool), std::move(options));
