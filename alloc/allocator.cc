@@ -294,20 +294,21 @@ absl::Status Heap::Format() {
   return absl::OkStatus();
 }
 
-absl::Status Heap::Load() {
-  const RegionDesc r = pool_.region(PoolRegion::kHeap);
-  const auto& h = *reinterpret_cast<const HeapHeader*>(region_);
+absl::Status Heap::ValidateHeader(const Pool& pool) {
+  const RegionDesc r = pool.region(PoolRegion::kHeap);
+  const auto& h = *static_cast<const HeapHeader*>(pool.region_base(PoolRegion::kHeap));
+  if (h.magic == 0) return absl::OkStatus();  // never formatted (Format checks the rest)
   auto bad = [&](const std::string& what) {
     return absl::DataLossError(
-        absl::StrCat(pool_.path(), ": heap header at offset ", r.offset, ": ", what));
+        absl::StrCat(pool.path(), ": heap header at offset ", r.offset, ": ", what));
   };
   if (h.magic != alloc_internal::kHeapMagic || h.crc != HeaderCrc(h)) {
     return bad("bad magic or checksum");
   }
   if (h.version == 0) return bad("version 0");
   if (h.version > alloc_internal::kHeapVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(pool_.path(), ": heap format version ",
-                                                      h.version, " is newer than supported"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(pool.path(), ": heap format version ", h.version, " is newer than supported"));
   }
   const uint64_t meta_end = alloc_internal::kMetaOffset + h.chunk_count * sizeof(ChunkMeta);
   if (h.chunk_size != kChunkSize || h.chunk_count == 0 || h.data_offset < meta_end ||
@@ -315,6 +316,17 @@ absl::Status Heap::Load() {
       h.data_offset + h.chunk_count * kChunkSize > r.size) {
     return bad("geometry does not fit the heap region");
   }
+  return absl::OkStatus();
+}
+
+absl::Status Heap::Load() {
+  const RegionDesc r = pool_.region(PoolRegion::kHeap);
+  const auto& h = *reinterpret_cast<const HeapHeader*>(region_);
+  if (h.magic == 0) {
+    return absl::DataLossError(absl::StrCat(pool_.path(), ": heap header at offset ", r.offset,
+                                            ": bad magic or checksum"));
+  }
+  if (absl::Status st = ValidateHeader(pool_); !st.ok()) return st;
   chunks_ = h.chunk_count;
   seg0_chunks_ = h.chunk_count;
   data_off_ = r.offset + h.data_offset;

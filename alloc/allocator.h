@@ -101,6 +101,11 @@ class Heap {
   // Attaches to the pool's heap region (formats it on first use) and recovers it: chunk headers
   // of failed epochs are rolled back; bitmaps roll back lazily, on first use. One Heap per pool.
   static absl::StatusOr<std::unique_ptr<Heap>> Open(Pool& pool, epoch::Manager& epochs);
+  // The checks Open makes of the heap's header before it reads anything else (magic, checksum,
+  // version, geometry), reading only: for a caller that must refuse a damaged heap before any
+  // layer below it writes (the pmrt tools run it before epoch::Manager::Open). OK for a region
+  // never formatted.
+  static absl::Status ValidateHeader(const Pool& pool);
   ~Heap();
   Heap(const Heap&) = delete;
   Heap& operator=(const Heap&) = delete;

@@ -934,11 +934,11 @@ absl::Status Pool::BindRoot(size_t size, size_t align) {
                                                   "fit the %d-byte root region",
                                                   size, align, root.size));
   }
+  BeginWrites();  // the caller writes through the root it gets
   // The first binding records sizeof(T) durably (a CAS so that concurrent first calls agree);
   // a crash before the fence leaves 0 and the next run binds again. The region itself is zero
   // from Create, so the root is zero at first use. Relaxed: the CAS publishes only the size
   // word itself, which every caller reads through this same CAS.
-  BeginWrites();  // the caller writes through the root it gets
   auto& bound = state().root_type_size.value;
   uint64_t expected = 0;
   if (bound.compare_exchange_strong(expected, size, std::memory_order_relaxed)) {

@@ -38,6 +38,8 @@ absl::StatusOr<std::unique_ptr<KvStore>> KvStore::Open(const std::string& path,
   kv->times_.pool = Since(t0);
 
   t0 = Clock::now();
+  // A damaged heap header is refused before the manager's recovery writes anything.
+  if (absl::Status st = alloc::Heap::ValidateHeader(*kv->pool_); !st.ok()) return st;
   auto epochs = epoch::Manager::Open(*kv->pool_, options.epochs);
   if (!epochs.ok()) return epochs.status();
   kv->epochs_ = std::move(*epochs);

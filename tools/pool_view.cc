@@ -127,6 +127,8 @@ absl::Status PoolView::OpenLayers() {
       static_cast<const epoch::EpochAreaLayout*>(pool_->region_base(PoolRegion::kEpoch));
   if (area->header.magic == 0) return absl::OkStatus();
   completed_before_ = area->completed.load(std::memory_order_relaxed);
+  // A damaged heap header is refused before the manager's recovery writes anything.
+  if (absl::Status st = alloc::Heap::ValidateHeader(*pool_); !st.ok()) return st;
   auto epochs = epoch::Manager::Open(*pool_, {.interval = std::chrono::milliseconds(0)});
   if (!epochs.ok()) return epochs.status();
   epochs_ = std::move(*epochs);

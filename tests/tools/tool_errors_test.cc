@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "epoch/crc32c.h"
 #include "epoch/pool.h"
+#include "epoch/pool_layout.h"
 #include "gtest/gtest.h"
 #include "tests/tools/tool_test_util.h"
 #include "tests/util/test_util.h"
@@ -89,6 +90,35 @@ TEST(ToolErrorsTest, CorruptHeader) {
   PutKv(path, {{"k", "v"}});
   WriteFileAt(path, 100, "\x01");  // layout padding: covered by the checksum
   ExpectRefused(path, 1, "checksum");
+}
+
+// A layer below the tree refuses the pool: nothing is written before that refusal, the pool's
+// own open count included (PoolOptions::defer_attach), so the file stays byte-identical.
+TEST(ToolErrorsTest, CorruptHeapHeader) {
+  TempDir dir;
+  const std::string path = dir.File("heap.pool");
+  PutKv(path, {{"k", "v"}});
+  const std::optional<std::string> image = ReadFile(path);
+  ASSERT_TRUE(image.has_value());
+  PoolHeader h;
+  std::memcpy(&h, image->data(), sizeof(h));
+  WriteFileAt(path, h.heap.offset + 8, "\x7f");  // inside the checksummed heap header
+  ExpectRefused(path, 1, absl::StrCat("heap header at offset ", h.heap.offset));
+}
+
+TEST(ToolErrorsTest, MalformedFailedEpochRange) {
+  TempDir dir;
+  const std::string path = dir.File("epochs.pool");
+  PutKv(path, {{"k", "v"}});
+  const std::optional<std::string> image = ReadFile(path);
+  ASSERT_TRUE(image.has_value());
+  PoolHeader h;
+  std::memcpy(&h, image->data(), sizeof(h));
+  // One range with lo > hi, and a count that names it.
+  const uint64_t range[2] = {9, 3}, count = 1;
+  WriteFileAt(path, h.epoch.offset + 192, std::string(reinterpret_cast<const char*>(range), 16));
+  WriteFileAt(path, h.epoch.offset + 128, std::string(reinterpret_cast<const char*>(&count), 8));
+  ExpectRefused(path, 1, "failed-epoch range 0 is malformed");
 }
 
 TEST(ToolErrorsTest, PoolInUse) {
