@@ -92,16 +92,22 @@ TEST(ToolErrorsTest, CorruptHeader) {
   ExpectRefused(path, 1, "checksum");
 }
 
+// A key-value pool at `path` holding one key, and its header.
+PoolHeader KvPoolWithOneKey(const std::string& path) {
+  PutKv(path, {{"k", "v"}});
+  const std::optional<std::string> image = ReadFile(path);
+  PoolHeader h{};
+  EXPECT_TRUE(image.has_value());
+  if (image.has_value()) std::memcpy(&h, image->data(), sizeof(h));
+  return h;
+}
+
 // A layer below the tree refuses the pool: nothing is written before that refusal, the pool's
 // own open count included (PoolOptions::defer_attach), so the file stays byte-identical.
 TEST(ToolErrorsTest, CorruptHeapHeader) {
   TempDir dir;
   const std::string path = dir.File("heap.pool");
-  PutKv(path, {{"k", "v"}});
-  const std::optional<std::string> image = ReadFile(path);
-  ASSERT_TRUE(image.has_value());
-  PoolHeader h;
-  std::memcpy(&h, image->data(), sizeof(h));
+  const PoolHeader h = KvPoolWithOneKey(path);
   WriteFileAt(path, h.heap.offset + 8, "\x7f");  // inside the checksummed heap header
   ExpectRefused(path, 1, absl::StrCat("heap header at offset ", h.heap.offset));
 }
@@ -109,11 +115,7 @@ TEST(ToolErrorsTest, CorruptHeapHeader) {
 TEST(ToolErrorsTest, MalformedFailedEpochRange) {
   TempDir dir;
   const std::string path = dir.File("epochs.pool");
-  PutKv(path, {{"k", "v"}});
-  const std::optional<std::string> image = ReadFile(path);
-  ASSERT_TRUE(image.has_value());
-  PoolHeader h;
-  std::memcpy(&h, image->data(), sizeof(h));
+  const PoolHeader h = KvPoolWithOneKey(path);
   // One range with lo > hi, and a count that names it.
   const uint64_t range[2] = {9, 3}, count = 1;
   WriteFileAt(path, h.epoch.offset + 192, std::string(reinterpret_cast<const char*>(range), 16));
