@@ -322,10 +322,7 @@ absl::Status Heap::ValidateHeader(const Pool& pool) {
 absl::Status Heap::Load() {
   const RegionDesc r = pool_.region(PoolRegion::kHeap);
   const auto& h = *reinterpret_cast<const HeapHeader*>(region_);
-  if (h.magic == 0) {
-    return absl::DataLossError(absl::StrCat(pool_.path(), ": heap header at offset ", r.offset,
-                                            ": bad magic or checksum"));
-  }
+  // Open formatted a region whose magic was 0, so the header is checked in full here.
   if (absl::Status st = ValidateHeader(pool_); !st.ok()) return st;
   chunks_ = h.chunk_count;
   seg0_chunks_ = h.chunk_count;
