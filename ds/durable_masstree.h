@@ -85,10 +85,11 @@ static_assert(IsNodeAllocator<PoolNodeAllocator>);
 
 // How DurableMasstree::Create lays a new tree out.
 struct DurableMasstreeOptions {
-  // Every value object carries a CRC32C of its full key and bytes (layout version 2), checked
-  // by CheckInvariants, get_verified and value_intact. False makes a version-1 tree, without
-  // them: 4 bytes less per value, no checksum computed per write, and no way to tell a value
-  // changed on media from the one written.
+  // Every value object carries a CRC32C of its full key and bytes (layout version 3: the
+  // checksum in the object's header, ds/internal/value_ref.h), checked by CheckInvariants,
+  // get_verified and value_intact. False makes a version-1 tree, without them: no checksum
+  // computed per write (a value object of a key with a suffix is 4 bytes smaller), and no way
+  // to tell a value changed on media from the one written.
   bool value_checksums = true;
 };
 

@@ -119,7 +119,8 @@ class BasicMasstree {
   // matches its checksum, or when the tree keeps none. REQUIRES: called inside that callback.
   bool value_intact(std::string_view key, std::string_view value) const {
     return !core_.policy.value_checksums() ||
-           ds_internal::ValueChecksum(key, value) == ds_internal::ValueObject::LoadChecksum(value);
+           ds_internal::ValueChecksum(key, value) ==
+               ds_internal::ValueObject::LoadChecksum(core_.policy.value_form(), value);
   }
   // The value under `key` as a T (its bytes, as put_as stored them); nullopt when absent or when
   // the stored value is not sizeof(T) bytes.
@@ -281,7 +282,7 @@ absl::StatusOr<bool> BasicMasstree<A>::get_verified(std::string_view key,
     return absl::DataLossError(
         absl::StrCat("the value object", where, " of key \"",
                      absl::CHexEscape(absl::string_view(key.data(), key.size())), "\" (",
-                     v->value_len, " bytes) fails its checksum"));
+                     v->value_len(), " bytes) fails its checksum"));
   }
   value->assign(v->value());
   return true;
@@ -294,7 +295,7 @@ requires std::is_trivially_copyable_v<T> std::optional<T> BasicMasstree<A>::get_
 const {
   Guard g(alloc_);
   const ds_internal::ValueObject* v = ds_internal::Lookup(core_, key);
-  if (v == nullptr || v->value_len != sizeof(T)) return std::nullopt;
+  if (v == nullptr || v->value_len() != sizeof(T)) return std::nullopt;
   T out;
   std::memcpy(&out, v->value().data(), sizeof(T));
   return out;

@@ -146,10 +146,9 @@ absl::Status PreadFull(int fd, void* buf, size_t len, off_t off, std::string_vie
   return absl::OkStatus();
 }
 
-// Maps a pool file shared and writable. MAP_SYNC first, so that on a DAX file system cache
-// flushes (the pmem backend) are enough for durability without msync; other file systems
-// refuse MAP_SYNC and get a plain shared mapping.
-// Maps [off, off + len) of the file at `at` (MAP_FIXED), MAP_SYNC first for DAX.
+// Maps [off, off + len) of the file at `at` (MAP_FIXED), shared and writable. MAP_SYNC first,
+// so that on a DAX file system cache flushes (the pmem backend) are enough for durability
+// without msync; other file systems refuse MAP_SYNC and get a plain shared mapping.
 void* MapSharedAt(int fd, void* at, size_t len, off_t off) {
   void* p =
       mmap(at, len, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC | MAP_FIXED, fd, off);
@@ -160,8 +159,9 @@ void* MapSharedAt(int fd, void* at, size_t len, off_t off) {
 // Reserves *reserve bytes of address space (at least len; inaccessible, no memory committed)
 // and maps the file's first len bytes at its start, so that a growth can map more of the file
 // right after them. When the reservation is refused (RLIMIT_AS), halves it until it fits, down
-// to len. Sets *reserve to what was reserved.
-void* MapPool(int fd, size_t len, size_t* reserve) {
+// to len. Sets *reserve to what was reserved. `copy_on_write`: a private mapping (writes never
+// reach the file; PoolOptions::private_mapping).
+void* MapPool(int fd, size_t len, size_t* reserve, bool copy_on_write = false) {
   size_t want = std::max(*reserve, len);
   void* r;
   for (;;) {
@@ -170,7 +170,9 @@ void* MapPool(int fd, size_t len, size_t* reserve) {
     want = std::max(len, RoundUpToPage(want / 2));
   }
   if (r == MAP_FAILED) return MAP_FAILED;
-  void* p = MapSharedAt(fd, r, len, 0);
+  void* p = copy_on_write
+                ? mmap(r, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd, 0)
+                : MapSharedAt(fd, r, len, 0);
   if (p == MAP_FAILED) {
     const int err = errno;
     munmap(r, want);
@@ -355,7 +357,12 @@ absl::StatusOr<RecordWrites> RequestedRecordWrites(const PoolOptions& o, std::st
 }
 
 // Both persistence choices, checked before anything is touched.
-absl::Status CheckPersistenceOptions(const PoolOptions& o, bool in_memory, std::string_view name) {
+// `opening_file`: Pool::Open, the one open that may map a file private.
+absl::Status CheckPersistenceOptions(const PoolOptions& o, bool in_memory, std::string_view name,
+                                     bool opening_file = false) {
+  if (o.private_mapping && !opening_file) {
+    return InvalidArgument(name, "private_mapping applies to opening a pool file only");
+  }
   RETURN_IF_ERROR(RequestedBackend(o, in_memory, name).status());
   return RequestedRecordWrites(o, name).status();
 }
@@ -748,7 +755,7 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::CreateInMemory(void* base, size_t si
 absl::StatusOr<std::unique_ptr<Pool>> Pool::Open(const std::string& path, std::string_view layout,
                                                  const PoolOptions& options) {
   // 1. Open and lock; validate the header from a pread copy before mapping anything.
-  RETURN_IF_ERROR(CheckPersistenceOptions(options, /*in_memory=*/false, path));
+  RETURN_IF_ERROR(CheckPersistenceOptions(options, /*in_memory=*/false, path, /*opening_file=*/true));
   ASSIGN_OR_RETURN(auto opened, OpenPoolFile(path));
   FdGuard fd(opened.first);
   const uint64_t file_size = opened.second;
@@ -762,10 +769,11 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::Open(const std::string& path, std::s
 
   // 2. Map and attach (Attach validates the mapped header and state before writing).
   size_t reserve = FileReserve(options, pool_size);
-  void* base = MapPool(fd.get(), pool_size, &reserve);
+  void* base = MapPool(fd.get(), pool_size, &reserve, options.private_mapping);
   if (base == MAP_FAILED) return ErrnoError(errno, path, "cannot map the pool file");
   std::unique_ptr<Pool> pool(new Pool);
   pool->closed_ = true;
+  pool->private_ = options.private_mapping;
   pool->fd_ = fd.release();
   pool->path_ = path;
   pool->base_ = static_cast<uint8_t*>(base);
@@ -849,6 +857,8 @@ absl::Status Pool::ChooseBackend(const PoolOptions& options) {
       kind = pmem_is_pmem(base_, size()) ? BackendKind::kPmem : BackendKind::kMsync;
     }
   }
+  writing_backend_ = *kind;
+  if (private_) kind = BackendKind::kEadr;  // nothing reaches the file: stores only
   if (*kind == BackendKind::kSim) {
     const auto w = reinterpret_cast<uintptr_t>(options.sim->working());
     const auto b = reinterpret_cast<uintptr_t>(base_);
@@ -890,7 +900,8 @@ absl::Status Pool::Close() {
     //    sync fails, the flag stays 0 and the next Open runs recovery.
     if (!writes_begun_.load(std::memory_order_acquire)) {
       // Opened with defer_attach and never written: closed as it was found.
-    } else if (fd_ >= 0 && (msync(base_, size(), MS_SYNC) != 0 || fsync(fd_) != 0)) {
+    } else if (fd_ >= 0 && !private_ &&
+               (msync(base_, size(), MS_SYNC) != 0 || fsync(fd_) != 0)) {
       result = ErrnoError(errno, path_, "cannot sync the pool before closing it");
     } else if (health_->failed()) {
       // The failed mode: epochs after the last durable one did not complete, so the pool stays
@@ -1030,6 +1041,10 @@ absl::Status Pool::Grow(size_t new_size) {
   std::lock_guard<std::mutex> l(grow_mu_);
   if (closed_) return PoolError(absl::StatusCode::kFailedPrecondition, path_, "pool is closed");
   if (health_->failed()) return health_->status();
+  if (private_) {
+    return PoolError(absl::StatusCode::kFailedPrecondition, path_,
+                     "cannot grow a pool opened with a private mapping (nothing reaches the file)");
+  }
   const size_t old_size = size();
   new_size = RoundUpToPage(new_size);
   if (new_size < old_size + kMinGrowth) {

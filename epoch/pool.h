@@ -73,6 +73,14 @@ struct PoolOptions {
   // wrote to is closed without a write. So a pool whose layer refuses to open is left
   // byte-identical. For readers that must not change a pool they cannot open (the pmrt tools).
   bool defer_attach = false;
+  // Open only (file pools): maps the file private, copy-on-write. Everything written after the
+  // open, the recovery of every layer included, stays in this process's memory; nothing ever
+  // reaches the file, and the persistence backend is eADR (stores only: there is nothing to
+  // write back). The file is left byte-identical whatever happens, so this serves readers that
+  // must not change a pool even when it needs recovery (the `pmrt` tools' info, check and
+  // dump), and a trial open that proves every layer opens before the real open writes
+  // (RuntimeOptions::trial_open). Grow is refused.
+  bool private_mapping = false;
 };
 
 enum class PoolRegion { kRoot, kEpoch, kLog, kHeap };
@@ -231,6 +239,11 @@ class Pool {
   void* region_base(PoolRegion r) const { return base_ + region(r).offset; }
   // False when the previous run did not Close() the pool (a crash): recovery is due.
   bool was_clean_shutdown() const { return was_clean_shutdown_; }
+  // Opened with PoolOptions::private_mapping: no write reaches the file.
+  bool is_private() const { return private_; }
+  // The backend a writing open of this pool chooses: persister()'s, except for a private
+  // mapping (whose persister is eADR).
+  BackendKind writing_backend() const { return writing_backend_; }
   // Number of times the pool has been opened (including this one); persisted.
   uint64_t open_count() const;
   // The open's first writes (clean_shutdown = 0, open_count + 1, each durable), done at Open
@@ -273,6 +286,7 @@ class Pool {
   std::string path_;
   int fd_ = -1;  // -1 for in-memory pools
   bool owns_mapping_ = false;
+  bool private_ = false;
   bool closed_ = false;
   bool was_clean_shutdown_ = true;
   void WriteAttach();
@@ -283,6 +297,7 @@ class Pool {
   std::atomic<uint32_t> layers_{0};                                      // PoolLayer bits attached
   std::unique_ptr<PoolHealth> health_ = std::make_unique<PoolHealth>();  // persister_ points here
   Persister persister_;
+  BackendKind writing_backend_ = BackendKind::kEadr;
 };
 
 }  // namespace pmrt

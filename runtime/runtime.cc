@@ -218,18 +218,32 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Open(const std::string& path,
                                                        RuntimeOptions options) {
   struct stat sb;
   const auto start = std::chrono::steady_clock::now();
-  // An existing pool is written only once its epoch manager has validated it: a pool that a
-  // layer refuses is left byte-identical (PoolOptions::defer_attach).
+  const bool create = options.create_size != 0 && stat(path.c_str(), &sb) != 0 && errno == ENOENT;
+  if (options.trial_open && !create) {
+    // The same open in memory; it ends (pool closed, lock released) before the real one.
+    RuntimeOptions trial = options;
+    trial.trial_open = false;
+    trial.pool.private_mapping = true;
+    trial.epochs.interval = std::chrono::milliseconds(0);
+    auto opened = Open(path, std::move(trial));
+    if (!opened.ok()) return opened.status();
+    if (absl::Status st = (*opened)->Close(); !st.ok()) return st;
+  }
+  const auto trial_time = std::chrono::steady_clock::now() - start;
+  // An existing pool is written only once its epoch manager has validated it: a pool that the
+  // manager refuses is left byte-identical (PoolOptions::defer_attach).
   PoolOptions open_options = options.pool;
   open_options.defer_attach = true;
   absl::StatusOr<std::unique_ptr<Pool>> pool =
-      options.create_size != 0 && stat(path.c_str(), &sb) != 0 && errno == ENOENT
-          ? Pool::Create(path, options.create_size, options.layout, options.pool)
-          : Pool::Open(path, options.layout, open_options);
+      create ? Pool::Create(path, options.create_size, options.layout, options.pool)
+             : Pool::Open(path, options.layout, open_options);
   if (!pool.ok()) return pool.status();
-  const auto pool_time = std::chrono::steady_clock::now() - start;
+  const auto pool_time = std::chrono::steady_clock::now() - start - trial_time;
   auto rt = Attach(std::move(*pool), std::move(options));
-  if (rt.ok()) (*rt)->times_.pool = pool_time;
+  if (rt.ok()) {
+    (*rt)->times_.trial = trial_time;
+    (*rt)->times_.pool = pool_time;
+  }
   return rt;
 }
 

@@ -64,6 +64,13 @@ struct RuntimeOptions {
   PoolOptions pool;
   epoch::ManagerOptions epochs;
   txn::Options txn;  // replay_logical is the runtime's own: leave it empty
+  // An existing pool is first opened on a private mapping of the file
+  // (PoolOptions::private_mapping), where every layer's recovery runs in memory, and is opened
+  // for writing only when that succeeded: a pool that any layer refuses is left byte-identical.
+  // Without it, a layer's refusal found after the epoch manager's recovery (damaged heap chunk
+  // metadata, a damaged transaction log or catalog) leaves that recovery's writes, which lose
+  // nothing durable. Costs a second open, recovery included.
+  bool trial_open = false;
 };
 
 struct RuntimeStats {
@@ -207,6 +214,7 @@ class Runtime {
   // How long each step of the open took (Attach's steps; the pool's own open is the caller's
   // in Attach, Open's in Open).
   struct OpenTimes {
+    std::chrono::nanoseconds trial{0};  // the trial open (RuntimeOptions::trial_open)
     std::chrono::nanoseconds pool{0}, epochs{0}, heap{0}, catalog{0}, engine{0};
   };
   const OpenTimes& open_times() const { return times_; }

@@ -97,12 +97,14 @@ std::optional<Args> Parse(const char* cmd, const std::vector<std::string>& args,
 }
 
 // Opens the pool; on failure prints the one-line error and sets *exit_status.
-std::unique_ptr<PoolView> OpenOrReport(const char* cmd, const Args& a, int* exit_status) {
-  auto view = PoolView::Open(a.pool, a.layout.empty() ? kKvLayout : a.layout, a.index);
+// `writable`: PoolView::Open's (for grow).
+std::unique_ptr<PoolView> OpenOrReport(const char* cmd, const Args& a, int* exit_status,
+                                       bool writable = false) {
+  auto view = PoolView::Open(a.pool, a.layout.empty() ? kKvLayout : a.layout, a.index, writable);
   if (!view.ok() && a.layout.empty() &&
       view.status().message().find(absl::StrCat("pool layout is '", kRuntimeLayout, "'")) !=
           std::string_view::npos) {
-    view = PoolView::Open(a.pool, kRuntimeLayout, a.index);  // a pmrt::Runtime's pool
+    view = PoolView::Open(a.pool, kRuntimeLayout, a.index, writable);  // a pmrt::Runtime's pool
   }
   if (view.ok()) return std::move(*view);
   // Pool errors already start with the path; others (none today) get it prepended.
@@ -146,8 +148,10 @@ std::string Time(uint64_t ns) {
 
 std::string RecoveryLine(const PoolReport& r) {
   if (r.clean_shutdown) return "none needed (the last run closed the pool)";
-  return absl::StrCat("done by this open: epochs ", Ranges(r.failed_at_open, 4),
-                      " recorded failed and rolled back, ", r.log_entries_replayed,
+  return absl::StrCat("done in memory for this view (the file is unchanged; the next program "
+                      "that writes the pool recovers it): epochs ",
+                      Ranges(r.failed_at_open, 4), " recorded failed and rolled back, ",
+                      r.log_entries_replayed,
                       " external-log entries replayed (the tree's in-line logs are repaired "
                       "lazily, at each node's first access)");
 }
@@ -163,8 +167,8 @@ void PrintText(const PoolReport& r) {
   std::printf("created         %s\n", Time(r.create_time_ns).c_str());
   std::printf("backend         %s\n", r.backend.c_str());
   std::printf("last shutdown   %s\n",
-              r.clean_shutdown ? "clean" : "CRASH (recovered by this open)");
-  std::printf("opens           %lu (this one included)\n",
+              r.clean_shutdown ? "clean" : "CRASH (recovered in memory by this view)");
+  std::printf("opens           %lu\n",
               static_cast<unsigned long>(r.open_count));
   for (const auto& g : r.regions) {
     std::printf("region %-8s offset %12lu  size %s\n", g.name, static_cast<unsigned long>(g.offset),
@@ -456,9 +460,12 @@ int RepairCommand(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   // The ordinary open and recovery, allowed the failed-epoch set's reserved last slot, with no
-  // background advancer (the heap's lines are settled by this thread alone).
+  // background advancer (the heap's lines are settled by this thread alone); tried first in
+  // memory with the tree's check, so a pool that cannot be repaired is left as it was.
   KvStoreOptions o;
   o.require_tree = true;
+  o.trial_open = true;
+  o.check_tree = true;
   o.epochs.interval = std::chrono::milliseconds(0);
   o.epochs.repair = true;
   auto kv = KvStore::Open(a->pool, o);
@@ -525,7 +532,7 @@ int GrowCommand(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   int status = kExitOk;
-  auto view = OpenOrReport("grow", *a, &status);
+  auto view = OpenOrReport("grow", *a, &status, /*writable=*/true);
   if (view == nullptr) return status;
   Pool& pool = view->pool();
   const uint64_t old_size = pool.size();

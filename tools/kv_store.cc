@@ -21,7 +21,19 @@ absl::StatusOr<std::unique_ptr<KvStore>> KvStore::Open(const std::string& path,
   std::unique_ptr<KvStore> kv(new KvStore());
   auto t0 = Clock::now();
   struct stat sb;
-  if (options.create_size != 0 && stat(path.c_str(), &sb) != 0 && errno == ENOENT) {
+  const bool create = options.create_size != 0 && stat(path.c_str(), &sb) != 0 && errno == ENOENT;
+  if (options.trial_open && !create) {
+    // The trial: the same open in memory. It must end (its pool closed, the lock released)
+    // before the real open takes the lock.
+    KvStoreOptions trial = options;
+    trial.trial_open = false;
+    trial.pool.private_mapping = true;
+    trial.epochs.interval = std::chrono::milliseconds(0);  // no advancer thread for the trial
+    auto opened = Open(path, trial);
+    if (!opened.ok()) return opened.status();
+    if (absl::Status st = (*opened)->Close(); !st.ok()) return st;
+  }
+  if (create) {
     auto pool = Pool::Create(path, options.create_size, options.layout, options.pool);
     if (!pool.ok()) return pool.status();
     kv->pool_ = std::move(*pool);
@@ -81,6 +93,13 @@ absl::StatusOr<std::unique_ptr<KvStore>> KvStore::Open(const std::string& path,
     r->magic = KvRoot::kMagic;
     kv->tree_ = std::move(*tree);
     kv->created_ = true;
+  }
+  if (options.check_tree) {
+    if (absl::Status st = kv->tree_->CheckInvariants(nullptr, nullptr, /*values=*/false);
+        !st.ok()) {
+      return absl::DataLossError(absl::StrCat(path, ": the tree fails its check (`pmrt check ",
+                                              path, "` lists the damage): ", st.message()));
+    }
   }
   kv->times_.tree = Since(t0);
   if (kv->created_) {

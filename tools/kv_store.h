@@ -50,6 +50,15 @@ struct KvStoreOptions {
   epoch::ManagerOptions epochs;
   // Do not create a tree in a pool that has none (kNotFound instead); for inspection tools.
   bool require_tree = false;
+  // Check the tree's structure as part of the open (CheckInvariants without the values): a
+  // damaged tree is kDataLoss naming the node, instead of a crash or hang at a later walk.
+  bool check_tree = false;
+  // An existing pool is first opened (and checked, with check_tree) on a private mapping of the
+  // file (PoolOptions::private_mapping), where every layer's recovery runs in memory; only when
+  // that succeeds is it opened for writing. A pool that any layer refuses, or whose tree fails
+  // its check, is left byte-identical. Costs a second open. `pmrt serve` and `pmrt repair` use
+  // it.
+  bool trial_open = false;
 };
 
 class KvStore {
@@ -57,7 +66,8 @@ class KvStore {
   // Opens (or creates, see options) the pool at `path` and its tree. Errors are the pool's
   // (kNotFound, kFailedPrecondition for another layout or a newer format, kDataLoss for a
   // corrupt header, kUnavailable for a pool in use), the manager's and heap's recovery errors,
-  // the tree's (kDataLoss: the root names no valid tree), and kNotFound with require_tree.
+  // the tree's (kDataLoss: the root names no valid tree, or with check_tree its structure is
+  // damaged), and kNotFound with require_tree.
   static absl::StatusOr<std::unique_ptr<KvStore>> Open(const std::string& path,
                                                        const KvStoreOptions& options = {});
   ~KvStore();

@@ -103,15 +103,26 @@ int ExitStatusForOpenError(const absl::Status& st) {
 
 absl::StatusOr<std::unique_ptr<PoolView>> PoolView::Open(const std::string& path,
                                                          const std::string& layout,
-                                                         const std::string& index) {
+                                                         const std::string& index,
+                                                         bool writable) {
+  if (writable) {
+    // The trial, ended (lock released) before the writing open.
+    auto trial = Open(path, layout, index, /*writable=*/false);
+    if (!trial.ok()) return trial.status();
+    if (absl::Status st = (*trial)->Close(); !st.ok()) return st;
+  }
   std::unique_ptr<PoolView> v(new PoolView());
-  // Nothing is written until a layer's own validation has passed: a pool whose layer refuses
-  // to open is left byte-identical.
+  // A private mapping (a writable view: shared, once the trial above passed): every layer's
+  // recovery runs in this process's memory and nothing reaches the file, so inspecting leaves
+  // the pool byte-identical whether it opens, fails to, or needs recovery (the next program
+  // that writes it recovers it for real).
   PoolOptions po;
+  po.private_mapping = !writable;
   po.defer_attach = true;
   auto pool = Pool::Open(path, layout, po);
   if (!pool.ok()) return pool.status();
   v->pool_ = std::move(*pool);
+  v->open_count_ = v->pool_->open_count();  // before this view's own (in memory only)
   v->kv_ = layout == kKvLayout;
   v->runtime_ = layout == kRuntimeLayout;
   v->index_ = index;
@@ -267,13 +278,13 @@ PoolReport PoolView::Report() const {
   r.path = pool_->path();
   r.layout = std::string(pool_->layout());
   for (const uint8_t b : h.uuid) absl::StrAppendFormat(&r.uuid, "%02x", b);
-  r.backend = std::string(BackendName(pool_->persister().kind()));
+  r.backend = std::string(BackendName(pool_->writing_backend()));
   r.format_major = h.major;
   r.format_minor = h.minor;
   r.size = pool_->size();
   r.created_size = h.pool_size;
   r.create_time_ns = h.create_time_ns;
-  r.open_count = pool_->open_count();
+  r.open_count = open_count_;
   r.clean_shutdown = pool_->was_clean_shutdown();
   const char* names[] = {"root", "epoch", "log", "heap"};
   for (int i = 0; i < 4; ++i) {
@@ -493,21 +504,19 @@ void PoolView::CheckHeapAndTree(CheckReport& r) const {
   }
   if (!bad_values.empty()) {
     // The structure is intact (checked above), so a scan is safe: name the keys. A scan's value
-    // view starts just after the object's header and key suffix (ds/internal/value_ref.h).
+    // view starts after the object's header, its key suffix and, in the inline form, its
+    // checksum (ds/internal/value_ref.h); the suffix is at most the key's length.
     std::sort(bad_values.begin(), bad_values.end());
     if (bad_values.size() > kMaxListed) bad_values.resize(kMaxListed);
     std::sort(bad_values.begin(), bad_values.end());
-    constexpr uint64_t kHeader = sizeof(ds_internal::ValueObject);
+    constexpr uint64_t kHeader = sizeof(ds_internal::ValueObject) + sizeof(uint32_t);
     tree_->scan("", SIZE_MAX, [&](std::string_view key, std::string_view value) {
-      // The object starts kHeader + suffix_len bytes before the value, and the suffix is at
-      // most the key's length.
       const uint64_t data = pool_->offset_of(value.data());
-      if (data < kHeader) return true;
-      const uint64_t lo = data - kHeader < key.size() ? 0 : data - kHeader - key.size();
+      const uint64_t lo = data < kHeader + key.size() ? 0 : data - kHeader - key.size();
       for (auto it = std::lower_bound(bad_values.begin(), bad_values.end(), lo);
-           it != bad_values.end() && *it <= data - kHeader; ++it) {
+           it != bad_values.end() && *it < data; ++it) {
         const auto* obj = static_cast<const ds_internal::ValueObject*>(pool_->at(*it));
-        if (*it + kHeader + obj->suffix_len != data) continue;
+        if (obj->value().data() != value.data()) continue;
         r.problems.push_back(absl::StrCat("heap/tree: the value object at offset ", *it,
                                           " holds the value of key \"", EscapeBytes(key), "\""));
       }

@@ -7,22 +7,21 @@
 //   PoolReport r = (*view)->Report();
 //   CheckReport c = (*view)->Check();          // c.problems empty: healthy
 //
-// Opening is the runtime's ordinary open and nothing more: Pool::Open (validates the header
-// and state page before writing a byte), then, only for the layers the pool already holds,
-// epoch::Manager::Open (which recovers: it records the epochs a crash left unfinished as failed
-// and replays their external undo log), alloc::Heap::Open (rolls the heap back to the same
-// point), txn::Engine::Open when the pool has a transaction directory (replays committed
-// transactions: a pool left half-recovered would be marked cleanly shut down at close) and,
-// for a key-value pool (layout "pmrt", tools/kv_store.h), the durable Masstree
-// named by the root object; for a runtime's pool (layout "pmrt-runtime", runtime/runtime.h), the
-// catalog of named indexes (opened before the engine, whose recovery replays the committed
-// transactions' index operations into them) and the index named by `index`. Recovery writes to the
-// pool, as any open does; it loses nothing that was durable, and the report says what it did. A
-// layer the pool does not hold yet (a pool fresh from `pmrt create`, or one of another layout whose
-// application does not use the heap) is left uninitialized: inspecting a pool never formats
-// anything in it, and never creates a key-value tree. The background epoch advancer is not started;
-// closing the view advances the epoch twice (Manager's destructor) and marks the pool cleanly shut
-// down.
+// Opening is the runtime's ordinary open on a private (copy-on-write) mapping of the file
+// (PoolOptions::private_mapping): Pool::Open (validates the header and state page), then, only
+// for the layers the pool already holds, epoch::Manager::Open (which recovers: it records the
+// epochs a crash left unfinished as failed and replays their external undo log),
+// alloc::Heap::Open (rolls the heap back to the same point), txn::Engine::Open when the pool
+// has a transaction directory (replays committed transactions) and, for a key-value pool
+// (layout "pmrt", tools/kv_store.h), the durable Masstree named by the root object; for a
+// runtime's pool (layout "pmrt-runtime", runtime/runtime.h), the catalog of named indexes
+// (opened before the engine, whose recovery replays the committed transactions' index
+// operations into them) and the index named by `index`. Every write of that recovery stays in
+// this process's memory: the view shows the pool as the next writing open will recover it, and
+// the file is left byte-identical, whether the open succeeds, fails or needs recovery (the next
+// program that writes the pool recovers it for real). A layer the pool does not hold yet (a
+// pool fresh from `pmrt create`, or one of another layout whose application does not use the
+// heap) is left uninitialized, even in memory. The background epoch advancer is not started.
 //
 // Thread safety: none; a PoolView is used by one thread, and holds the pool's lock (flock), so
 // no other process changes the pool while it is open.
@@ -107,10 +106,13 @@ class PoolView {
   // recovery of each layer (kDataLoss: corrupt epoch area, heap metadata or tree descriptor),
   // each naming the file.
   // `index`: for a runtime's pool, the named index to show as the tree (none when empty, unless
-  // the pool has exactly one); kNotFound when it has no such index.
+  // the pool has exactly one); kNotFound when it has no such index. `writable` (`pmrt grow`):
+  // the view is opened on a shared mapping, and its recovery reaches the file, after the same
+  // open on a private mapping has succeeded (so a pool it refuses is still left byte-identical).
   static absl::StatusOr<std::unique_ptr<PoolView>> Open(const std::string& path,
                                                         const std::string& layout,
-                                                        const std::string& index = "");
+                                                        const std::string& index = "",
+                                                        bool writable = false);
   ~PoolView();
   PoolView(const PoolView&) = delete;
   PoolView& operator=(const PoolView&) = delete;
@@ -150,6 +152,7 @@ class PoolView {
   bool runtime_ = false;
   std::string index_;
   uint64_t completed_before_ = 0;
+  uint64_t open_count_ = 0;  // the file's open count
   EpochRanges failed_before_;
 };
 

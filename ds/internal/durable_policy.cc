@@ -27,7 +27,9 @@ DurablePolicy::DurablePolicy(Pool& pool, epoch::Manager& epochs, MasstreeDescrip
       x_(epochs.execution_first()),
       ready_leaf_word_(LeafEpoch::Make(x_, 0)),
       desc_(desc),
-      checksums_(desc->version >= MasstreeDescriptor::kFirstChecksumVersion),
+      form_(desc->version >= MasstreeDescriptor::kFirstInlineChecksumVersion ? ValueForm::kInline
+            : desc->version >= MasstreeDescriptor::kFirstChecksumVersion      ? ValueForm::kTrailer
+                                                                              : ValueForm::kPlain),
       locks_(std::make_unique<epoch::RecoveryLocks>()),
       counters_(std::make_unique<Counters>()) {}
 

@@ -62,12 +62,13 @@ struct LeafEpoch {
 //
 // `root` is the pool offset of layer 0's root node; it changes when that root splits, after the
 // descriptor is copied to the external log (logged_epoch is the copy's mark). Version 2 trees
-// write a checksum trailer into every value object (value_ref.h); version 1 trees, created by
-// older builds, have none and are read and written without it.
+// write a checksum trailer into every value object, version 3 trees (the default) the inline
+// checksum form (value_ref.h); version 1 trees have none and are read and written without it.
 struct alignas(64) MasstreeDescriptor {
   static constexpr uint64_t kMagic = 0x45455254534D4D50ull;  // "PMMSTREE"
-  static constexpr uint32_t kVersion = 2;
+  static constexpr uint32_t kVersion = 3;
   static constexpr uint32_t kFirstChecksumVersion = 2;
+  static constexpr uint32_t kFirstInlineChecksumVersion = 3;
   static constexpr uint32_t kOldestVersion = 1;
   uint64_t magic;                      // kMagic
   uint32_t version;                    // kVersion
@@ -133,8 +134,9 @@ class DurablePolicy {
   const Persister& persister() const { return p_; }
   MasstreeDescriptor* descriptor() const { return desc_; }
   DurableStats stats() const;
-  // Value objects carry the checksum trailer (a tree of descriptor version 2 or later).
-  bool value_checksums() const { return checksums_; }
+  // The value object form of the tree's layout version: plain (1), trailer (2), inline (3).
+  ValueForm value_form() const { return form_; }
+  bool value_checksums() const { return form_ != ValueForm::kPlain; }
 
   // Lazy recovery: repairs `n` if this execution has not yet (its version word, and for a leaf
   // the in-line logs of a failed epoch). Fast path: one acquire load of a word in the node's
@@ -193,7 +195,7 @@ class DurablePolicy {
   uint64_t x_;                // execution_first
   uint64_t ready_leaf_word_;  // LeafEpoch::Make(x_, 0): a leaf word below it needs repair
   MasstreeDescriptor* desc_;
-  bool checksums_;
+  ValueForm form_;
   std::unique_ptr<epoch::RecoveryLocks> locks_;
   std::unique_ptr<Counters> counters_;
 };

@@ -199,11 +199,15 @@ class Checker {
         !s.ok()) {
       return s;
     }
+    // The form first: the object's size depends on it.
+    if (value->is_inline() != (p_.value_form() == ValueForm::kInline)) {
+      return Fail(leaf, depth, "value object of another layout version's form");
+    }
     const size_t bytes = ValueBytes(p_, value);
     if (auto s = CheckLink(leaf, depth, value, bytes, ValueObject::kAlign, "value"); !s.ok()) {
       return s;
     }
-    if ((kx == kKeyLenSuffix) != (value->suffix_len > 0)) {
+    if ((kx == kKeyLenSuffix) != (value->suffix_len() > 0)) {
       return Fail(leaf, depth, "suffix present iff the key continues past the slice");
     }
     if (values_ && p_.value_checksums()) CheckValue(leaf, slot, depth, kx, slice, value);
@@ -214,7 +218,7 @@ class Checker {
     return absl::OkStatus();
   }
 
-  // The value's checksum trailer against the full key this slot spells and the value bytes.
+  // The value's checksum against the full key this slot spells and the value bytes.
   // A mismatch is counted and the walk goes on (the structure is still checked).
   void CheckValue(LeafNode* leaf, int slot, int depth, uint8_t kx, uint64_t slice,
                   const ValueObject* value) {
@@ -227,7 +231,7 @@ class Checker {
       if (shape_.checksum_failures.size() < TreeShape::kMaxListedFailures) {
         shape_.checksum_failures.push_back(
             absl::StrCat(Where(p_, leaf, depth), "slot ", slot, ": the value object at ",
-                         ObjectName(value), " (", value->value_len, " bytes) fails its checksum"));
+                         ObjectName(value), " (", value->value_len(), " bytes) fails its checksum"));
       }
     }
     prefix_.resize(mark);

@@ -27,17 +27,15 @@ namespace pmrt::ds_internal {
 
 enum class PutMode { kUpsert, kInsertIfAbsent };
 
-// A new value object for a key whose bytes after its slice are `suffix`, with the checksum
-// trailer `crc` where the tree keeps one; nullptr when out of memory.
+// A new value object of the tree's form for a key whose bytes after its slice are `suffix`,
+// with the checksum `crc` where the form keeps one; nullptr when out of memory.
 template <class A, class P>
 ValueObject* NewValue(Writer<A, P>& w, std::string_view suffix, std::string_view value,
                       uint32_t crc) {
-  const bool ck = w.p().value_checksums();
-  void* mem = w.alloc.AllocateValue(ValueObject::SizeFor(suffix.size(), value.size(), ck));
+  const ValueForm form = w.p().value_form();
+  void* mem = w.alloc.AllocateValue(ValueObject::SizeFor(form, suffix.size(), value.size()));
   if (mem == nullptr) return nullptr;
-  ValueObject* v = ValueObject::Init(mem, suffix, value);
-  if (ck) v->set_checksum(crc);
-  return v;
+  return ValueObject::Init(mem, form, suffix, value, crc);
 }
 // The same for the whole key `key` (the checksum is computed only where the tree keeps one).
 template <class A, class P>
@@ -57,7 +55,7 @@ WriteOutcome MakeLayer(Writer<A, P>& w, LeafNode* leaf, int slot, const ValueObj
   KeyCursor rest(old->suffix());  // at least one byte: the key continued past the slice
   void* mem = w.alloc.AllocateNode(sizeof(LeafNode), alignof(LeafNode));
   if (mem == nullptr) return WriteOutcome::kNoMemory;
-  // The full key is unchanged, so is the checksum: the old trailer is copied.
+  // The full key is unchanged, so is the checksum: the old one is copied.
   ValueObject* moved = NewValue(w, rest.cls() == kClassSuffix ? rest.suffix() : "", old->value(),
                                 p.value_checksums() ? old->checksum() : 0);
   if (moved == nullptr || !p.LogLeaf(leaf, w.epoch)) {  // the slot changes meaning: a copy
@@ -101,6 +99,10 @@ bool InsertIntoLeaf(const P& p, uint64_t e, LeafNode* leaf, int pos, uint64_t sl
 template <class A, class P>
 WriteOutcome PutKey(Writer<A, P>& w, std::string_view key, std::string_view value, PutMode mode,
                     std::string* previous = nullptr) {
+  // No value object holds more (value_ref.h): refused like an allocation that failed.
+  if (value.size() > ValueObject::kMaxValueBytes || key.size() > ValueObject::kMaxSuffixBytes) {
+    return WriteOutcome::kNoMemory;
+  }
   const P& p = w.p();
   KeyCursor k(key);
   NodeHeader* entry = w.tree.Root();

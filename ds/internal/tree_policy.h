@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "ds/internal/node_layout.h"
+#include "ds/internal/value_ref.h"
 
 namespace pmrt::ds_internal {
 
@@ -40,7 +41,8 @@ enum class UpdateKind : uint8_t { kInPlace, kRelocated, kNoLog };
 //   LogParent(node, e): before node's parent link changes (caller holds the old parent's lock).
 //   LogRoot(e): before TreeCore's root word changes.
 //   InitLeaf / InitInterior(node, e): a node created in e, before it is published.
-//   value_checksums(): value objects carry the checksum trailer (value_ref.h).
+//   value_form(): the form of the value objects the tree writes (value_ref.h); value_checksums()
+//       says whether that form carries a checksum.
 template <class P>
 concept IsTreePolicy = requires(const P& p, NodeHeader* h, LeafNode* l, InteriorNode* in,
                                 uint64_t v, int slot, bool b) {
@@ -56,6 +58,7 @@ concept IsTreePolicy = requires(const P& p, NodeHeader* h, LeafNode* l, Interior
   { p.LogRoot(v) } -> std::same_as<bool>;
   p.InitLeaf(l, v);
   p.InitInterior(in, v);
+  { p.value_form() } -> std::convertible_to<ValueForm>;
   { p.value_checksums() } -> std::convertible_to<bool>;
 };
 
@@ -82,6 +85,7 @@ struct TransientPolicy {
   bool LogRoot(uint64_t) const { return true; }
   void InitLeaf(LeafNode*, uint64_t) const {}
   void InitInterior(InteriorNode*, uint64_t) const {}
+  static constexpr ValueForm value_form() { return ValueForm::kPlain; }
   static constexpr bool value_checksums() { return false; }
 };
 static_assert(IsTreePolicy<TransientPolicy>);

@@ -781,78 +781,158 @@ TEST(DurableMasstreeTest, OpenRejectsBadDescriptors) {
 
 // Value checksums: every value of a new tree carries one, layers moved by a second key with
 // the same slice keep theirs (the check passes), a changed byte is caught by get_verified,
-// value_intact and the check, and a version-1 tree (no trailers) reads and writes without them.
+// value_intact and the check. The same for the inline form (layout 3, the default) and the
+// trailer form (layout 2, made by an older build); a version-1 tree (none) reads and writes
+// without them.
 TEST(DurableMasstreeTest, ValueChecksumsCatchChangedBytes) {
   DurableRuntime rt(TempPoolPath("checksums"));
+  ASSERT_TRUE(rt.Open().ok());
+  // A new tree whose descriptor then says `version` (the policy reads it at Open).
+  auto tree_of_version = [&](uint32_t version) {
+    auto made = DurableMasstree::Create(rt.pool(), rt.epochs(), rt.heap());
+    EXPECT_TRUE(made.ok());
+    const uint64_t where = (*made)->descriptor();
+    made->reset();
+    static_cast<ds_internal::MasstreeDescriptor*>(rt.pool().at(where))->version = version;
+    auto opened = DurableMasstree::Open(rt.pool(), rt.epochs(), rt.heap(), where);
+    EXPECT_TRUE(opened.ok()) << opened.status();
+    return std::move(*opened);
+  };
+  for (const auto& [version, form] :
+       {std::pair{3u, ds_internal::ValueForm::kInline}, {2u, ds_internal::ValueForm::kTrailer}}) {
+    SCOPED_TRACE(absl::StrCat("layout version ", version));
+    std::unique_ptr<DurableMasstree> made = tree_of_version(version);
+    DurableMasstree& tree = *made;
+    ASSERT_TRUE(tree.policy().value_checksums());
+    ASSERT_EQ(tree.policy().value_form(), form);
+    Model model;
+    KeyGen gen(5);
+    for (int i = 0; i < 3000; ++i) {
+      std::string k = gen.Next();
+      if (i % 3 == 0) k = "one long shared prefix, many layers deep: " + k;
+      const std::string v = "value-" + std::to_string(i);
+      tree.put(k, v);
+      model[k] = v;
+    }
+    ds::TreeShape shape;
+    ASSERT_TRUE(tree.CheckInvariants(&shape).ok());
+    EXPECT_EQ(shape.checksummed_values, model.size());
+    EXPECT_GT(shape.layers, 1u);
+    for (const auto& [k, v] : model) {
+      std::string got;
+      auto found = tree.get_verified(k, &got);
+      ASSERT_TRUE(found.ok() && *found && got == v) << k;
+    }
+    std::string none;
+    EXPECT_FALSE(*tree.get_verified("absent", &none));
+
+    // One byte of one value changes on media: a short key (no suffix) and a long one.
+    for (const std::string& victim :
+         {model.begin()->first, model.lower_bound("one long shared prefix")->first}) {
+      char* byte = nullptr;
+      tree.scan(victim, 1, [&](std::string_view, std::string_view v) {
+        byte = const_cast<char*>(v.data());
+        return false;
+      });
+      ASSERT_NE(byte, nullptr);
+      *byte ^= 0x20;
+      std::string got = "untouched";
+      auto found = tree.get_verified(victim, &got);
+      EXPECT_EQ(found.status().code(), absl::StatusCode::kDataLoss);
+      EXPECT_THAT(std::string(found.status().message()),
+                  ::testing::HasSubstr("fails its checksum"));
+      EXPECT_EQ(got, "untouched");
+      size_t intact = 0;
+      tree.scan("", SIZE_MAX, [&](std::string_view k, std::string_view v) {
+        intact += tree.value_intact(k, v);
+        return true;
+      });
+      EXPECT_EQ(intact, model.size() - 1);
+      absl::Status st = tree.CheckInvariants(&shape);
+      EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+      EXPECT_EQ(shape.bad_checksums, 1u);
+      ASSERT_EQ(shape.checksum_failures.size(), 1u);
+      // The unverified read serves what the media holds; rewriting the key heals it.
+      EXPECT_NE(*tree.get(victim), model[victim]);
+      tree.put(victim, model[victim]);
+      EXPECT_TRUE(tree.CheckInvariants().ok());
+    }
+  }
+
+  // A tree of descriptor version 1 (made by an older build: no checksums).
+  std::unique_ptr<DurableMasstree> v1 = tree_of_version(1);
+  EXPECT_FALSE(v1->policy().value_checksums());
+  for (int i = 0; i < 500; ++i) v1->put("v1 key " + std::to_string(i), std::to_string(i));
+  ds::TreeShape shape;
+  ASSERT_TRUE(v1->CheckInvariants(&shape).ok());
+  EXPECT_EQ(shape.checksummed_values, 0u);
+  std::string got;
+  EXPECT_EQ(*v1->get_verified("v1 key 7", &got), true);
+  EXPECT_EQ(got, "7");
+}
+
+// The inline form keeps a small value's object at the plain form's size: an 8-byte key with an
+// 8-byte value takes one 16-byte block, checksum included; a key with a suffix pays the 4 bytes.
+// A value the form cannot hold is refused (kNoMemory, the tree unchanged), and an object of
+// another form than its tree's fails the check.
+TEST(DurableMasstreeTest, InlineChecksumsKeepSmallValuesSmall) {
+  DurableRuntime rt(TempPoolPath("inline"));
   ASSERT_TRUE(rt.Open().ok());
   auto t = DurableMasstree::Create(rt.pool(), rt.epochs(), rt.heap());
   ASSERT_TRUE(t.ok()) << t.status();
   DurableMasstree& tree = **t;
-  ASSERT_TRUE(tree.policy().value_checksums());
-  Model model;
-  KeyGen gen(5);
-  for (int i = 0; i < 3000; ++i) {
-    std::string k = gen.Next();
-    if (i % 3 == 0) k = "one long shared prefix, many layers deep: " + k;
-    const std::string v = "value-" + std::to_string(i);
-    tree.put(k, v);
-    model[k] = v;
-  }
-  ds::TreeShape shape;
-  ASSERT_TRUE(tree.CheckInvariants(&shape).ok());
-  EXPECT_EQ(shape.checksummed_values, model.size());
-  EXPECT_GT(shape.layers, 1u);
-  for (const auto& [k, v] : model) {
-    std::string got;
-    auto found = tree.get_verified(k, &got);
-    ASSERT_TRUE(found.ok() && *found && got == v) << k;
-  }
-  std::string none;
-  EXPECT_FALSE(*tree.get_verified("absent", &none));
+  ASSERT_EQ(tree.policy().value_form(), ds_internal::ValueForm::kInline);
+  ASSERT_EQ(tree.put(U64Key(7).view(), "8 bytes!"), PutResult::kInserted);
+  const std::string long_key = "a key with a suffix past its slice";
+  ASSERT_EQ(tree.put(long_key, "value"), PutResult::kInserted);
+  auto object_of = [&](std::string_view key) {
+    const ds_internal::ValueObject* found = nullptr;
+    tree.scan(key, 1, [&](std::string_view, std::string_view v) {
+      // The inline form's checksum sits right before the value, the header before that (no
+      // suffix) or the suffix (with one).
+      const char* at = v.data() - sizeof(uint32_t);
+      if (key.size() <= 8) at -= sizeof(ds_internal::ValueObject) - sizeof(uint32_t);
+      else at -= (key.size() - 8) + sizeof(ds_internal::ValueObject);
+      found = reinterpret_cast<const ds_internal::ValueObject*>(at);
+      return false;
+    });
+    return found;
+  };
+  const ds_internal::ValueObject* small = object_of(U64Key(7).view());
+  ASSERT_NE(small, nullptr);
+  EXPECT_TRUE(small->is_inline());
+  EXPECT_EQ(small->value(), "8 bytes!");
+  EXPECT_EQ(small->suffix_len(), 0u);
+  EXPECT_EQ(ds_internal::ValueBytes(tree.policy(), small), 16u);
+  EXPECT_EQ(small->checksum(), ds_internal::ValueChecksum(U64Key(7).view(), "8 bytes!"));
+  const ds_internal::ValueObject* suffixed = object_of(long_key);
+  ASSERT_NE(suffixed, nullptr);
+  EXPECT_EQ(suffixed->suffix(), long_key.substr(8));
+  EXPECT_EQ(suffixed->value(), "value");
+  EXPECT_EQ(ds_internal::ValueBytes(tree.policy(), suffixed),
+            sizeof(ds_internal::ValueObject) + (long_key.size() - 8) + 4 + 5);
+  EXPECT_EQ(suffixed->checksum(), ds_internal::ValueChecksum(long_key, "value"));
+  ASSERT_TRUE(tree.CheckInvariants().ok());
 
-  // One byte of one value changes on media.
-  const std::string victim = model.begin()->first;
-  char* byte = nullptr;
-  tree.scan(victim, 1, [&](std::string_view, std::string_view v) {
-    byte = const_cast<char*>(v.data());
-    return false;
-  });
-  ASSERT_NE(byte, nullptr);
-  *byte ^= 0x20;
-  std::string got = "untouched";
-  auto found = tree.get_verified(victim, &got);
-  EXPECT_EQ(found.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(std::string(found.status().message()), ::testing::HasSubstr("fails its checksum"));
-  EXPECT_EQ(got, "untouched");
-  size_t intact = 0;
-  tree.scan("", SIZE_MAX, [&](std::string_view k, std::string_view v) {
-    intact += tree.value_intact(k, v);
-    return true;
-  });
-  EXPECT_EQ(intact, model.size() - 1);
-  absl::Status st = tree.CheckInvariants(&shape);
-  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
-  EXPECT_EQ(shape.bad_checksums, 1u);
-  ASSERT_EQ(shape.checksum_failures.size(), 1u);
-  // The unverified read serves what the media holds; rewriting the key heals it.
-  EXPECT_NE(*tree.get(victim), model[victim]);
-  tree.put(victim, model[victim]);
+  // 2^30 bytes (readable zero pages, never touched): past what a value object holds.
+  const size_t huge = ds_internal::ValueObject::kMaxValueBytes + 1;
+  void* zeros = mmap(nullptr, huge, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(zeros, MAP_FAILED);
+  EXPECT_EQ(tree.put("huge", std::string_view(static_cast<const char*>(zeros), huge)),
+            PutResult::kNoMemory);
+  EXPECT_EQ(tree.insert_if_absent("huge", std::string_view(static_cast<const char*>(zeros), huge)),
+            InsertResult::kNoMemory);
+  munmap(zeros, huge);
+  EXPECT_FALSE(tree.get("huge").has_value());
+
+  // The form bit cleared: the object reads as another form, which the check refuses.
+  auto* header = const_cast<ds_internal::ValueObject*>(small);
+  header->len_word &= ~ds_internal::ValueObject::kInlineBit;
+  absl::Status st = tree.CheckInvariants();
+  EXPECT_FALSE(st.ok());
+  EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("another layout version's form"));
+  header->len_word |= ds_internal::ValueObject::kInlineBit;
   EXPECT_TRUE(tree.CheckInvariants().ok());
-
-  // A tree of descriptor version 1 (made by an older build: no trailers).
-  auto old = DurableMasstree::Create(rt.pool(), rt.epochs(), rt.heap());
-  ASSERT_TRUE(old.ok());
-  const uint64_t where = (*old)->descriptor();
-  old->reset();
-  static_cast<ds_internal::MasstreeDescriptor*>(rt.pool().at(where))->version = 1;
-  auto v1 = DurableMasstree::Open(rt.pool(), rt.epochs(), rt.heap(), where);
-  ASSERT_TRUE(v1.ok()) << v1.status();
-  EXPECT_FALSE((*v1)->policy().value_checksums());
-  for (int i = 0; i < 500; ++i) (*v1)->put("v1 key " + std::to_string(i), std::to_string(i));
-  ASSERT_TRUE((*v1)->CheckInvariants(&shape).ok());
-  EXPECT_EQ(shape.checksummed_values, 0u);
-  EXPECT_EQ(*(*v1)->get_verified("v1 key 7", &got), true);
-  EXPECT_EQ(got, "7");
 }
 
 // A 256 KiB undo log (4 blocks) and no background advancer: random inserts split leaves that

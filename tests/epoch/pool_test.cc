@@ -758,6 +758,62 @@ TEST(PoolTest, OpenWhileAnotherProcessHoldsThePoolIsRefused) {
 
 // ---- crash detection --------------------------------------------------------------------------
 
+// A private mapping: everything written (the attach, the root, a plain store) stays in this
+// process, even across Close; the file is byte-identical, a crashed pool stays crashed for the
+// next writing open, Grow is refused, and the option applies to Pool::Open of a file only.
+TEST(PoolTest, APrivateMappingNeverWritesTheFile) {
+  TempDir dir;
+  const std::string path = dir.File("private.pool");
+  MakePool(path);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    auto pool = Pool::Open(path, kLayout);
+    if (!pool.ok()) _exit(1);
+    auto root = (*pool)->root<Root>();
+    if (!root.ok()) _exit(2);
+    (*root)->counter = 7;
+    _exit(0);  // no Close: an unclean shutdown
+  }
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+  ASSERT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) << wstatus;
+  const auto before = ReadFile(path);
+  ASSERT_TRUE(before.has_value());
+  PoolOptions po;
+  po.private_mapping = true;
+  {
+    auto pool = Pool::Open(path, kLayout, po);
+    ASSERT_OK(pool);
+    Pool& p = **pool;
+    EXPECT_TRUE(p.is_private());
+    EXPECT_EQ(p.persister().kind(), BackendKind::kEadr);
+    EXPECT_FALSE(p.was_clean_shutdown());
+    auto root = p.root<Root>();
+    ASSERT_OK(root);
+    EXPECT_EQ((*root)->counter, 7u);  // the file's bytes
+    (*root)->counter = 99;
+    p.AcknowledgeRecovery(Pool::kRecoveredEpochs);
+    EXPECT_EQ(p.Grow(2 * kSize).code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ((*root)->counter, 99u);
+    ASSERT_OK(p.Close());  // "cleanly shut down", in memory only
+  }
+  EXPECT_EQ(ReadFile(path), before) << "a private mapping changed the file";
+  {
+    auto pool = Pool::Open(path, kLayout);
+    ASSERT_OK(pool);
+    EXPECT_FALSE((*pool)->was_clean_shutdown()) << "the private close hid the crash";
+    auto root = (*pool)->root<Root>();
+    ASSERT_OK(root);
+    EXPECT_EQ((*root)->counter, 7u);
+  }
+  EXPECT_EQ(Pool::Create(dir.File("new.pool"), kSize, kLayout, po).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  void* mem = aligned_alloc(4096, kSize);
+  EXPECT_EQ(Pool::CreateInMemory(mem, kSize, kLayout, po).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  free(mem);
+}
+
 TEST(PoolTest, ExitWithoutCloseIsSeenAsUncleanShutdown) {
   TempDir dir;
   const std::string path = dir.File("crash.pool");

@@ -11,6 +11,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <optional>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -18,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "alloc/allocator.h"
+#include "epoch/pool_layout.h"
 #include "gtest/gtest.h"
 #include "tests/txn/txn_runtime.h"
 #include "tests/util/test_util.h"
@@ -201,6 +205,60 @@ TEST_F(RuntimeTest, IndexCreationInsideATransactionIsRefused) {
 // 50 to it; the process is SIGKILLed after both committed, while their epoch is still running
 // (epochs never advance in the child). The reopened pool has the user in the index and the 50
 // in its account: the money is conserved.
+// A crashed runtime pool whose catalog descriptor is damaged: the catalog is opened after the
+// epoch manager's recovery has written the pool. With trial_open the whole open runs on a
+// private mapping first, so the refusal leaves the file byte-identical; without it (the
+// control) the same refusal comes after the recovery's writes.
+TEST_F(RuntimeTest, ATrialOpenLeavesARefusedPoolByteIdentical) {
+  {
+    auto rt = OpenRt();
+    ASSERT_NE(rt, nullptr);
+    ASSERT_OK(rt->index("users"));
+    ASSERT_OK(rt->Close());
+  }
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    RuntimeOptions o;
+    o.epochs.interval = std::chrono::milliseconds(0);  // no epoch completes after the open
+    auto rt = Runtime::Open(path_, o);
+    if (!rt.ok()) _exit(2);
+    Index* users = *(*rt)->find_index("users");
+    for (int i = 0; i < 20; ++i) {
+      if (!txn::Run([&] { return users->put(absl::StrCat("user", i), "x").status(); }).ok()) {
+        _exit(3);
+      }
+    }
+    raise(SIGKILL);
+  }
+  int status;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  // The catalog descriptor's magic, one bit changed.
+  const std::optional<std::string> image = pmrt::testing::ReadFile(path_);
+  ASSERT_TRUE(image.has_value());
+  PoolHeader h;
+  std::memcpy(&h, image->data(), sizeof(h));
+  uint64_t magic, catalog;  // RuntimeHeader's words 1 and 2
+  std::memcpy(&magic, image->data() + h.root.offset + offsetof(RuntimeHeader, magic), 8);
+  std::memcpy(&catalog, image->data() + h.root.offset + offsetof(RuntimeHeader, catalog), 8);
+  ASSERT_EQ(magic, RuntimeHeader::kMagic);
+  pmrt::testing::WriteFileAt(path_, catalog, std::string(1, (*image)[catalog] ^ 0x01));
+  const std::optional<std::string> damaged = pmrt::testing::ReadFile(path_);
+
+  RuntimeOptions trial;
+  trial.trial_open = true;
+  auto refused = Runtime::Open(path_, trial);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss) << refused.status();
+  EXPECT_NE(refused.status().message().find("no Masstree descriptor"), std::string::npos)
+      << refused.status();
+  EXPECT_EQ(pmrt::testing::ReadFile(path_), damaged) << "the trial open wrote the pool";
+
+  auto control = Runtime::Open(path_, RuntimeOptions{});
+  EXPECT_EQ(control.status().code(), absl::StatusCode::kDataLoss) << control.status();
+  EXPECT_NE(pmrt::testing::ReadFile(path_), damaged) << "the control shows nothing";
+}
+
 TEST_F(RuntimeTest, CommittedTransactionsSurviveAKillWithTheirIndexOperations) {
   {
     auto rt = OpenRt();

@@ -7,8 +7,9 @@
 // damages a copy with a seeded mix of bit flips anywhere, bit flips and crafted words (offsets of
 // 2^63 and more, offsets of other nodes, misaligned and wild offsets) in the tree's nodes and
 // value objects, zeroed and random pages, and truncations; then runs the four readers in a child
-// process under a timeout. Every case must end without a crash or a hang, and every value served
-// must be one written for its key (a damaged one is detected: an error, never bytes). Two
+// process under a timeout. Every case must end without a crash or a hang, every value served
+// must be one written for its key (a damaged one is detected: an error, never bytes), and the
+// file must be byte-identical after the three tools and after an open that refused it. Two
 // negative controls (the reads without the structural check first; without the checksums) show
 // that the same cases do crash a reader and do serve damaged values when a defence is missing.
 //
@@ -29,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,6 +54,7 @@ using ds_internal::LeafNode;
 constexpr size_t kPoolSize = 4 << 20;
 constexpr int kKeys = 1500;
 constexpr int kWrongValueExit = 42;  // the child served a value never written for its key
+constexpr int kChangedFileExit = 43;  // a tool, or an open that refused the pool, changed it
 constexpr auto kCaseTimeout = std::chrono::seconds(30);
 
 using Rng = testing::SplitMix;
@@ -182,21 +185,24 @@ enum class Control {
 
 // What a reader does with the damaged pool (in the child; stdout and stderr to /dev/null).
 int ReadEverything(const std::string& path, Control control) {
+  const std::optional<std::string> before = testing::ReadFile(path);
   if (control == Control::kNone) {
     tools::InfoCommand({path});
     tools::CheckCommand({path});
     tools::DumpCommand({path});
+    if (testing::ReadFile(path) != before) return kChangedFileExit;
   }
+  // As `pmrt serve` opens: tried first on a private mapping, and nothing reads the tree before
+  // its structure is checked.
   tools::KvStoreOptions o;
   o.require_tree = true;
+  o.trial_open = control != Control::kUnchecked;
+  o.check_tree = control != Control::kUnchecked;
   auto kv = tools::KvStore::Open(path, o);
-  if (!kv.ok()) return 0;  // refused: named on stderr
-  const ds::DurableMasstree& t = (*kv)->tree();
-  // As `pmrt serve` starts: nothing reads the tree before its structure is checked.
-  if (control != Control::kUnchecked &&
-      !t.CheckInvariants(nullptr, nullptr, /*values=*/false).ok()) {
-    return 0;
+  if (!kv.ok()) {  // refused: named on stderr, the file as it was
+    return control == Control::kNone && testing::ReadFile(path) != before ? kChangedFileExit : 0;
   }
+  const ds::DurableMasstree& t = (*kv)->tree();
   std::string value;
   for (int i = 0; i < kKeys; ++i) {
     const std::string k = KeyOf(i);
@@ -365,6 +371,9 @@ std::string RunCase(const std::string& path, Control control = Control::kNone,
   }
   if (WIFSIGNALED(status)) return absl::StrCat("crash: signal ", WTERMSIG(status));
   if (WEXITSTATUS(status) == kWrongValueExit) return "served a value never written for its key";
+  if (WEXITSTATUS(status) == kChangedFileExit) {
+    return "the tools, or an open that refused the pool, changed the file";
+  }
   if (WEXITSTATUS(status) != 0) return absl::StrCat("exit status ", WEXITSTATUS(status));
   return "";
 }
