@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Counts the instructions a single-threaded pmrt-txbench run executes from one commit fence to
-# the next (docs/performance.md, "The path between fences"): the whole transaction loop of one
-# transaction, by function. Deterministic, unlike timings on a shared machine: the figure a
+# the next (docs/txn.md, "Design notes", "The path between fences"): the whole transaction loop
+# of one transaction, by function. Deterministic, unlike timings on a shared machine: the figure a
 # change to the commit or begin path is checked with before it is timed side by side.
 #
 #   bench/fence_path.sh [build-dir] [system] [words] [dist]   # defaults: build/release pmrt 1 uniform

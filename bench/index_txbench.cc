@@ -46,9 +46,9 @@
 #include <thread>
 #include <vector>
 
-#include "bench/workload_gen.h"
 #include "epoch/persist.h"
 #include "runtime/runtime.h"
+#include "tools/workload_gen.h"
 
 namespace {
 

@@ -18,8 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "epoch/persist.h"
 #include "epoch/pool.h"
-#include "epoch/sim.h"
-#include "tests/epoch/toy_redo_log.h"
+#include "testing/sim.h"
+#include "tools/toy_redo_log.h"
 
 namespace pmrt {
 namespace {
@@ -97,9 +97,9 @@ BENCHMARK(BM_RecordPersist)->ArgsProduct({{0, 1, 2}, {1, 2, 4, 8, 10, 12, 16, 64
 // Does a flush leave the line in the cache? Store to a line, optionally flush it (clwb here),
 // fence, and optionally load it back, the next line's address depending on the loaded value
 // (so the load's latency counts). The reload's cost is the difference between /1/1 and /1/0
-// (after a flush) and between /0/1 and /0/0 (without one). On the AMD EPYC of
-// docs/performance.md clwb evicts the line: the epoch boundary's write-back makes the next
-// access to each written-back line a memory miss.
+// (after a flush) and between /0/1 and /0/0 (without one). On the AMD EPYC of the measurements
+// (docs/epoch.md, "Design notes") clwb evicts the line: the epoch boundary's write-back makes
+// the next access to each written-back line a memory miss.
 void BM_ReloadAfterFlush(benchmark::State& state) {
   auto pool = BenchPool(BackendKind::kPmem);
   const bool flush = state.range(0) != 0;

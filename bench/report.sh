@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The benchmark report: runs the comparison suite of docs/performance.md at a size that takes
-# about ten minutes on a 2-CPU machine, writes each suite's JSON lines, and draws the PNG charts
-# that docs/performance.md embeds ("Charts").
+# about ten minutes on a 2-CPU machine, writes each suite's JSON lines, draws the PNG charts
+# that docs/performance.md embeds ("Charts") and regenerates the page's tables
+# (bench/perf_tables.py).
 #
 #   bench/report.sh [--quick] [--no-charts] [--out DIR] [--img DIR] [--only SUITES]
 #     --quick       a smoke run of about 1.5 minutes (small sizes, short runs, no restart runs)
@@ -21,12 +22,17 @@
 #   server      bench/server_bench.sh (when present): redis-benchmark against `pmrt serve` and
 #               Debian's redis-server (persistence off, and appendonly + appendfsync everysec)
 #
-# Output, in the results directory: SUITE.jsonl (the JSON lines), SUITE.txt (the script's
-# output and tables), charts/NAME.{dat,gp} (gnuplot data and scripts), summary.json (machine,
-# the last run's commit, and per suite when it ran, its commit, the load average, run time,
-# mode and status, merged with an earlier summary there, so that `--only SUITE` refreshes one
-# suite; and every charted value), and the PNGs in the image directory: ycsb.png, txbench.png, allocbench.png, server.png. Each
-# chart's subtitle gives the date, machine and load of its own suite's run.
+# Output, in the results directory: SUITE.jsonl (the JSON lines of the suite's latest run),
+# SUITE.txt (the script's output and tables), charts/NAME.{dat,gp} (gnuplot data and scripts),
+# summary.json (the last run's machine and commit, and per suite when it ran, its machine,
+# commit, the load average, run time, mode and status, merged with an earlier summary there, so
+# that `--only SUITE` refreshes one suite; and every charted value), history/SUITE.jsonl (every
+# full run's records, appended, each stamped with its commit, cpu and date; --quick runs and
+# failed suites are not kept: history/README.md), and the PNGs in the image directory:
+# ycsb.png, txbench.png, allocbench.png, server.png (each chart's subtitle gives the date,
+# machine and load of its own suite's run). When the results directory is bench/results, the
+# tables of docs/performance.md are then regenerated from it (bench/perf_tables.py; the tables
+# of results files this script does not write stay as they are).
 # Builds what it runs (build/release, -j2); installs gnuplot-nox (and redis-tools/redis-server
 # for the server suite) with apt-get when missing and running as root.
 set -euo pipefail
@@ -37,7 +43,7 @@ charts=1
 out=${OUT:-bench/results}
 img=docs/img
 only=ycsb,txbench,allocbench,server
-usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case $1 in
     --quick) quick=1 ;;
@@ -102,17 +108,19 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 meta=(--meta "machine=$machine" --meta "commit=$commit")
 
 # run_suite NAME COMMAND...: runs one suite with its output in $out/NAME.txt (and on stdout),
-# records when it ran, the load average before and after, its run time, mode and status (the
-# NAME_* keys of summary.json); a failing suite is reported and the others still run.
+# records when it ran, on which machine, the load average before and after, its run time, mode
+# and status (the NAME_* keys of summary.json), and appends a full run's records to
+# $out/history/NAME.jsonl; a failing suite is reported and the others still run.
 failed=()
 run_suite() {
-  local name=$1 t0 rc=0 load0
+  local name=$1 t0 rc=0 load0 date
   shift
   say "$name: $*"
   t0=$(date +%s)
   load0=$(cut -d' ' -f1-3 /proc/loadavg)
-  meta+=(--meta "${name}_date=$(date -u '+%Y-%m-%d %H:%M UTC')" --meta "${name}_mode=$mode"
-    --meta "${name}_commit=$commit")
+  date=$(date -u '+%Y-%m-%d %H:%M UTC')
+  meta+=(--meta "${name}_date=$date" --meta "${name}_mode=$mode" --meta "${name}_commit=$commit"
+    --meta "${name}_machine=$machine")
   "$@" 2>&1 | tee "$out/$name.txt" || rc=$?
   local secs=$(($(date +%s) - t0))
   meta+=(--meta "${name}_load=$load0 before, $(cut -d' ' -f1-3 /proc/loadavg) after"
@@ -120,8 +128,29 @@ run_suite() {
   if ((rc)); then
     echo "report.sh: suite $name failed (exit status $rc); see $out/$name.txt" >&2
     failed+=("$name")
+  elif ((!quick)); then
+    keep_history "$name" "$date"
   fi
   echo "($name: ${secs} s)"
+}
+
+# keep_history NAME DATE: appends the records of $out/NAME.jsonl (the run just made) to
+# $out/history/NAME.jsonl, each with the run's commit, cpu (the machine) and date unless it has
+# them already.
+keep_history() {
+  [[ -s $out/$1.jsonl ]] || return 0
+  mkdir -p "$out/history"
+  python3 - "$out/$1.jsonl" "$out/history/$1.jsonl" "$commit" "$machine" "$2" <<'EOF'
+import json, sys
+src, dst, commit, cpu, date = sys.argv[1:]
+with open(src) as f, open(dst, "a") as out:
+    for line in f:
+        if line.strip().startswith("{"):
+            r = json.loads(line)
+            for k, v in (("commit", commit), ("cpu", cpu), ("date", date)):
+                r.setdefault(k, v)
+            out.write(json.dumps(r) + "\n")
+EOF
 }
 
 # ---- suites ---------------------------------------------------------------------------------
@@ -181,5 +210,17 @@ chart_flags=()
 ((charts)) || chart_flags+=(--data-only)
 python3 bench/report_charts.py "$out" "$img" "${chart_flags[@]}" "${meta[@]}"
 echo "summary: $out/summary.json"
+
+# ---- the tables of docs/performance.md -------------------------------------------------------
+if [[ $(realpath -m "$out") == $(realpath -m bench/results) ]]; then
+  say "tables: docs/performance.md"
+  if ! python3 bench/perf_tables.py; then
+    echo "report.sh: bench/perf_tables.py failed" >&2
+    failed+=(tables)
+  fi
+else
+  echo "report.sh: results in $out, not bench/results: docs/performance.md's tables are left as" \
+    "they are (bench/perf_tables.py --results $out --page FILE writes them elsewhere)"
+fi
 echo "report.sh: done in $(($(date +%s) - start_all)) s$( ((${#failed[@]})) && echo "; FAILED: ${failed[*]}")"
 ((${#failed[@]} == 0))

@@ -233,8 +233,9 @@ def build_charts(results_dir):
 
 
 def subtitle_of(meta, suite):
-    """When and where a suite ran, from the summary's meta keys: "date, machine, load"."""
-    parts = [meta.get(suite + "_date"), meta.get("machine")]
+    """When and where a suite ran, from the summary's meta keys: "date, machine, load" (the
+    suite's own SUITE_machine where recorded, else the last run's machine)."""
+    parts = [meta.get(suite + "_date"), meta.get(suite + "_machine") or meta.get("machine")]
     if suite + "_load" in meta:
         parts.append("load average " + meta[suite + "_load"])
     if meta.get(suite + "_mode") == "quick":

@@ -43,7 +43,7 @@
 // and before its commit, prefetches the next transaction's words (pmrt: txn::prefetch, which also
 // prefetches their word index slots; the floor: the data and its index; the others: the data
 // lines). Not part of the standard comparison; it shows what overlapping one transaction's cache
-// misses with the previous commit's fence is worth (docs/performance.md).
+// misses with the previous commit's fence is worth (docs/txn.md, "Design notes").
 //
 // /dev/shm is not persistent memory; PMEM_IS_PMEM_FORCE=1 (set by main unless the environment
 // sets it) makes libpmem and libpmemobj flush with clwb/clflushopt + sfence as on real PM.
@@ -78,10 +78,10 @@
 #include <vector>
 
 #include "alloc/allocator.h"
-#include "bench/workload_gen.h"
 #include "epoch/epoch.h"
 #include "epoch/persist.h"
 #include "epoch/pool.h"
+#include "tools/workload_gen.h"
 #include "txn/txn.h"
 
 namespace {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The cost of the durable Masstree's value checksums (docs/performance.md, "Masstree", design
-# notes): pmrt-ycsb on the durable tree with checksummed values (layout 2, the default) and
+# The cost of the durable Masstree's value checksums (docs/performance.md, "Value checksums"):
+# pmrt-ycsb on the durable tree with checksummed values (layout 2, the default) and
 # without (--no-value-checksums, layout 1), interleaved run by run so that both meet the same
 # background load; YCSB A and C, uniform and Zipfian 0.99, 1M keys of 8 bytes with 8-byte values
 # (the worst case: the 4-byte trailer takes a value object from the 16-byte to the 32-byte
@@ -39,9 +39,14 @@ for ((r = 1; r <= ROUNDS; r++)); do
     done
   done
 done
-python3 - "$OUT" <<'PY'
+python3 - "$OUT" "$(nproc) vCPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //') family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' ') model $(grep -m1 '^model\s' /proc/cpuinfo | cut -d: -f2 | tr -d ' ')" <<'PY'
 import json, statistics as st, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
+# Each record names its machine (bench/perf_tables.py shows it beside the table).
+for r in rows:
+    r.setdefault("cpu", sys.argv[2])
+with open(sys.argv[1], "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in rows)
 print("workload dist     metric       on (M ops/s)  off (M ops/s)  on/off (median of rounds)")
 for w in "ac":
     for d in ("uniform", "zipf"):

@@ -1,6 +1,6 @@
 // pmrt-ycsb: YCSB workloads on the Masstree, the durable tree against the same tree with
 // durability compiled out (docs/performance.md, "Masstree"; DESIGN.md section 6). The driver,
-// its options and its output are described in bench/ycsb_driver.h; `pmrt bench` runs the same
+// its options and its output are described in tools/ycsb_driver.h; `pmrt bench` runs the same
 // driver with a progress line.
 //
 //   pmrt-ycsb --workload a|b|c|e[,...] --dist uniform|zipf --keys N --ops N --threads T
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/ycsb_driver.h"
+#include "tools/ycsb_driver.h"
 
 int main(int argc, char** argv) {
   // --backend pmem on /dev/shm: libpmem must treat the mapping as persistent memory.

@@ -2,7 +2,7 @@
 
 #include <map>
 
-namespace pmrt::per_thread_internal {
+namespace pmrt::epoch_internal {
 namespace {
 
 std::mutex g_mu;
@@ -54,4 +54,4 @@ void ForgetLocal(uint64_t id) {
   std::erase_if(tls_entries.v, [id](const auto& e) { return e.first == id; });
 }
 
-}  // namespace pmrt::per_thread_internal
+}  // namespace pmrt::epoch_internal

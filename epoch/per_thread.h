@@ -24,7 +24,7 @@
 
 namespace pmrt {
 
-namespace per_thread_internal {
+namespace epoch_internal {
 
 class Owner {
  public:
@@ -44,15 +44,15 @@ void Unregister(uint64_t id);
 std::vector<std::pair<uint64_t, void*>>& LocalEntries();
 void ForgetLocal(uint64_t id);
 
-}  // namespace per_thread_internal
+}  // namespace epoch_internal
 
 template <class T>
-class PerThread final : private per_thread_internal::Owner {
+class PerThread final : private epoch_internal::Owner {
  public:
-  PerThread() : id_(per_thread_internal::Register(this)) {}
+  PerThread() : id_(epoch_internal::Register(this)) {}
   ~PerThread() {
-    per_thread_internal::Unregister(id_);
-    per_thread_internal::ForgetLocal(id_);
+    epoch_internal::Unregister(id_);
+    epoch_internal::ForgetLocal(id_);
   }
   PerThread(const PerThread&) = delete;
   PerThread& operator=(const PerThread&) = delete;
@@ -63,7 +63,7 @@ class PerThread final : private per_thread_internal::Owner {
   T& Local() {
     // One-entry cache per T: the common case (one owner of each kind) is two loads.
     if (tls_last_id_ == id_) return tls_last_slot_->value;
-    for (auto& [id, slot] : per_thread_internal::LocalEntries()) {
+    for (auto& [id, slot] : epoch_internal::LocalEntries()) {
       if (id == id_) {
         tls_last_id_ = id_;
         tls_last_slot_ = static_cast<Slot*>(slot);
@@ -98,7 +98,7 @@ class PerThread final : private per_thread_internal::Owner {
       }
       slot->in_use = true;
     }
-    per_thread_internal::LocalEntries().emplace_back(id_, slot);
+    epoch_internal::LocalEntries().emplace_back(id_, slot);
     return slot->value;
   }
 

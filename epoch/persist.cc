@@ -19,7 +19,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "epoch/sim.h"
 
 namespace pmrt {
 
@@ -99,8 +98,7 @@ PersistCounts PersistCounts::operator-(const PersistCounts& o) const {
   return r;
 }
 
-namespace mutation {
-namespace internal {
+namespace epoch_internal {
 namespace {
 uint32_t SiteFromEnv() {
   const char* name = std::getenv("PMRT_DISABLE_SITE");
@@ -110,15 +108,17 @@ uint32_t SiteFromEnv() {
 }
 }  // namespace
 std::atomic<uint32_t> g_disabled_site{SiteFromEnv()};
-}  // namespace internal
+}  // namespace epoch_internal
+
+namespace mutation {
 void Disable(uint32_t site_id) {
-  internal::g_disabled_site.store(site_id, std::memory_order_relaxed);
+  epoch_internal::g_disabled_site.store(site_id, std::memory_order_relaxed);
 }
 void Disable(const Site& site) { Disable(site.id); }
 void EnableAll() { Disable(uint32_t{0}); }
 }  // namespace mutation
 
-namespace persist_internal {
+namespace epoch_internal {
 namespace {
 
 // Registry of per-thread counter blocks. A thread registers on its first count; at exit its
@@ -311,33 +311,33 @@ void InjectMsyncFailures(uint64_t from, uint64_t count, int err) {
   g_fail_count.store(count, std::memory_order_relaxed);
 }
 
-void SimFlush(Sim* sim, const Site& site, const void* addr, size_t len) {
+void SimFlush(SimHooks* sim, const Site& site, const void* addr, size_t len) {
   sim->OnFlush(site, addr, len);
 }
-void SimFence(Sim* sim, const Site& site) { sim->OnFence(site); }
-void SimStoreHint(Sim* sim, const void* addr, size_t len) { sim->OnStoreHint(addr, len); }
-bool SimModelsPmem(BackendKind kind, const Sim* sim) {
-  return kind == BackendKind::kSim && sim != nullptr && sim->options().pmem;
+void SimFence(SimHooks* sim, const Site& site) { sim->OnFence(site); }
+void SimStoreHint(SimHooks* sim, const void* addr, size_t len) { sim->OnStoreHint(addr, len); }
+bool SimModelsPmem(BackendKind kind, const SimHooks* sim) {
+  return kind == BackendKind::kSim && sim != nullptr && sim->models_pmem();
 }
 
-}  // namespace persist_internal
+}  // namespace epoch_internal
 
 void Persister::FlushBatch(const Site& site, std::span<const Range> ranges) const {
   if (mutation::IsDisabled(site)) return;
-  persist_internal::LocalCounters().Add(kind_, persist_internal::kBatchFlushes, 1);
+  epoch_internal::LocalCounters().Add(kind_, epoch_internal::kBatchFlushes, 1);
   for (const Range& r : ranges) {
     Count(r.len, r.addr);
     switch (kind_) {
       case BackendKind::kPmem:
-        persist_internal::PmemFlush(r.addr, r.len);
+        epoch_internal::PmemFlush(r.addr, r.len);
         break;
       case BackendKind::kEadr:
         break;
       case BackendKind::kMsync:
-        persist_internal::MsyncRecord(r.addr, r.len);
+        epoch_internal::MsyncRecord(r.addr, r.len);
         break;
       case BackendKind::kSim:
-        persist_internal::SimFlush(sim_, site, r.addr, r.len);
+        epoch_internal::SimFlush(sim_, site, r.addr, r.len);
         break;
     }
   }
@@ -361,7 +361,7 @@ void PoolHealth::Fail(std::string cause) {
 }
 
 PersistCounts CountersSnapshot(BackendKind kind) {
-  auto& r = persist_internal::Registry();
+  auto& r = epoch_internal::Registry();
   std::lock_guard<std::mutex> l(r.mu);
   PersistCounts total = r.retired[static_cast<int>(kind)];
   for (const auto* t : r.live) total += t->Read(kind);

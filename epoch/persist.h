@@ -5,7 +5,7 @@
 //   kPmem   libpmem's pmem_flush/pmem_drain (clwb > clflushopt > clflush, detected by libpmem).
 //   kEadr   caches are inside the persistence domain: flushes are no-ops, fences are sfence.
 //   kMsync  an ordinary file: a flush records the page range, a fence msyncs what was recorded.
-//   kSim    the crash simulator (epoch/sim.h): flush snapshots lines, fence is a crash point.
+//   kSim    the crash simulator (testing/sim.h): flush snapshots lines, fence is a crash point.
 //
 // The hot path is a switch on a one-byte kind held in the persister (no virtual call, and the
 // branch is perfectly predicted since a pool never changes backend).
@@ -37,8 +37,27 @@
 
 namespace pmrt {
 
-class Sim;
 class PoolHealth;
+struct Site;
+
+// The `sim` backend's other side: a crash model that sees every flush, fence and in-line store
+// hint of the persisters bound to it, over a working copy of memory that holds the pools it
+// crashes. The crash simulator implements it (pmrt::Sim, testing/sim.h, in the separate library
+// pmrt_testing); the runtime only calls it.
+class SimHooks {
+ public:
+  virtual void OnFlush(const Site& site, const void* addr, size_t len) = 0;
+  virtual void OnFence(const Site& site) = 0;
+  virtual void OnStoreHint(const void* addr, size_t len) = 0;
+  // Whether the model is persistent memory (clwb, non-temporal records) rather than eADR.
+  virtual bool models_pmem() const = 0;
+  // The working copy: [working(), working() + size()).
+  virtual void* working() const = 0;
+  virtual size_t size() const = 0;
+
+ protected:
+  ~SimHooks() = default;
+};
 
 enum class BackendKind : uint8_t { kPmem = 0, kEadr = 1, kMsync = 2, kSim = 3 };
 inline constexpr int kNumBackends = 4;
@@ -91,20 +110,22 @@ struct Site {
 
 // Mutation gate: disable one flush/fence site, or activate one named store-order mutant.
 // Used only by tests; the check on the hot path is one relaxed load and compare.
+namespace epoch_internal {
+extern std::atomic<uint32_t> g_disabled_site;  // mutation::Disable's site (0: none)
+}  // namespace epoch_internal
 namespace mutation {
-namespace internal {
-extern std::atomic<uint32_t> g_disabled_site;
-}  // namespace internal
 // Makes the site a no-op (0 re-enables everything). Also settable by PMRT_DISABLE_SITE=name.
 void Disable(uint32_t site_id);
 void Disable(const Site& site);
 void EnableAll();
 inline bool IsDisabled(const Site& site) {
-  return internal::g_disabled_site.load(std::memory_order_relaxed) == site.id;
+  return epoch_internal::g_disabled_site.load(std::memory_order_relaxed) == site.id;
 }
 // Whether any site is disabled or any mutant active: a hot path that checks this once may then
 // skip its per-site checks (txn's commit of one word).
-inline bool AnyDisabled() { return internal::g_disabled_site.load(std::memory_order_relaxed) != 0; }
+inline bool AnyDisabled() {
+  return epoch_internal::g_disabled_site.load(std::memory_order_relaxed) != 0;
+}
 // A store-order mutant: code with an ordering-sensitive in-line store sequence asks
 // `mutation::Swapped(kSite)` and, when true, performs the two stores in the wrong order.
 inline bool Swapped(const Site& site) { return IsDisabled(site); }
@@ -124,7 +145,7 @@ struct PersistCounts {
 PersistCounts CountersSnapshot(BackendKind kind);
 PersistCounts CountersSnapshotAll();
 
-namespace persist_internal {
+namespace epoch_internal {
 enum Counter { kFlushes, kLinesFlushed, kBytesFlushed, kFences, kBatchFlushes, kNumCounters };
 // A counter written only by its owning thread: load + store, no read-modify-write.
 inline void AddTo(std::atomic<uint64_t>& x, uint64_t n) {
@@ -186,12 +207,12 @@ void MsyncRecord(const void* addr, size_t len);
 // msyncs what this thread recorded. An error puts `health`'s pool in its failed mode (without a
 // pool to name, it is reported and the process aborts).
 void MsyncFence(PoolHealth* health);
-void SimFlush(Sim* sim, const Site& site, const void* addr, size_t len);
-void SimFence(Sim* sim, const Site& site);
-void SimStoreHint(Sim* sim, const void* addr, size_t len);
-// Whether a persister of `kind` over `sim` models kPmem (kSim, Sim::Options::pmem).
-bool SimModelsPmem(BackendKind kind, const Sim* sim);
-}  // namespace persist_internal
+void SimFlush(SimHooks* sim, const Site& site, const void* addr, size_t len);
+void SimFence(SimHooks* sim, const Site& site);
+void SimStoreHint(SimHooks* sim, const void* addr, size_t len);
+// Whether a persister of `kind` over `sim` models kPmem (kSim, SimHooks::models_pmem).
+bool SimModelsPmem(BackendKind kind, const SimHooks* sim);
+}  // namespace epoch_internal
 
 // A pool's failed mode (docs/durability.md, "The failed mode"): healthy until the seam cannot
 // make something durable (an msync error), then failed for as long as the pool stays mapped.
@@ -224,12 +245,12 @@ class PoolHealth {
   const uint8_t* base_ = nullptr;
 };
 
-namespace persist_internal {
+namespace epoch_internal {
 // Fault injection for tests: msync calls numbered [from, from + count) from now on (1-based,
 // process-wide, counting every msync MsyncFence makes) fail with `err` instead of syncing.
 // count 0 clears it.
 void InjectMsyncFailures(uint64_t from, uint64_t count, int err);
-}  // namespace persist_internal
+}  // namespace epoch_internal
 
 // A byte range of the mapped pool to flush in a batch.
 struct Range {
@@ -247,12 +268,12 @@ class Persister {
   // the kPmem one towards its callers: StreamsRecords and FlushesInline answer as on a processor
   // with clwb and `writes`, so the record writers that use the pmem primitives (SimOps below)
   // run under the simulator.
-  Persister(BackendKind kind, Sim* sim, RecordWrites writes = DefaultRecordWrites())
+  Persister(BackendKind kind, SimHooks* sim, RecordWrites writes = DefaultRecordWrites())
       : kind_(kind),
         writes_(writes),
-        streams_(kind == BackendKind::kPmem || persist_internal::SimModelsPmem(kind, sim)),
-        clwb_((kind == BackendKind::kPmem && persist_internal::InlineClwb()) ||
-              persist_internal::SimModelsPmem(kind, sim)),
+        streams_(kind == BackendKind::kPmem || epoch_internal::SimModelsPmem(kind, sim)),
+        clwb_((kind == BackendKind::kPmem && epoch_internal::InlineClwb()) ||
+              epoch_internal::SimModelsPmem(kind, sim)),
         sim_(sim) {}
 
   BackendKind kind() const { return kind_; }
@@ -260,7 +281,7 @@ class Persister {
   void set_health(PoolHealth* health) { health_ = health; }
   bool failed() const { return health_ != nullptr && health_->failed(); }
   RecordWrites record_writes() const { return writes_; }
-  Sim* sim() const { return sim_; }
+  SimHooks* sim() const { return sim_; }
 
   // Starts writing [addr, addr+len) back to media. Durable only after the next Fence.
   void Flush(const Site& site, const void* addr, size_t len) const {
@@ -273,10 +294,10 @@ class Persister {
       case BackendKind::kEadr:
         break;
       case BackendKind::kMsync:
-        persist_internal::MsyncRecord(addr, len);
+        epoch_internal::MsyncRecord(addr, len);
         break;
       case BackendKind::kSim:
-        persist_internal::SimFlush(sim_, site, addr, len);
+        epoch_internal::SimFlush(sim_, site, addr, len);
         break;
     }
   }
@@ -298,7 +319,7 @@ class Persister {
     switch (kind_) {
       case BackendKind::kPmem:
         if (StreamsRecord(len)) {
-          persist_internal::PmemCopyNoDrain(dst, src, len);
+          epoch_internal::PmemCopyNoDrain(dst, src, len);
         } else {
           std::memcpy(dst, src, len);
           PmemFlush(dst, len);
@@ -309,11 +330,11 @@ class Persister {
         break;
       case BackendKind::kMsync:
         std::memcpy(dst, src, len);
-        persist_internal::MsyncRecord(dst, len);
+        epoch_internal::MsyncRecord(dst, len);
         break;
       case BackendKind::kSim:
         std::memcpy(dst, src, len);
-        persist_internal::SimFlush(sim_, site, dst, len);
+        epoch_internal::SimFlush(sim_, site, dst, len);
         break;
     }
   }
@@ -361,26 +382,26 @@ class Persister {
   // follows counts itself (Fence, PmemOps::Fence).
   void CountStream(const void* dst, size_t len) const { Count(len, dst); }
   // Whether Flush writes lines back with an inline clwb (kPmem where pmem_flush is clwb:
-  // persist_internal::InlineClwb, or kSim modelling kPmem): then the record writers use
+  // epoch_internal::InlineClwb, or kSim modelling kPmem): then the record writers use
   // PmemOps::Clwb / SimOps::Clwb.
   bool FlushesInline() const { return clwb_; }
 
   // Waits until every Flush this thread issued before it is durable.
   void Fence(const Site& site) const {
     if (mutation::IsDisabled(site)) return;
-    persist_internal::LocalCounters().Add(kind_, persist_internal::kFences, 1);
+    epoch_internal::LocalCounters().Add(kind_, epoch_internal::kFences, 1);
     switch (kind_) {
       case BackendKind::kPmem:
-        persist_internal::PmemDrain();
+        epoch_internal::PmemDrain();
         break;
       case BackendKind::kEadr:
         std::atomic_thread_fence(std::memory_order_seq_cst);
         break;
       case BackendKind::kMsync:
-        persist_internal::MsyncFence(health_);
+        epoch_internal::MsyncFence(health_);
         break;
       case BackendKind::kSim:
-        persist_internal::SimFence(sim_, site);
+        epoch_internal::SimFence(sim_, site);
         break;
     }
   }
@@ -398,7 +419,7 @@ class Persister {
   // Crash-simulator hint after an ordering-sensitive store inside one cache line (InCLL):
   // records the line's content so crash images can hold this intermediate state.
   void StoreHint(const void* addr, size_t len) const {
-    if (kind_ == BackendKind::kSim) persist_internal::SimStoreHint(sim_, addr, len);
+    if (kind_ == BackendKind::kSim) epoch_internal::SimStoreHint(sim_, addr, len);
   }
 
  private:
@@ -410,21 +431,21 @@ class Persister {
   void PmemFlush(const void* addr, size_t len) const {
 #if defined(__x86_64__)
     if (clwb_ && len != 0) {
-      persist_internal::Clwb(addr, len);
+      epoch_internal::Clwb(addr, len);
       return;
     }
 #endif
-    persist_internal::PmemFlush(addr, len);
+    epoch_internal::PmemFlush(addr, len);
   }
   void Count(size_t len, const void* addr) const {
-    persist_internal::CountFlushIn(persist_internal::LocalCounters().row(kind_), len, addr);
+    epoch_internal::CountFlushIn(epoch_internal::LocalCounters().row(kind_), len, addr);
   }
 
   BackendKind kind_ = BackendKind::kEadr;
   RecordWrites writes_ = RecordWrites::kFlush;  // (next to kind_: Streams reads both at once)
   bool streams_ = false;  // kPmem, or kSim modelling it: StreamsRecord decides per record
-  bool clwb_ = false;     // kPmem and persist_internal::InlineClwb(), or kSim modelling kPmem
-  Sim* sim_ = nullptr;
+  bool clwb_ = false;     // kPmem and epoch_internal::InlineClwb(), or kSim modelling kPmem
+  SimHooks* sim_ = nullptr;
   PoolHealth* health_ = nullptr;
 };
 
@@ -443,7 +464,7 @@ class Persister {
 //            checks its own site, so the mutation gate reaches each call site.
 //
 // Both count as the seam does: CountFlush one flush of the range, Fence its fence, in the
-// persister's backend row of the calling thread's counters `c` (persist_internal::LocalCounters()).
+// persister's backend row of the calling thread's counters `c` (epoch_internal::LocalCounters()).
 struct PmemOps {
   [[gnu::always_inline]] static void Stream8(const Persister&, const Site&, void* dst, uint64_t v) {
     Persister::Stream8(dst, v);
@@ -455,43 +476,41 @@ struct PmemOps {
   [[gnu::always_inline]] static void Clwb(const Persister&, const Site&, const void* addr,
                                           size_t len) {
 #if defined(__x86_64__)
-    persist_internal::Clwb(addr, len);
+    epoch_internal::Clwb(addr, len);
 #else
     (void)addr, (void)len;  // not reached: FlushesInline() is false
 #endif
   }
-  [[gnu::always_inline]] static void CountFlush(const Persister&,
-                                                persist_internal::ThreadCounters& c,
+  [[gnu::always_inline]] static void CountFlush(const Persister&, epoch_internal::ThreadCounters& c,
                                                 const void* addr, size_t len) {
-    persist_internal::CountFlushIn(c.row(BackendKind::kPmem), len, addr);
+    epoch_internal::CountFlushIn(c.row(BackendKind::kPmem), len, addr);
   }
   // The fence, counted here, where it is issued (a caller that has found no site disabled).
   [[gnu::always_inline]] static void Fence(const Persister&, const Site&,
-                                           persist_internal::ThreadCounters& c) {
-    persist_internal::AddTo(c.row(BackendKind::kPmem)[persist_internal::kFences], 1);
-    persist_internal::PmemDrain();
+                                           epoch_internal::ThreadCounters& c) {
+    epoch_internal::AddTo(c.row(BackendKind::kPmem)[epoch_internal::kFences], 1);
+    epoch_internal::PmemDrain();
   }
 };
 
 struct SimOps {
   static void Stream8(const Persister& p, const Site& site, void* dst, uint64_t v) {
     std::memcpy(dst, &v, 8);
-    if (!mutation::IsDisabled(site)) persist_internal::SimFlush(p.sim(), site, dst, 8);
+    if (!mutation::IsDisabled(site)) epoch_internal::SimFlush(p.sim(), site, dst, 8);
   }
   static void Stream16(const Persister& p, const Site& site, void* dst, uint64_t lo, uint64_t hi) {
     const uint64_t v[2] = {lo, hi};
     std::memcpy(dst, v, 16);
-    if (!mutation::IsDisabled(site)) persist_internal::SimFlush(p.sim(), site, dst, 16);
+    if (!mutation::IsDisabled(site)) epoch_internal::SimFlush(p.sim(), site, dst, 16);
   }
   static void Clwb(const Persister& p, const Site& site, const void* addr, size_t len) {
-    if (!mutation::IsDisabled(site) && len != 0)
-      persist_internal::SimFlush(p.sim(), site, addr, len);
+    if (!mutation::IsDisabled(site) && len != 0) epoch_internal::SimFlush(p.sim(), site, addr, len);
   }
-  static void CountFlush(const Persister&, persist_internal::ThreadCounters& c, const void* addr,
+  static void CountFlush(const Persister&, epoch_internal::ThreadCounters& c, const void* addr,
                          size_t len) {
-    persist_internal::CountFlushIn(c.row(BackendKind::kSim), len, addr);
+    epoch_internal::CountFlushIn(c.row(BackendKind::kSim), len, addr);
   }
-  static void Fence(const Persister& p, const Site& site, persist_internal::ThreadCounters&) {
+  static void Fence(const Persister& p, const Site& site, epoch_internal::ThreadCounters&) {
     p.Fence(site);  // (checks the site, counts, and is a crash point)
   }
 };

@@ -26,7 +26,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "epoch/crc32c.h"
-#include "epoch/sim.h"
 #include "epoch/status_macros.h"
 
 namespace pmrt {
@@ -170,9 +169,8 @@ void* MapPool(int fd, size_t len, size_t* reserve, bool copy_on_write = false) {
     want = std::max(len, RoundUpToPage(want / 2));
   }
   if (r == MAP_FAILED) return MAP_FAILED;
-  void* p = copy_on_write
-                ? mmap(r, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd, 0)
-                : MapSharedAt(fd, r, len, 0);
+  void* p = copy_on_write ? mmap(r, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd, 0)
+                          : MapSharedAt(fd, r, len, 0);
   if (p == MAP_FAILED) {
     const int err = errno;
     munmap(r, want);
@@ -755,7 +753,8 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::CreateInMemory(void* base, size_t si
 absl::StatusOr<std::unique_ptr<Pool>> Pool::Open(const std::string& path, std::string_view layout,
                                                  const PoolOptions& options) {
   // 1. Open and lock; validate the header from a pread copy before mapping anything.
-  RETURN_IF_ERROR(CheckPersistenceOptions(options, /*in_memory=*/false, path, /*opening_file=*/true));
+  RETURN_IF_ERROR(
+      CheckPersistenceOptions(options, /*in_memory=*/false, path, /*opening_file=*/true));
   ASSIGN_OR_RETURN(auto opened, OpenPoolFile(path));
   FdGuard fd(opened.first);
   const uint64_t file_size = opened.second;
@@ -900,8 +899,7 @@ absl::Status Pool::Close() {
     //    sync fails, the flag stays 0 and the next Open runs recovery.
     if (!writes_begun_.load(std::memory_order_acquire)) {
       // Opened with defer_attach and never written: closed as it was found.
-    } else if (fd_ >= 0 && !private_ &&
-               (msync(base_, size(), MS_SYNC) != 0 || fsync(fd_) != 0)) {
+    } else if (fd_ >= 0 && !private_ && (msync(base_, size(), MS_SYNC) != 0 || fsync(fd_) != 0)) {
       result = ErrnoError(errno, path_, "cannot sync the pool before closing it");
     } else if (health_->failed()) {
       // The failed mode: epochs after the last durable one did not complete, so the pool stays

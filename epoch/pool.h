@@ -41,8 +41,9 @@ struct PoolOptions {
   // Persistence backend. Unset: PMRT_BACKEND from the environment if set, else pmem when
   // libpmem says the mapping is persistent memory (pmem_is_pmem), else msync.
   std::optional<BackendKind> backend;
-  // Required with BackendKind::kSim: the simulator whose working copy is the pool.
-  Sim* sim = nullptr;
+  // Required with BackendKind::kSim: the simulator whose working copy is the pool (a pmrt::Sim,
+  // testing/sim.h).
+  SimHooks* sim = nullptr;
   // How the pmem backend writes log records (epoch/persist.h, RecordWrites). Unset:
   // PMRT_RECORD_WRITES ("stream" or "flush") from the environment if set, else the processor's
   // faster way (DefaultRecordWrites). Only speed differs; any pool opens with either.

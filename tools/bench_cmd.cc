@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "bench/ycsb_driver.h"
+#include "tools/ycsb_driver.h"
 
 namespace pmrt::tools {
 

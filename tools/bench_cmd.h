@@ -1,4 +1,4 @@
-// `pmrt bench`: the YCSB driver of bench/ycsb_driver.h (the code of `pmrt-ycsb`, same options and
+// `pmrt bench`: the YCSB driver of tools/ycsb_driver.h (the code of `pmrt-ycsb`, same options and
 // --json output) with a progress line: rewritten in place on a terminal, a plain line every
 // second otherwise (docs/tool.md).
 #ifndef PMRT_TOOLS_BENCH_CMD_H_

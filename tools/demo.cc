@@ -39,10 +39,10 @@
 #include "ds/masstree.h"
 #include "epoch/persist.h"
 #include "epoch/pool.h"
-#include "epoch/sim.h"
-#include "tests/epoch/toy_redo_log.h"
+#include "testing/sim.h"
 #include "tools/demo_internal.h"
 #include "tools/kv_store.h"
+#include "tools/toy_redo_log.h"
 
 namespace pmrt::tools {
 namespace demo_internal {
@@ -400,7 +400,7 @@ absl::Status PrintPersistCosts(const std::string& path) {
   return absl::OkStatus();
 }
 
-// Runs the crash simulator over the toy redo log (tests/epoch/toy_redo_log.h), every fence a
+// Runs the crash simulator over the toy redo log (tools/toy_redo_log.h), every fence a
 // crash point and every crash image recovered through the real open path; prints images per
 // second and whether a failure was caught. OK when the outcome is the expected one (a planted
 // bug caught, the correct protocol never failing). The correct protocol runs for `seconds`; a

@@ -12,10 +12,10 @@
 #include <thread>
 
 #include "absl/status/status.h"
-#include "bench/workload_gen.h"
 #include "ds/masstree.h"
 #include "epoch/persist.h"
 #include "runtime/runtime.h"
+#include "tools/workload_gen.h"
 
 namespace pmrt::tools::demo_internal {
 

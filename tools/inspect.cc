@@ -148,12 +148,12 @@ std::string Time(uint64_t ns) {
 
 std::string RecoveryLine(const PoolReport& r) {
   if (r.clean_shutdown) return "none needed (the last run closed the pool)";
-  return absl::StrCat("done in memory for this view (the file is unchanged; the next program "
-                      "that writes the pool recovers it): epochs ",
-                      Ranges(r.failed_at_open, 4), " recorded failed and rolled back, ",
-                      r.log_entries_replayed,
-                      " external-log entries replayed (the tree's in-line logs are repaired "
-                      "lazily, at each node's first access)");
+  return absl::StrCat(
+      "done in memory for this view (the file is unchanged; the next program "
+      "that writes the pool recovers it): epochs ",
+      Ranges(r.failed_at_open, 4), " recorded failed and rolled back, ", r.log_entries_replayed,
+      " external-log entries replayed (the tree's in-line logs are repaired "
+      "lazily, at each node's first access)");
 }
 
 void PrintText(const PoolReport& r) {
@@ -168,8 +168,7 @@ void PrintText(const PoolReport& r) {
   std::printf("backend         %s\n", r.backend.c_str());
   std::printf("last shutdown   %s\n",
               r.clean_shutdown ? "clean" : "CRASH (recovered in memory by this view)");
-  std::printf("opens           %lu\n",
-              static_cast<unsigned long>(r.open_count));
+  std::printf("opens           %lu\n", static_cast<unsigned long>(r.open_count));
   for (const auto& g : r.regions) {
     std::printf("region %-8s offset %12lu  size %s\n", g.name, static_cast<unsigned long>(g.offset),
                 Bytes(g.size).c_str());

@@ -103,8 +103,7 @@ int ExitStatusForOpenError(const absl::Status& st) {
 
 absl::StatusOr<std::unique_ptr<PoolView>> PoolView::Open(const std::string& path,
                                                          const std::string& layout,
-                                                         const std::string& index,
-                                                         bool writable) {
+                                                         const std::string& index, bool writable) {
   if (writable) {
     // The trial, ended (lock released) before the writing open.
     auto trial = Open(path, layout, index, /*writable=*/false);

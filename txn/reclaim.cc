@@ -724,10 +724,9 @@ void Engine::Impl::BackgroundLoop() {
     const uint64_t used = store.blocks_in_use() * store.block_size();
     // Hysteresis: a cycle rewrites the compacted log, so run one only when the log has grown by
     // an eighth of the budget since the last cycle left it (or is over the budget: writers
-    // wait). Not more: the log also grows while a cycle runs (by ~13 MiB in a 30 ms cycle at
-    // K = 16, 430 MB/s of records), and a cycle started later (at a quarter, before) left
-    // writers waiting at the budget for 1-3% of the time, 5-9% of wall time idle in all
-    // (docs/performance.md); each cycle then folds fewer records, so the reclaimer works more.
+    // wait). Not more: the log also grows while a cycle runs, and a cycle started later left
+    // writers waiting at the budget (docs/txn.md, "Design notes", "The reclaimer"); each cycle
+    // then folds fewer records, so the reclaimer works more.
     // Writers wait from stall_blocks_ on (budget / block size, rounded down): a log there runs
     // a cycle even when a budget that is not a whole number of blocks is not reached yet.
     const bool writers_wait = store.blocks_in_use() >= stall_blocks_;

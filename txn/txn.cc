@@ -397,7 +397,7 @@ Engine::Impl::Impl(Engine& e)
   one_path_ = p.StreamsRecords(sizeof(RecordHeader) + 16) ? OnePath::kStream
               : p.FlushesInline()                         ? OnePath::kClwb
                                                           : OnePath::kNone;
-  sim_seam_ = persist_internal::SimModelsPmem(p.kind(), p.sim());
+  sim_seam_ = epoch_internal::SimModelsPmem(p.kind(), p.sim());
   if (sim_seam_)
     one_path_ = one_path_ == OnePath::kStream ? OnePath::kSimStream : OnePath::kSimClwb;
 #endif
@@ -464,7 +464,7 @@ uint64_t ThreadSerial() {
 [[gnu::always_inline]] inline void Engine::Impl::Entered(ThreadTx& t, uint64_t epoch,
                                                          bool is_default) {
   // Each store here is one more that the previous commit's fence may hold back
-  // (docs/performance.md): the ones that would store what is already there are tests.
+  // (docs/txn.md, "Design notes"): the ones that would store what is already there are tests.
   t.depth = 1;
   if (t.aborted) t.aborted = false;
   t.hot.epoch = epoch;
@@ -749,7 +749,7 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
   // runs only where it needs none: room in the log's tail block (the record goes there), the
   // thread's persist counters made, and no reclaimer to wake (KickIfOverTrigger would call; no
   // block is taken since).
-  if (persist_internal::tls_counters == nullptr ||
+  if (epoch_internal::tls_counters == nullptr ||
       (store.blocks_in_use() >= kick_blocks_.load(std::memory_order_relaxed) &&
        !bg_kick_.load(std::memory_order_relaxed))) {
     return nullptr;
@@ -1268,7 +1268,7 @@ template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine, class Ops>
   // line does not wait for the line (our reading of the gain: a freed block comes back from the
   // reclaimer, whose core read its lines last; the floor's ring, which no other core reads, did
   // not slow down at 64 MiB instead of 1 MiB). Past the block's end it fetches
-  // another block's line, or none: a hint, never a fault (docs/performance.md, "Write
+  // another block's line, or none: a hint, never a fault (docs/txn.md, "Design notes", "Write
   // prefetches", measures it with the slot's prefetch in add()).
   txn_detail::PrefetchForWrite(at + kLogWriteAhead);
   // (at == BlockAt(log.tail) + log.pos, as read again below; kOne keeps what it needs of the
@@ -1400,7 +1400,7 @@ template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine, class Ops>
   }
   if constexpr (kOne) {  // (the counters exist, no site is disabled: CommitOne)
     if constexpr (!kStream) Ops::Clwb(persister, txn_detail::kOneClwb, rec, bytes);
-    Ops::CountFlush(persister, *persist_internal::tls_counters, rec, bytes);
+    Ops::CountFlush(persister, *epoch_internal::tls_counters, rec, bytes);
   } else if constexpr (kStream) {
     persister.CountStream(rec, bytes);
   } else {
@@ -1433,9 +1433,9 @@ template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine, class Ops>
   //    this log ends there, the transaction is undone) or absent; after it, committed.
   //    Each fence is counted where it is issued (Ops::Fence, Persister::Fence).
   if constexpr (kOne) {
-    Ops::Fence(persister, txn_detail::kOneFence, *persist_internal::tls_counters);
+    Ops::Fence(persister, txn_detail::kOneFence, *epoch_internal::tls_counters);
   } else if constexpr (kStream) {
-    Ops::Fence(persister, txn_detail::kStreamFence, persist_internal::LocalCounters());
+    Ops::Fence(persister, txn_detail::kStreamFence, epoch_internal::LocalCounters());
   } else {
     persister.Fence(txn_detail::kSmallFence);
   }

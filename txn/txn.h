@@ -142,7 +142,7 @@ inline constinit bool g_prefetchw = false;
 // writing as the compiler makes it (prefetcht0 on x86-64 without -mprfchw). Like any prefetch
 // it never faults: p may be any address. For lines written after the load, not for lines also
 // read first (the data line of add(): its old value; PREFETCHW there measured slower at K = 16,
-// docs/performance.md).
+// docs/txn.md, "Design notes", "Tried and not kept").
 [[gnu::always_inline]] inline void PrefetchForWrite(const void* p) {
 #if defined(__x86_64__)
   if (g_prefetchw) [[likely]] {
@@ -321,7 +321,7 @@ class Engine {
 namespace txn_detail {
 // begin() and commit() of the common case, true when done: no status to build, so none is
 // stored (each store before the next transaction's first miss is one more that the previous
-// commit's fence holds back; docs/performance.md). Otherwise false, having changed nothing,
+// commit's fence holds back; docs/txn.md, "Design notes"). Otherwise false, having changed nothing,
 // and the general path does the call and reports its status.
 bool BeginFast();
 bool CommitFast();

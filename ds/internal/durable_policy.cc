@@ -28,8 +28,8 @@ DurablePolicy::DurablePolicy(Pool& pool, epoch::Manager& epochs, MasstreeDescrip
       ready_leaf_word_(LeafEpoch::Make(x_, 0)),
       desc_(desc),
       form_(desc->version >= MasstreeDescriptor::kFirstInlineChecksumVersion ? ValueForm::kInline
-            : desc->version >= MasstreeDescriptor::kFirstChecksumVersion      ? ValueForm::kTrailer
-                                                                              : ValueForm::kPlain),
+            : desc->version >= MasstreeDescriptor::kFirstChecksumVersion     ? ValueForm::kTrailer
+                                                                             : ValueForm::kPlain),
       locks_(std::make_unique<epoch::RecoveryLocks>()),
       counters_(std::make_unique<Counters>()) {}
 

@@ -229,9 +229,9 @@ class Checker {
     if (ValueChecksum(prefix_, value->value()) != value->checksum()) {
       ++shape_.bad_checksums;
       if (shape_.checksum_failures.size() < TreeShape::kMaxListedFailures) {
-        shape_.checksum_failures.push_back(
-            absl::StrCat(Where(p_, leaf, depth), "slot ", slot, ": the value object at ",
-                         ObjectName(value), " (", value->value_len(), " bytes) fails its checksum"));
+        shape_.checksum_failures.push_back(absl::StrCat(
+            Where(p_, leaf, depth), "slot ", slot, ": the value object at ", ObjectName(value),
+            " (", value->value_len(), " bytes) fails its checksum"));
       }
     }
     prefix_.resize(mark);

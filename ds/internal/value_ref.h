@@ -92,10 +92,10 @@ struct ValueObject {
   // Bytes of this object. `tree_form` is its tree's form: it tells a trailer object from a
   // plain one (an inline object marks itself).
   size_t size(ValueForm tree_form) const {
-    return SizeFor(is_inline() ? ValueForm::kInline
-                               : (tree_form == ValueForm::kTrailer ? ValueForm::kTrailer
-                                                                   : ValueForm::kPlain),
-                   suffix_len(), value_len());
+    return SizeFor(
+        is_inline() ? ValueForm::kInline
+                    : (tree_form == ValueForm::kTrailer ? ValueForm::kTrailer : ValueForm::kPlain),
+        suffix_len(), value_len());
   }
 
   // Builds an object of `form` in `mem` (SizeFor(form, suffix.size(), value.size()) bytes);
@@ -132,7 +132,9 @@ struct ValueObject {
   uint32_t suffix_len() const {
     return (len_word & (kInlineBit | kSuffixBit)) == kInlineBit ? 0 : word2;
   }
-  std::string_view suffix() const { return {reinterpret_cast<const char*>(this + 1), suffix_len()}; }
+  std::string_view suffix() const {
+    return {reinterpret_cast<const char*>(this + 1), suffix_len()};
+  }
   std::string_view value() const {
     const uint32_t s = suffix_len();
     const size_t skip = s == 0 ? 0 : s + (is_inline() ? sizeof(uint32_t) : 0);
@@ -145,10 +147,9 @@ struct ValueObject {
   // The checksum of the object of form `form` whose value() is `value`.
   static uint32_t LoadChecksum(ValueForm form, std::string_view value) {
     uint32_t crc;
-    std::memcpy(&crc,
-                form == ValueForm::kInline ? value.data() - sizeof(crc)
-                                           : value.data() + value.size(),
-                sizeof(crc));
+    std::memcpy(
+        &crc, form == ValueForm::kInline ? value.data() - sizeof(crc) : value.data() + value.size(),
+        sizeof(crc));
     return crc;
   }
 };

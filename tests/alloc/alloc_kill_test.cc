@@ -14,9 +14,9 @@
 
 #include "alloc/allocator.h"
 #include "epoch/epoch.h"
-#include "epoch/kill_harness.h"
 #include "epoch/pool.h"
 #include "gtest/gtest.h"
+#include "testing/kill_harness.h"
 #include "tests/alloc/heap_runtime.h"
 #include "tests/util/test_util.h"
 

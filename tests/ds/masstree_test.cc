@@ -891,8 +891,10 @@ TEST(DurableMasstreeTest, InlineChecksumsKeepSmallValuesSmall) {
       // The inline form's checksum sits right before the value, the header before that (no
       // suffix) or the suffix (with one).
       const char* at = v.data() - sizeof(uint32_t);
-      if (key.size() <= 8) at -= sizeof(ds_internal::ValueObject) - sizeof(uint32_t);
-      else at -= (key.size() - 8) + sizeof(ds_internal::ValueObject);
+      if (key.size() <= 8)
+        at -= sizeof(ds_internal::ValueObject) - sizeof(uint32_t);
+      else
+        at -= (key.size() - 8) + sizeof(ds_internal::ValueObject);
       found = reinterpret_cast<const ds_internal::ValueObject*>(at);
       return false;
     });

@@ -38,9 +38,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "epoch/epoch.h"
-#include "epoch/kill_harness.h"
 #include "epoch/pool.h"
 #include "gtest/gtest.h"
+#include "testing/kill_harness.h"
 #include "tests/epoch/logged_records.h"
 #include "tests/util/kill_suite.h"
 #include "tests/util/test_util.h"

@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "epoch/sim.h"
 #include "gtest/gtest.h"
+#include "testing/sim.h"
 #include "tests/util/test_util.h"
 
 namespace pmrt::epoch {

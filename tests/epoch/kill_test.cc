@@ -4,11 +4,11 @@
 // Every few iterations the recovery itself is killed and done again.
 #include <cstdlib>
 
-#include "epoch/kill_harness.h"
 #include "epoch/pool.h"
 #include "gtest/gtest.h"
-#include "tests/epoch/toy_redo_log.h"
+#include "testing/kill_harness.h"
 #include "tests/util/test_util.h"
+#include "tools/toy_redo_log.h"
 
 namespace pmrt {
 namespace {

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "epoch/sim.h"
 #include "gtest/gtest.h"
+#include "testing/sim.h"
 #include "tests/util/test_util.h"
 
 namespace pmrt {
@@ -105,7 +105,7 @@ TEST(PersistTest, RecordWritesNamesRoundTripAndBadOnesAreNamed) {
 
 TEST(PersistTest, FlushesInlineOnlyOnPmemWhereTheProcessorHasClwb) {
   // Only kPmem flushes with an inline clwb, and there exactly where InlineClwb says.
-  EXPECT_EQ(Persister(BackendKind::kPmem, nullptr).FlushesInline(), persist_internal::InlineClwb());
+  EXPECT_EQ(Persister(BackendKind::kPmem, nullptr).FlushesInline(), epoch_internal::InlineClwb());
   for (const BackendKind k : {BackendKind::kEadr, BackendKind::kMsync, BackendKind::kSim}) {
     EXPECT_FALSE(Persister(k, nullptr).FlushesInline()) << BackendName(k);
   }
@@ -121,12 +121,12 @@ TEST(PersistTest, FlushesInlineOnlyOnPmemWhereTheProcessorHasClwb) {
   for (std::string line; std::getline(cpuinfo, line);) {
     if (line.rfind("flags", 0) == 0) {
       const bool clwb = (line + " ").find(" clwb ") != std::string::npos;
-      EXPECT_EQ(persist_internal::InlineClwb(), clwb && !off) << line;
+      EXPECT_EQ(epoch_internal::InlineClwb(), clwb && !off) << line;
       break;
     }
   }
 #else
-  EXPECT_FALSE(persist_internal::InlineClwb());
+  EXPECT_FALSE(epoch_internal::InlineClwb());
 #endif
 }
 
@@ -154,7 +154,7 @@ TEST(PersistTest, InlineClwbWritesBackWhatItIsGivenAndCountsNothing) {
   p.Fence(kFenceSite);
   EXPECT_EQ((CountersSnapshot(BackendKind::kPmem) - before).fences, 1u);
   // PmemOps counts the same way: the fence only when it is issued.
-  persist_internal::ThreadCounters& c = persist_internal::LocalCounters();
+  epoch_internal::ThreadCounters& c = epoch_internal::LocalCounters();
   PmemOps::CountFlush(p, c, buf, 64);
   EXPECT_EQ((CountersSnapshot(BackendKind::kPmem) - before).fences, 1u);
   PmemOps::Fence(p, kFenceSite, c);

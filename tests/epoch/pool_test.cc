@@ -27,8 +27,8 @@
 #include "absl/strings/str_format.h"
 #include "epoch/crc32c.h"
 #include "epoch/pptr.h"
-#include "epoch/sim.h"
 #include "gtest/gtest.h"
+#include "testing/sim.h"
 #include "tests/util/test_util.h"
 
 namespace pmrt {

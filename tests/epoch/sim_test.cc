@@ -1,7 +1,7 @@
-// The crash simulator, proven on a tiny redo log (tests/epoch/toy_redo_log.h): the correct
+// The crash simulator, proven on a tiny redo log (tools/toy_redo_log.h): the correct
 // protocol survives every image, each planted bug and each disabled persistence site is caught,
 // and a failure replays alone from its id.
-#include "epoch/sim.h"
+#include "testing/sim.h"
 
 #include <chrono>
 #include <cstdio>
@@ -11,9 +11,9 @@
 
 #include "epoch/pool.h"
 #include "gtest/gtest.h"
-#include "tests/epoch/toy_redo_log.h"
 #include "tests/util/crash_suite.h"
 #include "tests/util/test_util.h"
+#include "tools/toy_redo_log.h"
 
 namespace pmrt {
 namespace {
@@ -98,7 +98,7 @@ TEST(SimTest, StreamedAndClwbdWordsAreDurableAfterTheirThreadsFence) {
     }
     return absl::OkStatus();
   });
-  persist_internal::ThreadCounters& c = persist_internal::LocalCounters();
+  epoch_internal::ThreadCounters& c = epoch_internal::LocalCounters();
   const PersistCounts before = CountersSnapshot(BackendKind::kSim);
   SimOps::Stream8(p, kTestFlush, &w[0], 7);
   w[16] = 9;

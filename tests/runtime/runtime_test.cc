@@ -11,11 +11,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <optional>
-#include <chrono>
-#include <cstdint>
 #include <string>
 #include <thread>
 
@@ -206,9 +206,9 @@ TEST_F(RuntimeTest, IndexCreationInsideATransactionIsRefused) {
 // (epochs never advance in the child). The reopened pool has the user in the index and the 50
 // in its account: the money is conserved.
 // A crashed runtime pool whose catalog descriptor is damaged: the catalog is opened after the
-// epoch manager's recovery has written the pool. With trial_open the whole open runs on a
-// private mapping first, so the refusal leaves the file byte-identical; without it (the
-// control) the same refusal comes after the recovery's writes.
+// epoch manager's recovery has written the pool. With trial_open (the default) the whole open
+// runs on a private mapping first, so the refusal leaves the file byte-identical; without it
+// (the control) the same refusal comes after the recovery's writes.
 TEST_F(RuntimeTest, ATrialOpenLeavesARefusedPoolByteIdentical) {
   {
     auto rt = OpenRt();
@@ -246,15 +246,15 @@ TEST_F(RuntimeTest, ATrialOpenLeavesARefusedPoolByteIdentical) {
   pmrt::testing::WriteFileAt(path_, catalog, std::string(1, (*image)[catalog] ^ 0x01));
   const std::optional<std::string> damaged = pmrt::testing::ReadFile(path_);
 
-  RuntimeOptions trial;
-  trial.trial_open = true;
-  auto refused = Runtime::Open(path_, trial);
+  auto refused = Runtime::Open(path_, RuntimeOptions{});
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss) << refused.status();
   EXPECT_NE(refused.status().message().find("no Masstree descriptor"), std::string::npos)
       << refused.status();
   EXPECT_EQ(pmrt::testing::ReadFile(path_), damaged) << "the trial open wrote the pool";
 
-  auto control = Runtime::Open(path_, RuntimeOptions{});
+  RuntimeOptions no_trial;
+  no_trial.trial_open = false;
+  auto control = Runtime::Open(path_, no_trial);
   EXPECT_EQ(control.status().code(), absl::StatusCode::kDataLoss) << control.status();
   EXPECT_NE(pmrt::testing::ReadFile(path_), damaged) << "the control shows nothing";
 }

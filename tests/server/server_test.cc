@@ -414,7 +414,7 @@ TEST_F(ServerTest, SyncReportsTheFailedMode) {
   Client c = Connect();
   EXPECT_EQ(Call(c, {"SET", "x", "1"}), "+OK");
   EXPECT_EQ(Call(c, {"PMRT.SYNC"}), "+OK");
-  persist_internal::InjectMsyncFailures(1, 1, EIO);
+  epoch_internal::InjectMsyncFailures(1, 1, EIO);
   EXPECT_EQ(Call(c, {"SET", "y", "2"}), "+OK");
   for (int i = 0; i < 2; ++i) {
     const std::string r = Call(c, {"PMRT.SYNC"});

@@ -53,7 +53,7 @@ using ds_internal::LeafNode;
 
 constexpr size_t kPoolSize = 4 << 20;
 constexpr int kKeys = 1500;
-constexpr int kWrongValueExit = 42;  // the child served a value never written for its key
+constexpr int kWrongValueExit = 42;   // the child served a value never written for its key
 constexpr int kChangedFileExit = 43;  // a tool, or an open that refused the pool, changed it
 constexpr auto kCaseTimeout = std::chrono::seconds(30);
 

@@ -90,7 +90,7 @@ TEST(FailedModeTest, AnMsyncErrorIsStickyRefusesWritesKeepsReadsAndReopenRecover
       root->e.unsynced = 22;
     }
     // The next msync (the boundary's) fails, once: the mode stays failed all the same.
-    persist_internal::InjectMsyncFailures(1, 1, EIO);
+    epoch_internal::InjectMsyncFailures(1, 1, EIO);
     const uint64_t completed = rt->epochs->completed();
     const absl::Status first = rt->epochs->Sync();
     ExpectNamesPoolAndCause(first, path);
@@ -143,7 +143,7 @@ TEST(FailedModeTest, ACommitWhoseFenceFailsSaysSo) {
   ASSERT_OK(rt);
   Root* root = *rt->pool->root<Root>();
   ASSERT_OK(SetWord(root, 1));
-  persist_internal::InjectMsyncFailures(1, 1, EIO);
+  epoch_internal::InjectMsyncFailures(1, 1, EIO);
   ExpectNamesPoolAndCause(SetWord(root, 5), path);
   EXPECT_EQ(root->txn_word, 5u);  // in effect, durability unknown
   ExpectNamesPoolAndCause(SetWord(root, 6), path);
@@ -173,7 +173,7 @@ TEST(FailedModeTest, AGeneralCommitWhoseFenceFailsSaysSo) {
     return commit();
   };
   ASSERT_OK(allocating(1));
-  persist_internal::InjectMsyncFailures(1, 1, EIO);
+  epoch_internal::InjectMsyncFailures(1, 1, EIO);
   ExpectNamesPoolAndCause(allocating(7), path);
   EXPECT_EQ(root->txn_word, 7u);  // in effect, durability unknown
   ExpectNamesPoolAndCause(allocating(8), path);
@@ -200,7 +200,7 @@ TEST(FailedModeTest, ADurableTreeRefusesWritesThatNeedTheUndoLog) {
       synced[k] = "v";
     }
     ASSERT_OK(rt->epochs->Sync());
-    persist_internal::InjectMsyncFailures(1, 1, EIO);
+    epoch_internal::InjectMsyncFailures(1, 1, EIO);
     ExpectNamesPoolAndCause(rt->epochs->Sync(), path);
     int refused = 0, written = 0;
     for (int i = 0; i < 3000 && refused == 0; ++i) {
@@ -348,7 +348,7 @@ TEST(FailedModeDeathTest, ABarePersistersMsyncErrorAborts) {
   EXPECT_DEATH(
       {
         Persister p(BackendKind::kMsync, nullptr);
-        persist_internal::InjectMsyncFailures(1, 1, EIO);
+        epoch_internal::InjectMsyncFailures(1, 1, EIO);
         p.Persist(Site("test.flush"), Site("test.fence"), page, 64);
       },
       "msync of 4096 bytes failed");

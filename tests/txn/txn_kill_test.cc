@@ -27,8 +27,8 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "epoch/kill_harness.h"
 #include "gtest/gtest.h"
+#include "testing/kill_harness.h"
 #include "tests/txn/txn_runtime.h"
 #include "tests/util/test_util.h"
 #include "txn/txn.h"

@@ -18,8 +18,8 @@
 #include "absl/status/status.h"
 #include "epoch/persist.h"
 #include "epoch/pool.h"
-#include "epoch/sim.h"
 #include "gtest/gtest.h"
+#include "testing/sim.h"
 #include "tests/util/lockstep.h"
 #include "tests/util/test_util.h"
 

@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "epoch/kill_harness.h"
+#include "testing/kill_harness.h"
 
 namespace pmrt::testing {
 

@@ -23,7 +23,7 @@ absl::StatusOr<std::unique_ptr<WordIndex>> WordIndex::Create(size_t pool_size) {
   // advisory: an error only means 4 KiB pages). A transaction's words are scattered, so each
   // index slot it reads is usually on a page of its own: with 4 KiB pages the index's pages
   // (one per 512 words) compete with the data's for the TLB. With 2 MiB pages a 1M-word index
-  // is 4 TLB entries (bench/txbench, K = 16 uniform, 1M words: 6-15% faster; performance.md).
+  // is 4 TLB entries (faster at K = 16 uniform: docs/txn.md, "Design notes", "The index").
   // The cost: a touched index page is resident 2 MiB at a time (the pages of 256 Ki pool
   // words), at most the index's full size, as before.
   (void)madvise(p, bytes, MADV_HUGEPAGE);

@@ -63,8 +63,8 @@
 // the last interval, on stdout: on a terminal one line rewritten in place, otherwise a plain
 // line every second. Workers add to a shared counter once per 1024 operations (one relaxed
 // add: no measurable cost); the reporter thread only reads it.
-#ifndef PMRT_BENCH_YCSB_DRIVER_H_
-#define PMRT_BENCH_YCSB_DRIVER_H_
+#ifndef PMRT_TOOLS_YCSB_DRIVER_H_
+#define PMRT_TOOLS_YCSB_DRIVER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -122,4 +122,4 @@ int RunYcsb(const Options& options);
 
 }  // namespace pmrt::ycsb
 
-#endif  // PMRT_BENCH_YCSB_DRIVER_H_
+#endif  // PMRT_TOOLS_YCSB_DRIVER_H_

@@ -1,5 +1,5 @@
-// The YCSB driver (bench/ycsb_driver.h).
-#include "bench/ycsb_driver.h"
+// The YCSB driver (tools/ycsb_driver.h).
+#include "tools/ycsb_driver.h"
 
 #include <libpmem.h>
 #include <signal.h>
@@ -27,13 +27,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "alloc/allocator.h"
-#include "bench/workload_gen.h"
 #include "ds/durable_masstree.h"
 #include "ds/masstree.h"
 #include "epoch/epoch.h"
 #include "epoch/persist.h"
 #include "epoch/pool.h"
 #include "tools/kv_store.h"
+#include "tools/workload_gen.h"
 
 namespace pmrt::ycsb {
 namespace {

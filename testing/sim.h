@@ -1,4 +1,5 @@
-// The crash simulator: the `sim` persistence backend.
+// The crash simulator: the `sim` persistence backend (part of the library pmrt_testing, the
+// CMake component `testing`: testing/README.md).
 //
 // Model (docs/testing.md has the long form):
 //   * W, the working copy: the memory the runtime loads and stores (Sim::working()).
@@ -31,8 +32,8 @@
 // Crash images are built while the fencing thread holds that mutex; a multi-threaded workload
 // must make the other threads quiescent (for example, by running them in lock step) if it
 // wants their in-flight stores excluded from the image's W versions.
-#ifndef PMRT_EPOCH_SIM_H_
-#define PMRT_EPOCH_SIM_H_
+#ifndef PMRT_TESTING_SIM_H_
+#define PMRT_TESTING_SIM_H_
 
 #include <array>
 #include <atomic>
@@ -63,7 +64,7 @@ struct SimReplayId {
 
 class CrashImage;
 
-class Sim {
+class Sim final : public SimHooks {
  public:
   enum class CrashPoints {
     kEveryFence,  // every fence is a crash point
@@ -116,18 +117,19 @@ class Sim {
   Sim(const Sim&) = delete;
   Sim& operator=(const Sim&) = delete;
 
-  void* working() const { return working_; }
-  size_t size() const { return size_; }
+  void* working() const override { return working_; }
+  size_t size() const override { return size_; }
+  bool models_pmem() const override { return options_.pmem; }
   Persister persister() { return Persister(BackendKind::kSim, this); }
   const Options& options() const { return options_; }
 
   void SetHandler(ImageHandler handler) { handler_ = std::move(handler); }
   void SetCrashPoints(CrashPoints mode) { options_.crash_points = mode; }
 
-  // Seam hooks (called through Persister).
-  void OnFlush(const Site& site, const void* addr, size_t len);
-  void OnFence(const Site& site);
-  void OnStoreHint(const void* addr, size_t len);
+  // Seam hooks (SimHooks, called through Persister).
+  void OnFlush(const Site& site, const void* addr, size_t len) override;
+  void OnFence(const Site& site) override;
+  void OnStoreHint(const void* addr, size_t len) override;
 
   const Stats& stats() const { return stats_; }
   const std::vector<Failure>& failures() const { return failures_; }
@@ -239,4 +241,4 @@ class CrashImage {
 
 }  // namespace pmrt
 
-#endif  // PMRT_EPOCH_SIM_H_
+#endif  // PMRT_TESTING_SIM_H_

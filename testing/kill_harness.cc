@@ -1,4 +1,4 @@
-#include "epoch/kill_harness.h"
+#include "testing/kill_harness.h"
 
 #include <signal.h>
 #include <sys/mman.h>

@@ -1,4 +1,4 @@
-#include "tests/epoch/toy_redo_log.h"
+#include "tools/toy_redo_log.h"
 
 #include <cstring>
 

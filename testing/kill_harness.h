@@ -13,12 +13,12 @@
 //
 // A kill leaves the page cache holding every store the child made, flushed or not: it models
 // an eADR platform (or "everything evicted"), so it proves program-order atomicity and the real
-// open path, never flush/fence placement. That is the crash simulator's job (epoch/sim.h).
+// open path, never flush/fence placement. That is the crash simulator's job (testing/sim.h).
 //
 // KillProgress lives in a shared anonymous mapping, so the parent reads exactly what the child
 // acknowledged before it died, without files or fsync.
-#ifndef PMRT_EPOCH_KILL_HARNESS_H_
-#define PMRT_EPOCH_KILL_HARNESS_H_
+#ifndef PMRT_TESTING_KILL_HARNESS_H_
+#define PMRT_TESTING_KILL_HARNESS_H_
 
 #include <atomic>
 #include <cstdint>
@@ -62,4 +62,4 @@ absl::Status RunKillLoop(
 
 }  // namespace pmrt
 
-#endif  // PMRT_EPOCH_KILL_HARNESS_H_
+#endif  // PMRT_TESTING_KILL_HARNESS_H_

@@ -16,8 +16,8 @@
 // resulting values, never deltas.
 //
 // `ToyBug` plants one classic bug for the negative controls.
-#ifndef PMRT_TESTS_EPOCH_TOY_REDO_LOG_H_
-#define PMRT_TESTS_EPOCH_TOY_REDO_LOG_H_
+#ifndef PMRT_TOOLS_TOY_REDO_LOG_H_
+#define PMRT_TOOLS_TOY_REDO_LOG_H_
 
 #include <array>
 #include <atomic>
@@ -107,4 +107,4 @@ std::vector<Write> RandomTx(uint64_t& rng_state);
 
 }  // namespace pmrt::toy
 
-#endif  // PMRT_TESTS_EPOCH_TOY_REDO_LOG_H_
+#endif  // PMRT_TOOLS_TOY_REDO_LOG_H_

@@ -1,4 +1,4 @@
-#include "epoch/sim.h"
+#include "testing/sim.h"
 
 #include <signal.h>
 #include <sys/mman.h>

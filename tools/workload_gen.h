@@ -4,8 +4,8 @@
 //
 //   const pmrt::bench::ScrambledZipfian zipf(n, 0.99);   // O(n) set-up (zeta)
 //   uint64_t item = zipf.Next(rng);                      // rng: anything with Uniform() in [0,1)
-#ifndef PMRT_BENCH_WORKLOAD_GEN_H_
-#define PMRT_BENCH_WORKLOAD_GEN_H_
+#ifndef PMRT_TOOLS_WORKLOAD_GEN_H_
+#define PMRT_TOOLS_WORKLOAD_GEN_H_
 
 #include <algorithm>
 #include <cmath>
@@ -84,4 +84,4 @@ class ScrambledZipfian {
 
 }  // namespace pmrt::bench
 
-#endif  // PMRT_BENCH_WORKLOAD_GEN_H_
+#endif  // PMRT_TOOLS_WORKLOAD_GEN_H_
