@@ -14,7 +14,7 @@ the command that reproduces the file). Under each table one line gives the run's
 results file, the machine and that command. Without flags the page is rewritten in place; with
 --check nothing is written and the exit status is 1 when a table on the page differs from what
 the results give (the page has drifted: run bench/perf_tables.py, or bench/report.sh, which calls
-it), 2 on an error (a marker without its end, an unknown table name).
+it) or when docs/performance.md grows past MAX_PAGE_LINES, 2 on an error (a marker without its end, an unknown table name).
 
 A results file holds the latest run of its suite (bench/report.sh and the bench/*.sh scripts
 truncate it first; bench/results/history/ keeps every run). Where its records carry a run's
@@ -609,6 +609,9 @@ def duration(v, unit):
 
 
 def render_gbench(rows):
+    # Repetitions (--benchmark_repetitions): the median of each benchmark only.
+    if any(b.get("run_type") == "aggregate" for b in rows):
+        rows = [b for b in rows if b.get("aggregate_name") == "median"]
     fams = {}
     for b in rows:
         fams.setdefault(b["name"].split("/")[0], []).append(b)
@@ -618,7 +621,9 @@ def render_gbench(rows):
                                              and isinstance(bs[0][k], (int, float))]
         body = []
         for b in bs:
-            name = b.get("run_name", b["name"])
+            name = re.sub(r"/(iterations:\d+|manual_time|real_time)", "", b.get("run_name", b["name"]))
+            if b.get("label"):
+                name += f" ({b['label']})"
             unit = b.get("time_unit", "ns")
             body.append([f"`{name}`", duration(b["real_time"], unit),
                          duration(b["cpu_time"], unit)] +
@@ -636,7 +641,6 @@ def render_gbench(rows):
 
 FORCE = "PMEM_IS_PMEM_FORCE=1 "
 TABLES = {
-    "ycsb": ("ycsb.jsonl", "ycsb", render_ycsb, "bench/report.sh --only ycsb"),
     "ycsb-recovery": ("ycsb.jsonl", "ycsb", render_ycsb_recovery, "bench/report.sh --only ycsb"),
     "ycsb-like-for-like": (
         "ycsb-like-for-like.jsonl", None, render_ycsb,
@@ -682,12 +686,15 @@ TABLES = {
     "server": ("server.jsonl", "server", render_server, "bench/report.sh --only server"),
     "epoch-bench": (
         "epoch-bench.json", None, render_gbench,
-        FORCE + "build/release/bench/epoch_bench --benchmark_filter='BM_Boundary/|BM_FlushShare' "
-        "--benchmark_out=bench/results/epoch-bench.json --benchmark_out_format=json"),
+        FORCE + "build/release/bench/epoch_bench --benchmark_filter=BM_FlushShare "
+        "--benchmark_out=bench/results/epoch-bench.json --benchmark_out_format=json && "
+        "bench/stamp_cpu.py bench/results/epoch-bench.json"),
     "persist-bench": (
         "persist-bench.json", None, render_gbench,
-        FORCE + "build/release/bench/persist_bench --benchmark_repetitions=3 "
-        "--benchmark_out=bench/results/persist-bench.json --benchmark_out_format=json"),
+        FORCE + "build/release/bench/persist_bench --benchmark_filter='BM_PersistLine|"
+        "BM_RecordPersist/./(1|64)$|BM_FlushBatch/(64|8192)$' --benchmark_repetitions=3 "
+        "--benchmark_report_aggregates_only=true --benchmark_out=bench/results/persist-bench.json "
+        "--benchmark_out_format=json && bench/stamp_cpu.py bench/results/persist-bench.json"),
 }
 
 _EPYC = "2 vCPUs, AMD EPYC family 25 model 1"
@@ -732,6 +739,8 @@ def machine_of(results, file, suite, rows, meta):
     """The machine a results file ran on (see the module comment), or None."""
     if rows and isinstance(rows[0], dict) and "_context" in rows[0]:
         ctx = rows[0]["_context"]
+        if ctx.get("cpu"):  # bench/stamp_cpu.py
+            return str(ctx["cpu"])
         if ctx.get("num_cpus"):
             mhz = f" at {ctx['mhz_per_cpu']:,} MHz" if ctx.get("mhz_per_cpu") else ""
             return f"{ctx['num_cpus']} CPUs{mhz} (Google Benchmark's context)"
@@ -810,6 +819,10 @@ def regenerate(text, results, meta):
     return "".join(out)
 
 
+# docs/performance.md is a current-state page: --check fails it past this many lines.
+MAX_PAGE_LINES = 400
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true",
@@ -834,6 +847,11 @@ def main(argv):
     if missing:
         print(f"perf_tables.py: not on the page: {', '.join(missing)}", file=sys.stderr)
     if args.check:
+        lines = new.count("\n")
+        if os.path.basename(args.page) == "performance.md" and lines > MAX_PAGE_LINES:
+            print(f"perf_tables.py: {args.page} has {lines} lines; a current-state page keeps to "
+                  f"{MAX_PAGE_LINES} (history goes to bench/results/history/)", file=sys.stderr)
+            return 1
         if new != text:
             old_blocks = dict(blocks(text))
             changed = [n for n, b in blocks(new) if old_blocks.get(n) != b]

@@ -39,14 +39,11 @@ for ((r = 1; r <= ROUNDS; r++)); do
     done
   done
 done
-python3 - "$OUT" "$(nproc) vCPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //') family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' ') model $(grep -m1 '^model\s' /proc/cpuinfo | cut -d: -f2 | tr -d ' ')" <<'PY'
+# Each record names its machine (bench/perf_tables.py shows it beside the table).
+"$(dirname "$0")/stamp_cpu.py" "$OUT" > /dev/null
+python3 - "$OUT" <<'PY'
 import json, statistics as st, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-# Each record names its machine (bench/perf_tables.py shows it beside the table).
-for r in rows:
-    r.setdefault("cpu", sys.argv[2])
-with open(sys.argv[1], "w") as f:
-    f.writelines(json.dumps(r) + "\n" for r in rows)
 print("workload dist     metric       on (M ops/s)  off (M ops/s)  on/off (median of rounds)")
 for w in "ac":
     for d in ("uniform", "zipf"):
