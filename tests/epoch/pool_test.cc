@@ -758,13 +758,9 @@ TEST(PoolTest, OpenWhileAnotherProcessHoldsThePoolIsRefused) {
 
 // ---- crash detection --------------------------------------------------------------------------
 
-// A private mapping: everything written (the attach, the root, a plain store) stays in this
-// process, even across Close; the file is byte-identical, a crashed pool stays crashed for the
-// next writing open, Grow is refused, and the option applies to Pool::Open of a file only.
-TEST(PoolTest, APrivateMappingNeverWritesTheFile) {
-  TempDir dir;
-  const std::string path = dir.File("private.pool");
-  MakePool(path);
+// A child process opens the pool at `path`, sets its root's counter to 7 and exits without
+// Close and without destructors, as if it had died there.
+void ExitWithoutClose(const std::string& path) {
   const pid_t pid = fork();
   if (pid == 0) {
     auto pool = Pool::Open(path, kLayout);
@@ -772,11 +768,21 @@ TEST(PoolTest, APrivateMappingNeverWritesTheFile) {
     auto root = (*pool)->root<Root>();
     if (!root.ok()) _exit(2);
     (*root)->counter = 7;
-    _exit(0);  // no Close: an unclean shutdown
+    _exit(0);
   }
   int wstatus = 0;
   ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
   ASSERT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) << wstatus;
+}
+
+// A private mapping: everything written (the attach, the root, a plain store) stays in this
+// process, even across Close; the file is byte-identical, a crashed pool stays crashed for the
+// next writing open, Grow is refused, and the option applies to Pool::Open of a file only.
+TEST(PoolTest, APrivateMappingNeverWritesTheFile) {
+  TempDir dir;
+  const std::string path = dir.File("private.pool");
+  MakePool(path);
+  ExitWithoutClose(path);
   const auto before = ReadFile(path);
   ASSERT_TRUE(before.has_value());
   PoolOptions po;
@@ -818,18 +824,7 @@ TEST(PoolTest, ExitWithoutCloseIsSeenAsUncleanShutdown) {
   TempDir dir;
   const std::string path = dir.File("crash.pool");
   MakePool(path);
-  pid_t pid = fork();
-  if (pid == 0) {
-    auto pool = Pool::Open(path, kLayout);
-    if (!pool.ok()) _exit(1);
-    auto root = (*pool)->root<Root>();
-    if (!root.ok()) _exit(2);
-    (*root)->counter = 7;
-    _exit(0);  // no Close, no destructors: as if the process had died here
-  }
-  int wstatus = 0;
-  ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
-  ASSERT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) << wstatus;
+  ExitWithoutClose(path);
   {
     auto pool = Pool::Open(path, kLayout);
     ASSERT_OK(pool);
@@ -857,11 +852,12 @@ TEST(PoolTest, ExitWithoutCloseIsSeenAsUncleanShutdown) {
     // A pool with a transaction directory also needs the transaction layer's part.
     (*pool)->state().txn_directory.value.store(4096);
   }
-  pid = fork();
+  const pid_t pid = fork();
   if (pid == 0) {
     auto pool = Pool::Open(path, kLayout);
     _exit(pool.ok() ? 0 : 1);  // crash
   }
+  int wstatus = 0;
   ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
   {
     auto pool = Pool::Open(path, kLayout);
