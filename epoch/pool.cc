@@ -899,7 +899,9 @@ absl::Status Pool::Close() {
     //    sync fails, the flag stays 0 and the next Open runs recovery.
     if (!writes_begun_.load(std::memory_order_acquire)) {
       // Opened with defer_attach and never written: closed as it was found.
-    } else if (fd_ >= 0 && !private_ && (msync(base_, size(), MS_SYNC) != 0 || fsync(fd_) != 0)) {
+    } else if (fd_ >= 0 && !private_ &&  // a private mapping has nothing to sync: no write
+                                         // of it reaches the file, the flag below included
+               (msync(base_, size(), MS_SYNC) != 0 || fsync(fd_) != 0)) {
       result = ErrnoError(errno, path_, "cannot sync the pool before closing it");
     } else if (health_->failed()) {
       // The failed mode: epochs after the last durable one did not complete, so the pool stays
