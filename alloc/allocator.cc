@@ -10,7 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "alloc/internal/heap_layout.h"
 #include "alloc/internal/logged_line.h"
-#include "epoch/crc32c.h"
+#include "base/crc32c.h"
 
 namespace pmrt::alloc {
 
@@ -30,7 +30,11 @@ using alloc_internal::StateClass;
 using alloc_internal::StateKind;
 using alloc_internal::StateRun;
 
-namespace alloc_detail {
+}  // namespace pmrt::alloc
+
+namespace pmrt::alloc_internal {
+
+using alloc::SizeClasses;
 
 // The frees of one thread in one epoch, reusable once the epoch has closed. Its small blocks
 // go back to the thread cache that freed them (so that two threads' lists do not mix blocks of
@@ -123,11 +127,13 @@ struct alignas(64) ChunkVolatile {
   Word words[kLiveWords];
 };
 
-}  // namespace alloc_detail
+}  // namespace pmrt::alloc_internal
 
-using alloc_detail::ChunkVolatile;
-using alloc_detail::FreeBatch;
-using alloc_detail::ThreadCache;
+namespace pmrt::alloc {
+
+using alloc_internal::ChunkVolatile;
+using alloc_internal::FreeBatch;
+using alloc_internal::ThreadCache;
 
 namespace {
 
@@ -150,7 +156,7 @@ constexpr uint64_t kMetaState = MakeState(ChunkKind::kExtent, 1, 0);
 constexpr bool Inert(uint64_t s) { return StateKind(s) == ChunkKind::kExtent && StateRun(s) == 0; }
 constexpr Site kGrowSegment{"alloc.grow.segment"};
 constexpr Site kGrowSegmentFence{"alloc.grow.segment.fence"};
-using alloc_detail::kRefillBatch;
+using alloc_internal::kRefillBatch;
 
 thread_local AllocError tls_error = AllocError::kNone;
 thread_local absl::Status tls_grow_error;  // why the calling thread's last automatic growth failed

@@ -48,15 +48,12 @@
 
 namespace pmrt::alloc_internal {
 struct LoggedLine;
-}  // namespace pmrt::alloc_internal
-
-namespace pmrt::alloc {
-
-namespace alloc_detail {
 struct ThreadCache;
 struct ChunkVolatile;
 struct FreeBatch;
-}  // namespace alloc_detail
+}  // namespace pmrt::alloc_internal
+
+namespace pmrt::alloc {
 
 // Why the last null-returning Allocate of this thread failed.
 enum class AllocError : uint8_t {
@@ -206,7 +203,7 @@ class Heap {
   absl::Status Load();
   // The calling thread's cache and epoch slot (one thread-local load after the first call).
   struct Context {
-    alloc_detail::ThreadCache* tc;
+    alloc_internal::ThreadCache* tc;
     epoch::ThreadSlot* slot;
   };
   Context Local();
@@ -223,45 +220,45 @@ class Heap {
   absl::Status PrepareGrowth(uint64_t old_size, uint64_t new_size);
   void CommitGrowth();
   absl::Status LoadSegments();
-  void* AllocateSmall(alloc_detail::ThreadCache& tc, int c, uint64_t e);
+  void* AllocateSmall(alloc_internal::ThreadCache& tc, int c, uint64_t e);
   // Hands out the last block of the thread's (non-empty) list of class c in epoch e.
-  void* Take(alloc_detail::ThreadCache& tc, int c, uint64_t e);
+  void* Take(alloc_internal::ThreadCache& tc, int c, uint64_t e);
   // Asks the next boundary to gather every free block and return empty chunks, and drives
   // that boundary when the caller can wait; false when it cannot (or nothing can come back).
   bool WaitForFrees(bool again);
   uint64_t TotalFrees();  // frees since open, all threads
   void SpillToCentral(std::vector<uint64_t>& free_list, int c, size_t count);
   void* AllocateExtent(size_t size, uint64_t e);
-  bool Refill(alloc_detail::ThreadCache& tc, int c, uint64_t e);
-  bool LoadNextChunk(int c, std::vector<uint64_t>* out, alloc_detail::ThreadCache* owner);
-  alloc_detail::ChunkVolatile* LoadChunk(uint64_t chunk, int c, std::vector<uint64_t>* out,
-                                         alloc_detail::ThreadCache* owner);
-  alloc_detail::ChunkVolatile* EnsureLoaded(uint64_t chunk, int c);
-  void Touch(alloc_detail::ThreadCache& tc, alloc_detail::ChunkVolatile& v, uint64_t chunk,
+  bool Refill(alloc_internal::ThreadCache& tc, int c, uint64_t e);
+  bool LoadNextChunk(int c, std::vector<uint64_t>* out, alloc_internal::ThreadCache* owner);
+  alloc_internal::ChunkVolatile* LoadChunk(uint64_t chunk, int c, std::vector<uint64_t>* out,
+                                           alloc_internal::ThreadCache* owner);
+  alloc_internal::ChunkVolatile* EnsureLoaded(uint64_t chunk, int c);
+  void Touch(alloc_internal::ThreadCache& tc, alloc_internal::ChunkVolatile& v, uint64_t chunk,
              uint64_t e);
   // vol_[chunk] untagged: the chunk's volatile state, null until it is first used this run.
-  alloc_detail::ChunkVolatile* Vol(uint64_t chunk,
-                                   std::memory_order mo = std::memory_order_acquire) const;
-  void SetVol(uint64_t chunk, alloc_detail::ChunkVolatile* v, int c);
+  alloc_internal::ChunkVolatile* Vol(uint64_t chunk,
+                                     std::memory_order mo = std::memory_order_acquire) const;
+  void SetVol(uint64_t chunk, alloc_internal::ChunkVolatile* v, int c);
   // The class of a small block whose chunk is in use this run (its tag in vol_).
   int LoadedClass(uint64_t off) const;
   enum class FreeMode { kShared, kUnshared, kUnpublished };
   absl::Status FreeImpl(void* p, FreeMode mode);
   template <bool unshared>
   bool FreeFast(void* p);
-  void ReleaseBatch(alloc_detail::FreeBatch* batch);
+  void ReleaseBatch(alloc_internal::FreeBatch* batch);
   // Moves a batch's blocks to the central lists; returns how many.
-  uint64_t BatchToCentral(alloc_detail::FreeBatch& b);
+  uint64_t BatchToCentral(alloc_internal::FreeBatch& b);
   void ToCentral(std::vector<uint64_t>& blocks_of_any_class);
-  void NoteBatchBytes(alloc_detail::ThreadCache& tc, uint64_t bytes);
-  std::vector<alloc_detail::FreeBatch*> TakeReady(alloc_detail::ThreadCache& tc);
-  void CollectReady(alloc_detail::ThreadCache& tc);
-  void CollectInbox(alloc_detail::ThreadCache& tc);
-  void SendOutbox(alloc_detail::ThreadCache& tc, int slot);
+  void NoteBatchBytes(alloc_internal::ThreadCache& tc, uint64_t bytes);
+  std::vector<alloc_internal::FreeBatch*> TakeReady(alloc_internal::ThreadCache& tc);
+  void CollectReady(alloc_internal::ThreadCache& tc);
+  void CollectInbox(alloc_internal::ThreadCache& tc);
+  void SendOutbox(alloc_internal::ThreadCache& tc, int slot);
   bool StealReady();
   bool TakeCentral(std::vector<uint64_t>& fl, int c);  // a refill batch from the central list
-  bool RefillFromChunks(alloc_detail::ThreadCache& tc, int c, uint64_t e);
-  void MaybeSpill(alloc_detail::ThreadCache& tc, int c);
+  bool RefillFromChunks(alloc_internal::ThreadCache& tc, int c, uint64_t e);
+  void MaybeSpill(alloc_internal::ThreadCache& tc, int c);
   bool TakeRun(uint64_t n, uint64_t* start);
   bool TakeChunk(uint64_t chunk);  // REQUIRES: chunk_mu_; removes one chunk from the free runs
   void ReturnRun(uint64_t start, uint64_t n);
@@ -270,14 +267,14 @@ class Heap {
   void SetChunkState(uint64_t chunk, uint64_t state, uint64_t e);
   // The same at the boundary: the logged line joins the boundary's flush ranges.
   void SetChunkStateAtBoundary(uint64_t chunk, uint64_t state, uint64_t e, std::vector<Range>& out);
-  alloc_detail::ChunkVolatile* NewVol();  // REQUIRES: chunk_mu_
+  alloc_internal::ChunkVolatile* NewVol();  // REQUIRES: chunk_mu_
   void CollectDirty(uint64_t e, std::vector<Range>& out);
   // Boundary work (step 3 of an advance, no guard open, so every thread cache may be touched):
   // caches idle since the last boundary, or all of them under pressure, give their free blocks
   // to the central lists; under pressure, chunks whose blocks are all free go back to the free
   // runs (their state change logged in e, its line added to `out`).
   void Rebalance(uint64_t e, std::vector<Range>& out);
-  uint64_t DrainCache(alloc_detail::ThreadCache& tc);
+  uint64_t DrainCache(alloc_internal::ThreadCache& tc);
   uint64_t ReturnEmptyChunks(uint64_t e, std::vector<Range>& out);
   // Chunk, block and class (-1: an extent) of the block starting at p; false if none.
   bool Locate(const void* p, uint64_t* chunk, uint32_t* block, int* cls) const;
@@ -347,8 +344,8 @@ class Heap {
   };
   Central central_[SizeClasses::kCount];
   std::mutex batches_mu_;
-  std::vector<alloc_detail::FreeBatch*> spare_batches_;  // reused: no allocation per epoch
-  std::atomic<int64_t> retired_batches_{0};              // free batches awaiting their grace period
+  std::vector<alloc_internal::FreeBatch*> spare_batches_;  // reused: no allocation per epoch
+  std::atomic<int64_t> retired_batches_{0};  // free batches awaiting their grace period
   // Set by an allocation that found the heap full: the next two boundaries gather every
   // cache's free blocks and return empty chunks (the frees of the first boundary's epoch are
   // ready only after it), and record what came back (blocks + chunks).
@@ -360,8 +357,8 @@ class Heap {
   std::atomic<uint64_t> double_frees_{0};
   // Volatile states of returned chunks, kept for reuse (REQUIRES: chunk_mu_): a reader that
   // loaded the pointer just before the return (UsableSize outside a guard) reads valid memory.
-  std::vector<alloc_detail::ChunkVolatile*> spare_vols_;
-  PerThread<alloc_detail::ThreadCache> caches_;
+  std::vector<alloc_internal::ChunkVolatile*> spare_vols_;
+  PerThread<alloc_internal::ThreadCache> caches_;
 };
 
 // Transaction scope (installed by txn/): while the calling thread has a transaction open, pnew
@@ -404,14 +401,18 @@ absl::Status pdelete(T* p) {
   return h->Free(p);
 }
 
-namespace alloc_detail {
+}  // namespace pmrt::alloc
+
+namespace pmrt::alloc_internal {
 // Bytes in front of a pnew_array's elements: its element count, for a T whose destructors
 // pdelete_array must run (none for a trivially destructible T), padded to T's alignment.
 template <class T>
 constexpr size_t ArrayCookie() {
   return std::is_trivially_destructible_v<T> ? 0 : std::max(alignof(T), sizeof(size_t));
 }
-}  // namespace alloc_detail
+}  // namespace pmrt::alloc_internal
+
+namespace pmrt::alloc {
 
 // Constructs n value-initialized Ts in one block of the default heap (through the
 // transaction when one is open, as pnew). Null on failure with LastError set (kOverflow when
@@ -423,7 +424,7 @@ T* pnew_array(size_t n) {
     Heap::SetLastError(AllocError::kNoHeap);
     return nullptr;
   }
-  constexpr size_t cookie = alloc_detail::ArrayCookie<T>();
+  constexpr size_t cookie = alloc_internal::ArrayCookie<T>();
   if (n > (SIZE_MAX - cookie) / sizeof(T)) {
     Heap::SetLastError(AllocError::kOverflow);
     return nullptr;
@@ -447,7 +448,7 @@ absl::Status pdelete_array(T* p) {
   if (p == nullptr) return absl::OkStatus();
   Heap* h = Heap::Default();
   if (h == nullptr) return absl::FailedPreconditionError("pdelete_array: no heap is open");
-  constexpr size_t cookie = alloc_detail::ArrayCookie<T>();
+  constexpr size_t cookie = alloc_internal::ArrayCookie<T>();
   void* base = reinterpret_cast<uint8_t*>(p) - cookie;
   if (h->UsableSize(base) == 0) return h->Free(base);  // the error says why
   if constexpr (cookie != 0) {

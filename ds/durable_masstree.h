@@ -30,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "alloc/allocator.h"
+#include "ds/durable_stats.h"
 #include "ds/internal/durable_policy.h"
 #include "ds/masstree.h"
 #include "epoch/epoch.h"
@@ -124,7 +125,21 @@ class DurableMasstree : public BasicMasstree<PoolNodeAllocator> {
   // (`g` is not a guard of this tree's manager on this thread), kInternal (check failed),
   // kResourceExhausted (the undo log is full: nothing was freed).
   absl::Status Destroy(const epoch::Guard& g);
-  ds_internal::DurableStats durable_stats() const { return policy().stats(); }
+  DurableStats durable_stats() const { return policy().stats(); }
+
+  // For inspection tools that walk the pool's objects (tools/pool_view.cc):
+  // The size of the tree's descriptor object (at descriptor()).
+  static constexpr size_t kDescriptorBytes = sizeof(ds_internal::MasstreeDescriptor);
+  // The most bytes a value object holds in front of its value besides the key's suffix (header
+  // and, in the inline form, the checksum): a value's view starts at most this many bytes plus
+  // the key's length after its object.
+  static constexpr size_t kMaxValueHeaderBytes =
+      sizeof(ds_internal::ValueObject) + sizeof(uint32_t);
+  // The value bytes of the value object at pool offset `offset`, read as the layout says,
+  // unchecked. REQUIRES: `offset` is a value object of this tree (CheckInvariants lists them).
+  std::string_view ValueOfObject(const Pool& pool, uint64_t offset) const {
+    return static_cast<const ds_internal::ValueObject*>(pool.at(offset))->value();
+  }
 
  private:
   DurableMasstree(PoolNodeAllocator alloc, ds_internal::DurablePolicy policy,

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "epoch/crc32c.h"
+#include "base/crc32c.h"
 
 namespace pmrt::epoch {
 namespace {

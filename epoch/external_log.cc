@@ -4,7 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "epoch/crc32c.h"
+#include "base/crc32c.h"
 #include "epoch/epoch.h"
 
 namespace pmrt::epoch {

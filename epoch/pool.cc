@@ -25,8 +25,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "epoch/crc32c.h"
-#include "epoch/status_macros.h"
+#include "base/crc32c.h"
+#include "base/status_macros.h"
 
 namespace pmrt {
 namespace {

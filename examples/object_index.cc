@@ -17,7 +17,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "epoch/status_macros.h"
+#include "base/status_macros.h"
 #include "runtime/runtime.h"
 
 namespace {

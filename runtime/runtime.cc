@@ -143,8 +143,7 @@ absl::StatusOr<bool> Index::remove(std::string_view key) {
 
 // ---- recovery ------------------------------------------------------------------------------
 
-std::vector<runtime_internal::CatalogEntry> runtime_internal::ReadCatalog(
-    const ds::DurableMasstree& catalog) {
+std::vector<CatalogEntry> ReadCatalog(const ds::DurableMasstree& catalog) {
   std::vector<CatalogEntry> out;
   catalog.scan("", ~size_t{0}, [&](std::string_view name, std::string_view v) {
     uint64_t desc = 0, id = 0;
@@ -155,18 +154,18 @@ std::vector<runtime_internal::CatalogEntry> runtime_internal::ReadCatalog(
   return out;
 }
 
-absl::Status runtime_internal::ReplayIndexOps(Pool& pool, epoch::Manager& epochs, alloc::Heap& heap,
-                                              const ds::DurableMasstree& catalog,
-                                              const std::vector<txn::LogicalOp>& ops,
-                                              uint64_t* applied) {
-  if (mutation::Swapped(kSkipReplayMutant)) return absl::OkStatus();
+absl::Status ReplayIndexOps(Pool& pool, epoch::Manager& epochs, alloc::Heap& heap,
+                            const ds::DurableMasstree& catalog,
+                            const std::vector<txn::LogicalOp>& ops, uint64_t* applied) {
+  if (mutation::Swapped(runtime_internal::kSkipReplayMutant)) return absl::OkStatus();
   std::map<uint64_t, CatalogEntry> by_id;
   for (CatalogEntry& e : ReadCatalog(catalog))
     if (e.descriptor != 0) by_id[e.id] = std::move(e);
   std::map<uint64_t, std::unique_ptr<ds::DurableMasstree>> trees;
   std::vector<const txn::LogicalOp*> order;
   for (const txn::LogicalOp& op : ops) order.push_back(&op);
-  if (mutation::Swapped(kReplayOrderMutant)) std::reverse(order.begin(), order.end());
+  if (mutation::Swapped(runtime_internal::kReplayOrderMutant))
+    std::reverse(order.begin(), order.end());
   // Only the last operation on each key (of each index) decides its final state, and nothing
   // observes the ones before: the others are skipped (keys of an epoch's hot set are written
   // many times).
@@ -334,7 +333,7 @@ absl::Status Runtime::Replay(const std::vector<txn::LogicalOp>& ops) {
     replay_ms_ +=
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   };
-  return runtime_internal::ReplayIndexOps(*pool_, *epochs_, *heap_, *catalog_, ops, &replayed_);
+  return ReplayIndexOps(*pool_, *epochs_, *heap_, *catalog_, ops, &replayed_);
 }
 
 absl::StatusOr<Index*> Runtime::OpenIndexLocked(const std::string& name, uint64_t id,

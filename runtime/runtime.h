@@ -105,6 +105,10 @@ namespace runtime_internal {
 inline constexpr Site kSkipReplayMutant{"runtime.mutant.skip_replay"};
 inline constexpr Site kReplayOrderMutant{"runtime.mutant.replay_order"};
 inline constexpr Site kNoUndoMutant{"runtime.mutant.no_undo"};
+}  // namespace runtime_internal
+
+// For tools that open a runtime pool's layers themselves (tools/pool_view.cc): its catalog and
+// the replay of its index operations, as Runtime::Open does them.
 
 // A named index as the catalog holds it.
 struct CatalogEntry {
@@ -122,7 +126,6 @@ std::vector<CatalogEntry> ReadCatalog(const ds::DurableMasstree& catalog);
 absl::Status ReplayIndexOps(Pool& pool, epoch::Manager& epochs, alloc::Heap& heap,
                             const ds::DurableMasstree& catalog,
                             const std::vector<txn::LogicalOp>& ops, uint64_t* applied);
-}  // namespace runtime_internal
 
 // A named durable Masstree of a Runtime. Keys and values are byte strings (as ds::Masstree).
 class Index {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Include-direction check (run by ./test.sh): the layers build on each other in one direction.
 
-  epoch -> alloc -> txn -> ds -> runtime -> testing -> tools -> bench, examples   (tests: anything)
+  base -> epoch -> alloc -> txn -> ds -> runtime -> testing -> tools -> bench, examples   (tests: anything)
 
 (testing/, the crash simulator and kill harness, builds on epoch/ only; it sits above runtime/
 so that no library layer can include it.)
@@ -19,7 +19,7 @@ import os
 import re
 import sys
 
-LAYERS = ["epoch", "alloc", "txn", "ds", "runtime", "testing", "tools", "bench", "examples"]
+LAYERS = ["base", "epoch", "alloc", "txn", "ds", "runtime", "testing", "tools", "bench", "examples"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 # bench and examples are both top floor: neither includes the other.
 RANK["examples"] = RANK["bench"]

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/random.h"
 
 namespace pmrt {
 namespace {
@@ -20,27 +21,12 @@ namespace {
 constexpr size_t kPage = 4096;
 constexpr size_t kLinesPerPage = kPage / kCacheLine;
 
-uint64_t Mix(uint64_t x) {  // splitmix64 finalizer
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
+uint64_t Hash3(uint64_t a, uint64_t b, uint64_t c) {
+  return SplitMix64(SplitMix64(SplitMix64(a) ^ b) ^ c);
 }
-uint64_t Hash3(uint64_t a, uint64_t b, uint64_t c) { return Mix(Mix(Mix(a) ^ b) ^ c); }
 
-// A small deterministic generator for image construction (xorshift over a splitmix seed).
-struct Rng {
-  explicit Rng(uint64_t seed) : s(Mix(seed) | 1) {}
-  uint64_t Next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  }
-  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
-  uint64_t Below(uint64_t n) { return n == 0 ? 0 : Next() % n; }
-  uint64_t s;
-};
+// The generator of image construction: xorshift64 over a splitmix seed.
+XorShift64 Rng(uint64_t seed) { return XorShift64{SplitMix64(seed) | 1}; }
 
 // Tracked working copies, read by the SIGSEGV handler without locks.
 constexpr int kMaxTracked = 32;
@@ -121,7 +107,7 @@ absl::Status Sim::Init() {
   void* m = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, media_fd_, 0);
   if (m == MAP_FAILED) return absl::InternalError("sim: mmap of the media image failed");
   media_ = static_cast<uint8_t*>(m);
-  phase_ = Mix(options_.seed) % std::max<uint64_t>(options_.every_nth, 1);
+  phase_ = SplitMix64(options_.seed) % std::max<uint64_t>(options_.every_nth, 1);
   Track();
   return absl::OkStatus();
 }
@@ -139,7 +125,7 @@ absl::Status Sim::InitNested(const Sim& parent, const CrashImage& image) {
   }
   working_ = static_cast<uint8_t*>(image.base());
   owns_working_ = false;
-  phase_ = Mix(options_.seed) % std::max<uint64_t>(options_.every_nth, 1);
+  phase_ = SplitMix64(options_.seed) % std::max<uint64_t>(options_.every_nth, 1);
   Track();
   return absl::OkStatus();
 }
@@ -417,7 +403,7 @@ void Sim::CrashAt(const Site& site, const std::vector<uint64_t>& dirty) {
       if (!run(std::move(ev))) return;
     }
   } else {
-    Rng pick(Hash3(options_.seed, fence_count_, 0x5EED));
+    XorShift64 pick = Rng(Hash3(options_.seed, fence_count_, 0x5EED));
     size_t count = std::min<size_t>(n, options_.max_single_line_images);
     for (size_t k = 0; k < count; ++k) {
       size_t i = count == n ? k : pick.Below(n);
@@ -438,7 +424,7 @@ void Sim::CrashAt(const Site& site, const std::vector<uint64_t>& dirty) {
                               ? cap - index - static_cast<uint64_t>(options_.random_images)
                               : 0;
     if (2 * versions.size() > left) {
-      Rng pick(Hash3(options_.seed, fence_count_, 0x7E55));
+      XorShift64 pick = Rng(Hash3(options_.seed, fence_count_, 0x7E55));
       for (size_t k = 0; k < left / 2; ++k) {  // a partial Fisher-Yates shuffle
         std::swap(versions[k], versions[k + pick.Below(versions.size() - k)]);
       }
@@ -453,7 +439,7 @@ void Sim::CrashAt(const Site& site, const std::vector<uint64_t>& dirty) {
   // 5. Random subsets, each chosen line taking a random one of its values.
   static constexpr double kP[] = {0.1, 0.5, 0.9};
   for (int r = 0; r < options_.random_images; ++r) {
-    Rng rng(Hash3(options_.seed, fence_count_, 0xA11CE + static_cast<uint64_t>(r)));
+    XorShift64 rng = Rng(Hash3(options_.seed, fence_count_, 0xA11CE + static_cast<uint64_t>(r)));
     std::vector<Choice> ev;
     for (uint64_t l : dirty) {
       if (rng.Uniform() >= kP[r % 3]) continue;

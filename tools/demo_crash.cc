@@ -459,7 +459,7 @@ absl::Status Recover(const DemoOptions& o, const uint64_t* synced, const uint64_
   ds::TreeShape shape;
   const absl::Status tree_ok = kv.tree().CheckInvariants(&shape);
   const absl::Status heap_ok = kv.heap().Check();
-  const ds_internal::DurableStats ds = kv.tree().durable_stats();
+  const ds::DurableStats ds = kv.tree().durable_stats();
   std::printf(
       "  verified in %.0f ms; leaves repaired lazily on first access: %lu (%lu values, %lu "
       "permutations rolled back)\n",

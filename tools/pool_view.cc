@@ -216,7 +216,7 @@ absl::Status PoolView::OpenRuntime() {
         return absl::DataLossError(
             absl::StrCat(pool_->path(), ": index operations to replay, and no catalog of indexes"));
       }
-      for (const auto& e : runtime_internal::ReadCatalog(*catalog_)) {
+      for (const auto& e : ReadCatalog(*catalog_)) {
         if (e.descriptor == 0) continue;
         auto tree = ds::DurableMasstree::Open(*pool_, *epochs_, *heap_, e.descriptor);
         if (!tree.ok()) return tree.status();
@@ -227,7 +227,7 @@ absl::Status PoolView::OpenRuntime() {
         }
       }
       uint64_t applied = 0;
-      return runtime_internal::ReplayIndexOps(*pool_, *epochs_, *heap_, *catalog_, ops, &applied);
+      return ReplayIndexOps(*pool_, *epochs_, *heap_, *catalog_, ops, &applied);
     };
     auto engine = txn::Engine::Open(*pool_, *epochs_, *heap_, o);
     if (!engine.ok()) return engine.status();
@@ -240,7 +240,7 @@ absl::Status PoolView::OpenRuntime() {
     }
     return absl::OkStatus();
   }
-  const auto entries = runtime_internal::ReadCatalog(*catalog_);
+  const auto entries = ReadCatalog(*catalog_);
   if (index_.empty() && entries.size() == 1) index_ = entries[0].name;
   if (index_.empty()) return absl::OkStatus();
   for (const auto& e : entries) {
@@ -317,7 +317,7 @@ PoolReport PoolView::Report() const {
   r.runtime = runtime_;
   r.index = index_;
   if (catalog_ != nullptr) {
-    for (const auto& e : runtime_internal::ReadCatalog(*catalog_)) {
+    for (const auto& e : ReadCatalog(*catalog_)) {
       uint64_t keys = 0;
       if (e.descriptor != 0) {
         auto tree = ds::DurableMasstree::Open(*pool_, *epochs_, *heap_, e.descriptor);
@@ -444,7 +444,7 @@ void PoolView::CheckHeapAndTree(CheckReport& r) const {
   ObjectCollector objects(*pool_, /*values=*/true);
   if (absl::Status st = objects.Add(
           tree_->policy().descriptor(),
-          TreeObject{TreeObject::kDescriptor, 0, sizeof(ds_internal::MasstreeDescriptor)});
+          TreeObject{TreeObject::kDescriptor, 0, ds::DurableMasstree::kDescriptorBytes});
       !st.ok()) {
     r.problems.push_back(absl::StrCat("tree: ", st.message()));
     return;
@@ -504,18 +504,17 @@ void PoolView::CheckHeapAndTree(CheckReport& r) const {
   if (!bad_values.empty()) {
     // The structure is intact (checked above), so a scan is safe: name the keys. A scan's value
     // view starts after the object's header, its key suffix and, in the inline form, its
-    // checksum (ds/internal/value_ref.h); the suffix is at most the key's length.
+    // checksum (DurableMasstree::kMaxValueHeaderBytes); the suffix is at most the key's length.
     std::sort(bad_values.begin(), bad_values.end());
     if (bad_values.size() > kMaxListed) bad_values.resize(kMaxListed);
     std::sort(bad_values.begin(), bad_values.end());
-    constexpr uint64_t kHeader = sizeof(ds_internal::ValueObject) + sizeof(uint32_t);
+    constexpr uint64_t kHeader = ds::DurableMasstree::kMaxValueHeaderBytes;
     tree_->scan("", SIZE_MAX, [&](std::string_view key, std::string_view value) {
       const uint64_t data = pool_->offset_of(value.data());
       const uint64_t lo = data < kHeader + key.size() ? 0 : data - kHeader - key.size();
       for (auto it = std::lower_bound(bad_values.begin(), bad_values.end(), lo);
            it != bad_values.end() && *it < data; ++it) {
-        const auto* obj = static_cast<const ds_internal::ValueObject*>(pool_->at(*it));
-        if (obj->value().data() != value.data()) continue;
+        if (tree_->ValueOfObject(*pool_, *it).data() != value.data()) continue;
         r.problems.push_back(absl::StrCat("heap/tree: the value object at offset ", *it,
                                           " holds the value of key \"", EscapeBytes(key), "\""));
       }
@@ -542,7 +541,7 @@ void PoolView::CheckIndexes(CheckReport& r) const {
   std::vector<std::pair<std::string, const ds::DurableMasstree*>> trees = {
       {"catalog", catalog_.get()}};
   std::vector<std::unique_ptr<ds::DurableMasstree>> opened;
-  for (const auto& e : runtime_internal::ReadCatalog(*catalog_)) {
+  for (const auto& e : ReadCatalog(*catalog_)) {
     if (e.descriptor == 0) {
       r.problems.push_back(
           absl::StrCat("catalog: the entry of index '", EscapeBytes(e.name), "' is not 16 bytes"));

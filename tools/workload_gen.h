@@ -11,16 +11,13 @@
 #include <cmath>
 #include <cstdint>
 
+#include "base/random.h"
+
 namespace pmrt::bench {
 
 // A bijection on 64-bit integers (splitmix64's finalizer of i + the golden ratio): distinct
 // items get distinct keys, scattered over the key space.
-inline uint64_t Scramble(uint64_t i) {
-  uint64_t z = i + 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+inline uint64_t Scramble(uint64_t i) { return SplitMix64(i); }
 
 // FNV-1a over the 8 bytes of v, little-endian first (YCSB's fnvhash64).
 inline uint64_t Fnv64(uint64_t v) {
@@ -32,18 +29,8 @@ inline uint64_t Fnv64(uint64_t v) {
   return h;
 }
 
-// xorshift64: a fast generator for workload threads. The seed must be nonzero.
-struct XorShift64 {
-  uint64_t s;
-  uint64_t Next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  }
-  // Uniform in [0, 1).
-  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
-};
+// The workload threads' generator (base/random.h). The seed must be nonzero.
+using XorShift64 = ::pmrt::XorShift64;
 
 // Items 0..n-1 drawn with Zipfian popularity (theta; YCSB uses 0.99) by the method of Gray et
 // al., "Quickly generating billion-record synthetic databases" (SIGMOD 1994), as YCSB's

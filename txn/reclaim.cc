@@ -10,8 +10,8 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
-#include "epoch/crc32c.h"
-#include "epoch/status_macros.h"
+#include "base/crc32c.h"
+#include "base/status_macros.h"
 #include "txn/internal/engine_impl.h"
 
 namespace pmrt::txn_internal {
@@ -103,7 +103,7 @@ class CompactWriter {
     h->epoch = horizon_;
     h->gen = store_.BlockGen(chain_.tail);
     h->crc = txn_internal::RecordCrc(h);
-    store_.pool().persister().CopyFlush(txn_detail::kCompactFlush, at_, rec_, used_);
+    store_.pool().persister().CopyFlush(txn_internal::kCompactFlush, at_, rec_, used_);
     store_.Publish(chain_, used_);
     bytes_ += used_;
     rec_ = nullptr;
@@ -181,8 +181,8 @@ absl::Status Engine::Impl::Reclaim(bool advance, bool idle) {
   // completing), so cold_limit = h_new - age < E - touch_slack keeps all of them hot.
   // An idle engine's cycle (BackgroundLoop): no transaction has run for a while, so every word
   // past the touch slack goes cold and the compacted log shrinks to nothing.
-  const uint64_t age = mutation::Swapped(txn_detail::kSlackMutant) ? 0
-                       : idle                                      ? touch_slack
+  const uint64_t age = mutation::Swapped(txn_internal::kSlackMutant) ? 0
+                       : idle                                        ? touch_slack
                               : std::max<uint64_t>(cold_age, touch_slack);
   // Fast lines unmarked by earlier cycles whose epoch has completed: their words may go cold now
   // (docs/txn.md, "Fast lines").
@@ -285,15 +285,15 @@ absl::Status Engine::Impl::Reclaim(bool advance, bool idle) {
           unmarked_now.push_back(line_no);
         };
         // (The mutant takes a kFreed line for one never marked.)
-        const bool freed = b == WordIndex::kFreed && !mutation::Swapped(txn_detail::kFreedMutant);
+        const bool freed = b == WordIndex::kFreed && !mutation::Swapped(txn_internal::kFreedMutant);
         if (freed) [[unlikely]]
           unmark();
-        if ((full || mutation::Swapped(txn_detail::kRuleMutant)) &&
+        if ((full || mutation::Swapped(txn_internal::kRuleMutant)) &&
             WordIndex::TouchedBy(v, cold_limit)) {
           bool may_cold = !freed && !unmarked_.contains(line_no);
           if (b == WordIndex::kFast) {
             // (The mutant makes the word cold now, without waiting.)
-            if (mutation::Swapped(txn_detail::kGraceMutant)) {
+            if (mutation::Swapped(txn_internal::kGraceMutant)) {
               line.store(0, std::memory_order_seq_cst);
             } else {
               unmark();
@@ -301,7 +301,7 @@ absl::Status Engine::Impl::Reclaim(bool advance, bool idle) {
             }
           }
           if (may_cold && slot.compare_exchange_strong(v, 0, std::memory_order_acq_rel)) {
-            pool.persister().Flush(txn_detail::kColdFlush, pool.base() + e.word * 8, 8);
+            pool.persister().Flush(txn_internal::kColdFlush, pool.base() + e.word * 8, 8);
             ++cold;
             continue;
           }
@@ -440,7 +440,7 @@ absl::Status Engine::Impl::Reclaim(bool advance, bool idle) {
     k_bytes = out.bytes();
     // 2. K' (records, block headers, links, table entries) and the lines of the words that
     //    went cold durable before the descriptor that makes K' the compacted log.
-    pool.persister().Fence(txn_detail::kCompactFence);
+    pool.persister().Fence(txn_internal::kCompactFence);
   }
   if (fail_next_cycle && failed.ok()) {
     fail_next_cycle = false;
@@ -482,9 +482,9 @@ absl::Status Engine::Impl::Reclaim(bool advance, bool idle) {
     }
     store.dir()->heads[t.slot].store(store.BlockOffset(c.blocks.front()),
                                      std::memory_order_release);
-    pool.persister().Flush(txn_detail::kHeadMoveFlush, &store.dir()->heads[t.slot], 8);
+    pool.persister().Flush(txn_internal::kHeadMoveFlush, &store.dir()->heads[t.slot], 8);
   }
-  if (!trims.empty()) pool.persister().Fence(txn_detail::kHeadMoveFence);
+  if (!trims.empty()) pool.persister().Fence(txn_internal::kHeadMoveFence);
   // 5. Free the folded blocks and, after a full cycle, the old compacted log (unreachable from
   //    durable state). The folded thread blocks go last: the free pool hands out its most recent
   //    blocks first, so they are reused soonest (what the crash test's gate needs to see step
@@ -617,7 +617,7 @@ void Engine::Impl::WriteBackForClose() {
       if (last) break;
     }
   }
-  pool.persister().FlushBatch(txn_detail::kCloseWriteBack, ranges);
+  pool.persister().FlushBatch(txn_internal::kCloseWriteBack, ranges);
 }
 
 void Engine::Impl::WriteDescriptor(uint64_t new_seq, uint64_t new_horizon, uint64_t k_head) {
@@ -631,8 +631,8 @@ void Engine::Impl::WriteDescriptor(uint64_t new_seq, uint64_t new_horizon, uint6
   d.crc = Crc32c(&d, offsetof(Descriptor, crc));
   const int line = 1 - desc_line;
   std::memcpy(&store.dir()->desc[line], &d, sizeof(d));
-  pool.persister().Flush(txn_detail::kDescFlush, &store.dir()->desc[line], sizeof(d));
-  pool.persister().Fence(txn_detail::kDescFence);
+  pool.persister().Flush(txn_internal::kDescFlush, &store.dir()->desc[line], sizeof(d));
+  pool.persister().Fence(txn_internal::kDescFence);
   desc_line = line;
 }
 
@@ -658,7 +658,7 @@ bool Engine::Impl::RetireForClose() {
     auto& head = store.dir()->heads[s];
     if (head.load(std::memory_order_relaxed) == 0) continue;
     head.store(0, std::memory_order_release);
-    pool.persister().Flush(txn_detail::kHeadMoveFlush, &head, 8);
+    pool.persister().Flush(txn_internal::kHeadMoveFlush, &head, 8);
   }
   // 4. Every block is free now: back to the heap, durable with the next epoch.
   std::vector<uint32_t> all;
@@ -748,7 +748,7 @@ void Engine::Impl::BackgroundLoop() {
     // An idle engine: its log shrinks to what its hot words need, all of it back in the heap.
     const auto now = std::chrono::steady_clock::now();
     uint64_t activity = 0;
-    threads_.ForEach([&](const txn_detail::ThreadTx& t) {
+    threads_.ForEach([&](const txn_internal::ThreadTx& t) {
       activity += t.commits.Get() + t.one_commits.Get() + t.aborts.Get() + t.seq.load();
     });
     if (activity != seen_activity) {
@@ -780,7 +780,7 @@ void Engine::Impl::Watchdog() {
                           .count();
   const int64_t limit =
       std::chrono::duration_cast<std::chrono::nanoseconds>(options.max_open).count();
-  threads_.ForEach([&](txn_detail::ThreadTx& t) {
+  threads_.ForEach([&](txn_internal::ThreadTx& t) {
     const uint64_t open = t.seq.load(std::memory_order_relaxed);
     if ((open & 1) == 0) return;  // no transaction open
     if (open != t.watch_seq) {    // a new one: start its clock

@@ -8,8 +8,8 @@
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
-#include "epoch/crc32c.h"
-#include "epoch/status_macros.h"
+#include "base/crc32c.h"
+#include "base/status_macros.h"
 #include "txn/internal/engine_impl.h"
 
 namespace pmrt::txn {
@@ -96,7 +96,7 @@ absl::Status Engine::Impl::Recover() {
   // 3. Commit order: K first, in chain order (its segments oldest first; every entry of it
   //    predates every thread record still applied: those are of later epochs), then the thread
   //    records by stamp.
-  if (!mutation::Swapped(txn_detail::kOrderMutant)) {
+  if (!mutation::Swapped(txn_internal::kOrderMutant)) {
     std::stable_sort(recs.begin(), recs.end(), [](const RecordRef& a, const RecordRef& b) {
       return a.h->stamp < b.h->stamp;
     });
@@ -146,7 +146,7 @@ absl::Status Engine::Impl::Recover() {
         for (uint64_t i = 0; i < n; ++i) {
           if (WordIndex::Key(index->at(w0 + i).load(std::memory_order_relaxed)) != key) continue;
           std::memcpy(base + (w0 + i) * 8, &values[i], 8);
-          if (!mutation::Swapped(txn_detail::kDirtyReplayedWord)) {
+          if (!mutation::Swapped(txn_internal::kDirtyReplayedWord)) {
             epochs.RecordDirty(base + (w0 + i) * 8, 8);
           }
           ++recovered_words;
@@ -211,7 +211,7 @@ absl::Status Engine::Impl::Recover() {
     if (max_stamp > dir->replayed_stamp.load(std::memory_order_relaxed)) {
       epoch::Guard g(epochs);
       dir->replayed_stamp.store(max_stamp, std::memory_order_release);
-      if (!mutation::Swapped(txn_detail::kDirtyReplayedStamp)) {
+      if (!mutation::Swapped(txn_internal::kDirtyReplayedStamp)) {
         epochs.RecordDirty(&dir->replayed_stamp, sizeof(uint64_t));
       }
     }

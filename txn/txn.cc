@@ -14,24 +14,26 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "epoch/status_macros.h"
+#include "base/status_macros.h"
 #include "txn/internal/engine_impl.h"
 
 namespace pmrt::txn {
 
-using txn_detail::BlockRec;
-using txn_detail::kCompactWritesAt;
-using txn_detail::ThreadTx;
-using txn_detail::WriteRec;
+using txn_internal::BlockRec;
 using txn_internal::EntryType;
+using txn_internal::kCompactWritesAt;
 using txn_internal::kMaxEntryWords;
 using txn_internal::kMaxLinePad;
 using txn_internal::MakeEntryHead;
 using txn_internal::RecordHeader;
 using txn_internal::RecordKind;
+using txn_internal::ThreadTx;
 using txn_internal::WordIndex;
+using txn_internal::WriteRec;
 
-namespace txn_detail {
+}  // namespace pmrt::txn
+
+namespace pmrt::txn_internal {
 constinit thread_local Hot* tls_hot = &g_no_hot;
 
 namespace {
@@ -46,7 +48,9 @@ bool HasPrefetchw() {
 // Before main (no thread reads it yet); until then PrefetchForWrite makes the plain prefetch.
 [[maybe_unused]] const bool kPrefetchwSet = (g_prefetchw = HasPrefetchw(), true);
 }  // namespace
-}  // namespace txn_detail
+}  // namespace pmrt::txn_internal
+
+namespace pmrt::txn {
 
 namespace {
 
@@ -166,8 +170,8 @@ Engine::~Engine() {
     }
   }
   Engine* self = this;
-  if (txn_detail::g_default.compare_exchange_strong(self, nullptr)) {
-    txn_detail::g_prefetch_size.store(0, std::memory_order_relaxed);  // data only from now on
+  if (txn_internal::g_default.compare_exchange_strong(self, nullptr)) {
+    txn_internal::g_prefetch_size.store(0, std::memory_order_relaxed);  // data only from now on
   }
   if (attached_) pool_.DetachLayer(PoolLayer::kTransactions);
 }
@@ -204,13 +208,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(Pool& pool, epoch::Manager&
   pool.SetTxnEngineOpen(true);  // until the close's write-back (Pool::Close checks it)
   e->impl_->StartBackground();
   Engine* none = nullptr;
-  if (txn_detail::g_default.compare_exchange_strong(none, e.get())) {
-    txn_detail::g_prefetch_size.store(0, std::memory_order_relaxed);  // (a racing prefetch)
-    txn_detail::g_prefetch_base.store(reinterpret_cast<uintptr_t>(pool.base()),
-                                      std::memory_order_relaxed);
-    txn_detail::g_prefetch_index.store(reinterpret_cast<uintptr_t>(&e->impl_->index->at(0)),
-                                       std::memory_order_relaxed);
-    txn_detail::g_prefetch_size.store(pool.max_size(), std::memory_order_relaxed);
+  if (txn_internal::g_default.compare_exchange_strong(none, e.get())) {
+    txn_internal::g_prefetch_size.store(0, std::memory_order_relaxed);  // (a racing prefetch)
+    txn_internal::g_prefetch_base.store(reinterpret_cast<uintptr_t>(pool.base()),
+                                        std::memory_order_relaxed);
+    txn_internal::g_prefetch_index.store(reinterpret_cast<uintptr_t>(&e->impl_->index->at(0)),
+                                         std::memory_order_relaxed);
+    txn_internal::g_prefetch_size.store(pool.max_size(), std::memory_order_relaxed);
   }
   return e;
 }
@@ -228,7 +232,7 @@ absl::Status Engine::Reclaim(bool advance) {
 
 std::vector<uint64_t> Engine::OwnedBlocks() const { return impl_->store.OwnedOffsets(); }
 
-static_assert(txn_detail::kFastLine == WordIndex::kFast && WordIndex::LineOf(8) == 1,
+static_assert(txn_internal::kFastLine == WordIndex::kFast && WordIndex::LineOf(8) == 1,
               "txn::add's inline path (txn.h) reads the fast-line map as WordIndex defines it");
 
 bool Engine::IsFastLine(const void* p) const {
@@ -307,10 +311,6 @@ absl::Status abort() {
   Engine* e = Engine::Default();
   return e == nullptr ? NoEngine() : e->Abort();
 }
-absl::Status txn_detail::AddGeneral(const void* p, size_t n) {
-  Engine* e = Engine::Default();
-  return e == nullptr ? NoEngine() : e->Add(p, n);
-}
 absl::Status log_logical(uint64_t tag, std::string_view bytes, std::function<void()> undo) {
   Engine* e = Engine::Default();
   return e == nullptr ? NoEngine() : e->LogLogical(tag, bytes, std::move(undo));
@@ -331,7 +331,7 @@ absl::Status Engine::Impl::AddLogical(ThreadTx& t, uint64_t tag, std::string_vie
                        absl::StrCat("txn::log_logical: tag ", tag, " does not fit in 46 bits")));
   }
   size_t bytes_in_record = sizeof(RecordHeader) + LogicalEntryBytes(bytes.size());
-  for (const txn_detail::LogicalRec& l : t.logical)
+  for (const txn_internal::LogicalRec& l : t.logical)
     bytes_in_record += LogicalEntryBytes(l.bytes.size());
   if (bytes_in_record > store.max_record_bytes()) {
     return Doom(
@@ -390,7 +390,7 @@ Engine::Impl::Impl(Engine& e)
   const size_t limit = options.log_limit != 0 ? options.log_limit : 2 * options.log_budget;
   store.set_limit_blocks(std::max<uint64_t>(4, limit / options.block_size));
   touch_slack = static_cast<uint32_t>(std::min(
-      {txn_detail::kMaxTouchSlack, options.cold_after_epochs, options.max_cold_after_epochs}));
+      {txn_internal::kMaxTouchSlack, options.cold_after_epochs, options.max_cold_after_epochs}));
   cold_age = std::max<uint64_t>(options.cold_after_epochs, touch_slack);
 #if defined(__x86_64__)
   const Persister& p = pool.persister();
@@ -404,25 +404,6 @@ Engine::Impl::Impl(Engine& e)
 }
 
 Engine::Impl::~Impl() = default;
-
-void* ThreadTx::TxAllocate(size_t size, size_t align) {
-  return impl->TxAllocate(*this, size, align);
-}
-absl::Status ThreadTx::TxFree(void* p) { return impl->TxFree(*this, p); }
-void ThreadTx::OnThreadExit() {
-  if (depth > 0 && impl != nullptr) impl->AbortAtThreadExit(*this);
-}
-
-void ThreadTx::GrowWrites() {
-  const size_t n = writes_size();
-  const size_t cap = std::max<size_t>(64, 2 * static_cast<size_t>(hot.limit - hot.begin));
-  auto grown = std::make_unique<WriteRec[]>(cap);
-  std::copy(hot.begin, hot.end, grown.get());
-  write_buf = std::move(grown);
-  hot.begin = write_buf.get();
-  hot.end = hot.begin + n;
-  hot.limit = hot.begin + cap;
-}
 
 absl::Status Engine::Impl::AssignSlot(ThreadTx& t) {
   std::lock_guard<std::mutex> l(slot_mu_);
@@ -487,7 +468,7 @@ uint64_t ThreadSerial() {
     // Zeroed when a transaction was aborted, doomed, expired or allocated (End leaves it).
     if (t.hot.words.load(std::memory_order_relaxed) != pool.size() / 8) [[unlikely]]
       t.hot.words.store(pool.size() / 8, std::memory_order_relaxed);
-    txn_detail::tls_hot = &t.hot;
+    txn_internal::tls_hot = &t.hot;
   }
 }
 
@@ -649,7 +630,7 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
     if (!reserved.ok()) {
       // Whatever an earlier record of this call put in flight (a new block's table entry)
       // is fenced before the guard can end, as on the normal path.
-      pool.persister().Fence(txn_detail::kSnapshotAbandonFence);
+      pool.persister().Fence(txn_internal::kSnapshotAbandonFence);
       return reserved.status();
     }
     uint8_t* at = *reserved;
@@ -659,14 +640,14 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
     ForEachRun(part, [&](size_t a, size_t b) { w.Data(part[a], b - a, base); });
     const size_t written =
         w.Finish(RecordKind::kSnapshot, stamp, t.hot.epoch, store.BlockGen(log.tail));
-    pool.persister().Flush(txn_detail::kSnapshotFlush, at, written);
+    pool.persister().Flush(txn_internal::kSnapshotFlush, at, written);
     store.Publish(log, written);
     stamped.emplace_back(i, stamp);
     i = j;
   }
   // One fence for every snapshot record of this call. After it the old values are durable and
   // the in-place stores may reach media in any order.
-  pool.persister().Fence(txn_detail::kSnapshotFence);
+  pool.persister().Fence(txn_internal::kSnapshotFence);
   t.snapshots.Add(stamped.size());
   t.snapshot_words.Add(cold.size());
   for (size_t r = 0; r < stamped.size(); ++r) {
@@ -688,7 +669,7 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
 [[gnu::always_inline]] inline void Engine::Impl::EndKeepingGuard(ThreadTx& t, bool small) {
   t.hot.end = t.hot.begin;
   // (hot.words stays: with tls_hot reset no add() reads it, and Commit's fast path needs depth 1.)
-  if (txn_detail::tls_hot == &t.hot) txn_detail::tls_hot = &txn_detail::g_no_hot;
+  if (txn_internal::tls_hot == &t.hot) txn_internal::tls_hot = &txn_internal::g_no_hot;
   // A small commit's transaction has neither (SmallCommitReady).
   if (!small && !t.allocs.empty()) t.allocs.clear();
   if (!small && !t.frees.empty()) t.frees.clear();
@@ -767,7 +748,7 @@ absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
   // aborted, doomed or expired and has not allocated (each of which zeroes hot.words, as it
   // sends txn::add to its general path), with no free and 1 to kSmallCommitWrites declarations.
   return t.depth == 1 && t.hot.words.load(std::memory_order_relaxed) != 0 && t.frees.empty() &&
-         t.writes_size() - 1 < txn_detail::kSmallCommitWrites;
+         t.writes_size() - 1 < txn_internal::kSmallCommitWrites;
 }
 
 [[gnu::always_inline]] inline absl::Status Engine::Impl::Commit(ThreadTx& t) {
@@ -803,7 +784,7 @@ absl::Status Engine::Impl::CommitSlow(ThreadTx& t) {
   } else if (!t.doom.ok()) {
     st = t.doom;
   } else if (t.allocs.empty() && t.frees.empty() && t.logical.empty() &&
-             t.writes_size() <= txn_detail::kSmallCommitWrites) {
+             t.writes_size() <= txn_internal::kSmallCommitWrites) {
     if (!t.writes_empty()) [[likely]]
       return WriteSmallCommit(t);  // it ends the transaction, committed or not
   } else {
@@ -824,7 +805,7 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
   //    dropped: the free's tombstone covers them.
   std::vector<uint64_t>& words = t.words;
   words.clear();
-  if (t.allocs.empty() && t.writes_size() <= txn_detail::SmallWordSet::kMaxWords) {
+  if (t.allocs.empty() && t.writes_size() <= txn_internal::SmallWordSet::kMaxWords) {
     // The common case: each word once, in declaration order (a range declared in ascending
     // order still forms one run). No sort: a record's entries may come in any order.
     t.small_set.Reset();
@@ -842,14 +823,14 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
   }
   for (const BlockRec& a : t.allocs)
     for (uint64_t w = a.offset / 8; w < (a.offset + a.bytes) / 8; ++w) words.push_back(w);
-  if (!t.allocs.empty() || t.writes_size() > txn_detail::SmallWordSet::kMaxWords) {
+  if (!t.allocs.empty() || t.writes_size() > txn_internal::SmallWordSet::kMaxWords) {
     std::sort(words.begin(), words.end());
     words.erase(std::unique(words.begin(), words.end()), words.end());
   }
   size_t bytes = sizeof(RecordHeader) + 8 * (t.allocs.size() + t.frees.size());
   // (Under the gate's mutant the record leaves them out: a rolled-back epoch then loses them.)
-  const bool logical = !mutation::Swapped(txn_detail::kDropLogicalMutant);
-  for (const txn_detail::LogicalRec& l : t.logical)
+  const bool logical = !mutation::Swapped(txn_internal::kDropLogicalMutant);
+  for (const txn_internal::LogicalRec& l : t.logical)
     if (logical) bytes += LogicalEntryBytes(l.bytes.size());
   ForEachRun(words, [&](size_t a, size_t b) { bytes += 8 + 8 * (b - a); });
   if (bytes > store.max_record_bytes()) {
@@ -870,7 +851,7 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
   ForEachRun(words, [&](size_t a, size_t b) { w.Data(words[a], b - a, base); });
   for (const BlockRec& a : t.allocs) w.Mark(EntryType::kAlloc, a.offset / 8, a.usable / 8);
   for (const BlockRec& f : t.frees) w.Mark(EntryType::kFree, f.offset / 8, f.bytes / 8);
-  for (const txn_detail::LogicalRec& l : t.logical)
+  for (const txn_internal::LogicalRec& l : t.logical)
     if (logical) w.Logical(l.tag, l.bytes);
   const size_t written =
       w.Finish(RecordKind::kCommit, stamp, t.hot.epoch, store.BlockGen(log.tail));
@@ -880,8 +861,8 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
   //    the record may be on media whole (the transaction counts as committed: allowed, commit has
   //    not returned), torn (bad checksum: recovery stops this log there) or absent. The data lines
   //    are not flushed: the record redoes them (written back when a word goes cold, or at close).
-  pool.persister().CopyFlush(txn_detail::kCommitFlush, at, t.stage.get(), written);
-  pool.persister().Fence(txn_detail::kCommitFence);
+  pool.persister().CopyFlush(txn_internal::kCommitFlush, at, t.stage.get(), written);
+  pool.persister().Fence(txn_internal::kCommitFence);
   store.Publish(log, written);
   // 5. The index: the record is now the newest of each of its words. A freed block's words go
   //    cold (nothing may be replayed into the block's next life).
@@ -1019,7 +1000,7 @@ class WordSink {
   [[gnu::always_inline]] WordSink(const Persister& p, uint64_t* d, uint64_t first) : p_(p), d_(d) {
     if constexpr (kStream) {
       if ((reinterpret_cast<uintptr_t>(d_) & 8) != 0) {
-        Ops::Stream8(p_, txn_detail::kStreamRuns, d_, first);  // the second half of a pair: alone
+        Ops::Stream8(p_, txn_internal::kStreamRuns, d_, first);  // the second half of a pair: alone
       } else {
         pending_ = first;
       }
@@ -1034,7 +1015,7 @@ class WordSink {
       if ((reinterpret_cast<uintptr_t>(d_) & 8) == 0) {
         pending_ = v;  // the first half of an aligned pair
       } else {         // the second half: the first is pending (this is not the first word)
-        Ops::Stream16(p_, txn_detail::kStreamRuns, d_ - 1, pending_, v);
+        Ops::Stream16(p_, txn_internal::kStreamRuns, d_ - 1, pending_, v);
       }
       ++d_;
       return;
@@ -1046,7 +1027,7 @@ class WordSink {
   [[gnu::always_inline]] void End() {
     if constexpr (kStream) {
       if ((reinterpret_cast<uintptr_t>(d_) & 8) != 0) {
-        Ops::Stream8(p_, txn_detail::kStreamRuns, d_ - 1, pending_);
+        Ops::Stream8(p_, txn_internal::kStreamRuns, d_ - 1, pending_);
       }
     }
   }
@@ -1108,7 +1089,7 @@ static_assert(KeyAfterIsKeyOf());
 [[gnu::always_inline]] inline bool Engine::Impl::SmallCommitSolo(const ThreadTx& t) const {
   // (The mutant counts a commit as solo whatever the counter says.)
   return t.stamp_next < t.stamp_end && (next_stamp.load(std::memory_order_relaxed) == t.stamp_end ||
-                                        mutation::Swapped(txn_detail::kSoloMutant));
+                                        mutation::Swapped(txn_internal::kSoloMutant));
 }
 
 // The commit order (docs/txn.md, "Commit order"): recovery replays records by stamp, so a
@@ -1133,7 +1114,7 @@ static_assert(KeyAfterIsKeyOf());
     const uint32_t lo_key = t.stamp_lo_key;
     const uint64_t used = s - t.stamp_lo;
     // (The mutant takes the block's next stamp whatever the slots say.)
-    if (solo || ((older || mutation::Swapped(txn_detail::kStampMutant)) &&
+    if (solo || ((older || mutation::Swapped(txn_internal::kStampMutant)) &&
                  next_stamp.load(std::memory_order_relaxed) - t.stamp_lo <= kStampWindow))
         [[likely]] {
       t.stamp_next = s + 1;
@@ -1163,7 +1144,7 @@ template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine, class Ops>
   }
   const WriteRec* const wb = t.hot.begin;
   const size_t k = kOne ? 1 : t.writes_size();  // 1 to kSmallCommitWrites
-  static_assert(txn_detail::kSmallCommitWrites <= 64, "one bit per declaration below");
+  static_assert(txn_internal::kSmallCommitWrites <= 64, "one bit per declaration below");
   // 1. The record's shape, in registers only (every store made here is one more that the
   //    previous commit's fence may hold back; docs/txn.md, "Stores after the fence"): which
   //    declarations repeat an earlier one's word (`dups`: dropped) and which extend a run of
@@ -1224,7 +1205,7 @@ template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine, class Ops>
   const uint64_t starts = keep & ~joins;  // those that start an entry
   const auto kept = static_cast<size_t>(__builtin_popcountll(keep));
   const auto runs = static_cast<size_t>(__builtin_popcountll(starts));
-  static_assert(txn_detail::kSmallCommitWrites < kMaxEntryWords, "a run fits in one entry");
+  static_assert(txn_internal::kSmallCommitWrites < kMaxEntryWords, "a run fits in one entry");
   // The record of one declaration ends at its cache line's end, padded with kPadWord, where the
   // engine pads (pad_ones_: a version-2 directory, records not streamed), so that the next record
   // starts on a line of its own. Unpadded, three one-word records in four write a line that the
@@ -1240,7 +1221,7 @@ template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine, class Ops>
   [[maybe_unused]] const bool pad_one = !kOne && !kStream && k == 1 && pad_ones_;
   size_t rec_words = sizeof(RecordHeader) / 8 + runs + kept + pad_words;
   size_t bytes = rec_words * 8;
-  static_assert(sizeof(RecordHeader) + 16 * txn_detail::kSmallCommitWrites <=
+  static_assert(sizeof(RecordHeader) + 16 * txn_internal::kSmallCommitWrites <=
                     txn_internal::kMinBlockSize - txn_internal::kBlockPayload,
                 "a small commit's record fits in any log block");
   // 2. The commit-order stamp (chosen while the caller still holds its locks, as in
@@ -1270,7 +1251,7 @@ template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine, class Ops>
   // not slow down at 64 MiB instead of 1 MiB). Past the block's end it fetches
   // another block's line, or none: a hint, never a fault (docs/txn.md, "Design notes", "Write
   // prefetches", measures it with the slot's prefetch in add()).
-  txn_detail::PrefetchForWrite(at + kLogWriteAhead);
+  txn_internal::PrefetchForWrite(at + kLogWriteAhead);
   // (at == BlockAt(log.tail) + log.pos, as read again below; kOne keeps what it needs of the
   // chain in registers instead, the position to publish among them.)
   const uint64_t gen = store.BlockGen(log.tail);
@@ -1311,42 +1292,42 @@ template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine, class Ops>
       }
     } else if (kStream && joins == 0 && (reinterpret_cast<uintptr_t>(d) & 8) == 0) {
       // A 16-byte-aligned record: word 1 | words 2-3 | each entry {head, value}: aligned pairs.
-      Ops::Stream8(persister, txn_detail::kStreamPairs, d + 1, stamp);
-      Ops::Stream16(persister, txn_detail::kStreamPairs, d + 2, t.hot.epoch, gen);
+      Ops::Stream8(persister, txn_internal::kStreamPairs, d + 1, stamp);
+      Ops::Stream16(persister, txn_internal::kStreamPairs, d + 2, t.hot.epoch, gen);
       uint64_t* e = d + sizeof(RecordHeader) / 8;
       if (dups == 0) {
         for (const WriteRec* w = wb; w != wb + k; ++w, e += 2) {
           const auto [head, value] = SingleEntry<kCrcInLoop>(w->word, base, crc);
-          Ops::Stream16(persister, txn_detail::kStreamPairs, e, head, value);
+          Ops::Stream16(persister, txn_internal::kStreamPairs, e, head, value);
         }
       } else {
         for (uint64_t m = keep; m != 0; m &= m - 1, e += 2) {
           const auto [head, value] =
               SingleEntry<kCrcInLoop>(wb[__builtin_ctzll(m)].word, base, crc);
-          Ops::Stream16(persister, txn_detail::kStreamPairs, e, head, value);
+          Ops::Stream16(persister, txn_internal::kStreamPairs, e, head, value);
         }
       }
     } else if (kStream && joins == 0) {
       // The other alignment: words 1-2 | word 3 and the first head | each value with the next
       // head | the last value alone.
-      Ops::Stream16(persister, txn_detail::kStreamOdd, d + 1, stamp, t.hot.epoch);
+      Ops::Stream16(persister, txn_internal::kStreamOdd, d + 1, stamp, t.hot.epoch);
       uint64_t carry = gen;
       uint64_t* e = d + 3;
       if (dups == 0) {
         for (const WriteRec* w = wb; w != wb + k; ++w, e += 2) {
           const auto [head, value] = SingleEntry<kCrcInLoop>(w->word, base, crc);
-          Ops::Stream16(persister, txn_detail::kStreamOdd, e, carry, head);
+          Ops::Stream16(persister, txn_internal::kStreamOdd, e, carry, head);
           carry = value;
         }
       } else {
         for (uint64_t m = keep; m != 0; m &= m - 1, e += 2) {
           const auto [head, value] =
               SingleEntry<kCrcInLoop>(wb[__builtin_ctzll(m)].word, base, crc);
-          Ops::Stream16(persister, txn_detail::kStreamOdd, e, carry, head);
+          Ops::Stream16(persister, txn_internal::kStreamOdd, e, carry, head);
           carry = value;
         }
       }
-      Ops::Stream8(persister, txn_detail::kStreamOdd, e, carry);
+      Ops::Stream8(persister, txn_internal::kStreamOdd, e, carry);
     } else {
       const bool single = joins == 0;  // no run of two words or more
       WordSink<kStream, Ops> sink(persister, d + 1, stamp);
@@ -1390,7 +1371,7 @@ template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine, class Ops>
   } else if constexpr (kCrcInLoop) {
     const uint64_t h0 = head0 | static_cast<uint64_t>(~static_cast<uint32_t>(crc)) << 32;
     if constexpr (kStream) {
-      Ops::Stream8(persister, txn_detail::kStreamHead, rec, h0);
+      Ops::Stream8(persister, txn_internal::kStreamHead, rec, h0);
     } else {
       *rec = h0;
     }
@@ -1399,12 +1380,12 @@ template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine, class Ops>
                                store.BlockGen(tail.tail));
   }
   if constexpr (kOne) {  // (the counters exist, no site is disabled: CommitOne)
-    if constexpr (!kStream) Ops::Clwb(persister, txn_detail::kOneClwb, rec, bytes);
+    if constexpr (!kStream) Ops::Clwb(persister, txn_internal::kOneClwb, rec, bytes);
     Ops::CountFlush(persister, *epoch_internal::tls_counters, rec, bytes);
   } else if constexpr (kStream) {
     persister.CountStream(rec, bytes);
   } else {
-    persister.Flush(txn_detail::kSmallFlush, rec, bytes);
+    persister.Flush(txn_internal::kSmallFlush, rec, bytes);
   }
   // The transaction's volatile bookkeeping and the statistics go before the fence, where they
   // overlap the drain of the record's stores. The record is complete, so nothing below can
@@ -1433,11 +1414,11 @@ template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine, class Ops>
   //    this log ends there, the transaction is undone) or absent; after it, committed.
   //    Each fence is counted where it is issued (Ops::Fence, Persister::Fence).
   if constexpr (kOne) {
-    Ops::Fence(persister, txn_detail::kOneFence, *epoch_internal::tls_counters);
+    Ops::Fence(persister, txn_internal::kOneFence, *epoch_internal::tls_counters);
   } else if constexpr (kStream) {
-    Ops::Fence(persister, txn_detail::kStreamFence, epoch_internal::LocalCounters());
+    Ops::Fence(persister, txn_internal::kStreamFence, epoch_internal::LocalCounters());
   } else {
-    persister.Fence(txn_detail::kSmallFence);
+    persister.Fence(txn_internal::kSmallFence);
   }
   store.PublishValue(tail, published);
   // 5. The index: the record is now the newest of each of its words (after the fence: the
@@ -1631,7 +1612,37 @@ absl::Status Engine::Abort() { return impl_->Abort(impl_->Local()); }
 absl::Status Engine::Add(const void* p, size_t n) { return impl_->Add(impl_->Local(), p, n); }
 bool Engine::InTransaction() { return impl_->Local().depth > 0; }
 
-namespace txn_detail {
+}  // namespace pmrt::txn
+
+namespace pmrt::txn_internal {
+
+using txn::Engine;
+using txn::NoEngine;
+
+void* ThreadTx::TxAllocate(size_t size, size_t align) {
+  return impl->TxAllocate(*this, size, align);
+}
+absl::Status ThreadTx::TxFree(void* p) { return impl->TxFree(*this, p); }
+void ThreadTx::OnThreadExit() {
+  if (depth > 0 && impl != nullptr) impl->AbortAtThreadExit(*this);
+}
+
+void ThreadTx::GrowWrites() {
+  const size_t n = writes_size();
+  const size_t cap = std::max<size_t>(64, 2 * static_cast<size_t>(hot.limit - hot.begin));
+  auto grown = std::make_unique<WriteRec[]>(cap);
+  std::copy(hot.begin, hot.end, grown.get());
+  write_buf = std::move(grown);
+  hot.begin = write_buf.get();
+  hot.end = hot.begin + n;
+  hot.limit = hot.begin + cap;
+}
+
+absl::Status AddGeneral(const void* p, size_t n) {
+  Engine* e = Engine::Default();
+  return e == nullptr ? NoEngine() : e->Add(p, n);
+}
+
 absl::Status BeginGeneral() {
   Engine* e = Engine::Default();
   return e != nullptr ? e->Begin() : NoEngine();
@@ -1693,6 +1704,4 @@ bool CommitFast() {
   }
   return false;
 }
-}  // namespace txn_detail
-
-}  // namespace pmrt::txn
+}  // namespace pmrt::txn_internal

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "ds/durable_stats.h"
 #include "ds/internal/node_layout.h"
 #include "ds/internal/tree_policy.h"
 #include "epoch/epoch.h"
@@ -109,17 +110,7 @@ inline constexpr Site kDirtyLeafRecord{"ds.masstree.mutant.dirty.leaf_record"};
 inline constexpr Site kDirtyLeafRepair{"ds.masstree.mutant.dirty.leaf_repair"};
 inline constexpr Site kDropDescriptorSnapshot{"ds.masstree.mutant.descriptor_snapshot"};
 
-// Counters of what the durable hooks did (for benchmarks and tests; per policy, relaxed).
-struct DurableStats {
-  uint64_t leaf_log_copies = 0;  // leaves copied to the external log
-  uint64_t interior_log_copies = 0;
-  uint64_t parent_log_copies = 0;
-  uint64_t relocations = 0;         // updates that moved their key instead of copying the leaf
-  uint64_t leaves_recovered = 0;    // lazy repairs
-  uint64_t perms_rolled_back = 0;   // ... that restored perm_log
-  uint64_t values_rolled_back = 0;  // ... slots restored from a value log
-  uint64_t interiors_recovered = 0;
-};
+using ds::DurableStats;  // (ds/durable_stats.h)
 
 class DurablePolicy {
  public:

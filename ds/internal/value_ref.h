@@ -49,7 +49,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "epoch/crc32c.h"
+#include "base/crc32c.h"
 
 namespace pmrt::ds_internal {
 

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "alloc/internal/heap_layout.h"
-#include "epoch/crc32c.h"
+#include "base/crc32c.h"
 #include "epoch/epoch.h"
 #include "epoch/pool.h"
 #include "gtest/gtest.h"

@@ -282,7 +282,7 @@ struct Config : testing::CrashConfig {
 
 struct Outcome : testing::CrashOutcome {
   std::string live_error;  // a wrong answer in the running workload
-  ds_internal::DurableStats durable;
+  ds::DurableStats durable;
   uint64_t ops = 0, advances = 0, top_images = 0;
 };
 

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <thread>
 
-#include "epoch/crc32c.h"
+#include "base/crc32c.h"
 #include "epoch/pool.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"

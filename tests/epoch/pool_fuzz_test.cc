@@ -21,7 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "epoch/crc32c.h"
+#include "base/crc32c.h"
 #include "epoch/pool.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"

@@ -25,7 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "epoch/crc32c.h"
+#include "base/crc32c.h"
 #include "epoch/pptr.h"
 #include "gtest/gtest.h"
 #include "testing/sim.h"

@@ -431,7 +431,7 @@ TEST(RuntimeCrashTest, MutationGateKillsTheLogicMutants) {
       {runtime_internal::kSkipReplayMutant.id, runtime_internal::kSkipReplayMutant.name},
       {runtime_internal::kReplayOrderMutant.id, runtime_internal::kReplayOrderMutant.name},
       {runtime_internal::kNoUndoMutant.id, runtime_internal::kNoUndoMutant.name},
-      {txn::txn_detail::kDropLogicalMutant.id, txn::txn_detail::kDropLogicalMutant.name}};
+      {txn_internal::kDropLogicalMutant.id, txn_internal::kDropLogicalMutant.name}};
   const auto survivors = pmrt::testing::RunMutationGate(
       mutants,
       [] {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "epoch/crc32c.h"
+#include "base/crc32c.h"
 #include "epoch/pool.h"
 #include "epoch/pool_layout.h"
 #include "gtest/gtest.h"

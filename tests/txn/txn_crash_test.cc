@@ -445,16 +445,16 @@ Outcome RunOnPmem(RecordWrites writes, uint64_t seed, const char* label,
 
 TEST(TxnCrashTest, TwoThreadsOnPmemWithClwb) {
   const Outcome r = RunOnPmem(RecordWrites::kFlush, 11, "txn, 2 threads, pmem clwb",
-                              {txn_detail::kOneClwb, txn_detail::kOneFence, txn_detail::kSmallFlush,
-                               txn_detail::kSmallFence});
+                              {txn_internal::kOneClwb, txn_internal::kOneFence,
+                               txn_internal::kSmallFlush, txn_internal::kSmallFence});
   EXPECT_GT(r.padded, 0u) << "no record of one declaration padded to its line";
 }
 
 TEST(TxnCrashTest, TwoThreadsOnPmemStreamed) {
   const Outcome r =
       RunOnPmem(RecordWrites::kStream, 13, "txn, 2 threads, pmem stream",
-                {txn_detail::kOneFence, txn_detail::kStreamHead, txn_detail::kStreamPairs,
-                 txn_detail::kStreamOdd, txn_detail::kStreamRuns, txn_detail::kStreamFence});
+                {txn_internal::kOneFence, txn_internal::kStreamHead, txn_internal::kStreamPairs,
+                 txn_internal::kStreamOdd, txn_internal::kStreamRuns, txn_internal::kStreamFence});
   EXPECT_EQ(r.padded, 0u) << "streamed records are not padded";
 }
 
@@ -484,7 +484,7 @@ TEST(TxnCrashTest, MutationGateKillsTheTouchSlackMutant) {
   Config cfg;
   cfg.threads = 2;
   cfg.cold_after = 2;
-  ExpectGateKills(txn_detail::kSlackMutant, cfg, "txn touch slack");
+  ExpectGateKills(txn_internal::kSlackMutant, cfg, "txn touch slack");
 }
 
 // Fast lines (docs/txn.md, "Fast lines"): frequent full cycles (a budget always exceeded) and
@@ -517,23 +517,23 @@ TEST(TxnCrashTest, TwoThreadsWithFastLines) {
 // without waiting for the epoch of the unmarking, makes a word cold that an open transaction
 // declared on the fast path; its line, flushed with the uncommitted value, is undone by no record.
 TEST(TxnCrashTest, MutationGateKillsTheFastLineGraceMutant) {
-  ExpectGateKills(txn_detail::kGraceMutant, FastLinesConfig(), "txn fast lines");
+  ExpectGateKills(txn_internal::kGraceMutant, FastLinesConfig(), "txn fast lines");
 }
 
 // The gate's explicit lists: the persistence sites each configuration reaches (the sim backend's
 // generic seam; the pmem seam with clwb; the pmem seam streamed). A site added to txn/ that a
 // configuration reaches without an entry here fails the gate, as does one no longer reached.
 const std::vector<Site> kGenericSites = {
-    txn_detail::kSnapshotFlush, txn_detail::kSnapshotFence, txn_detail::kCommitFlush,
-    txn_detail::kCommitFence,   txn_detail::kSmallFlush,    txn_detail::kSmallFence,
-    txn_detail::kCompactFlush,  txn_detail::kColdFlush,     txn_detail::kCompactFence,
-    txn_detail::kDescFlush,     txn_detail::kDescFence,     txn_detail::kHeadMoveFlush,
-    txn_detail::kHeadMoveFence, txn_internal::kTableFlush,  txn_internal::kBlockFlush,
-    txn_internal::kLinkFlush,   txn_internal::kHeadFlush,   txn_detail::kCloseWriteBack};
-const std::vector<Site> kClwbOnlySites = {txn_detail::kOneClwb, txn_detail::kOneFence};
-const std::vector<Site> kStreamOnlySites = {txn_detail::kOneFence,    txn_detail::kStreamHead,
-                                            txn_detail::kStreamPairs, txn_detail::kStreamOdd,
-                                            txn_detail::kStreamRuns,  txn_detail::kStreamFence};
+    txn_internal::kSnapshotFlush, txn_internal::kSnapshotFence, txn_internal::kCommitFlush,
+    txn_internal::kCommitFence,   txn_internal::kSmallFlush,    txn_internal::kSmallFence,
+    txn_internal::kCompactFlush,  txn_internal::kColdFlush,     txn_internal::kCompactFence,
+    txn_internal::kDescFlush,     txn_internal::kDescFence,     txn_internal::kHeadMoveFlush,
+    txn_internal::kHeadMoveFence, txn_internal::kTableFlush,    txn_internal::kBlockFlush,
+    txn_internal::kLinkFlush,     txn_internal::kHeadFlush,     txn_internal::kCloseWriteBack};
+const std::vector<Site> kClwbOnlySites = {txn_internal::kOneClwb, txn_internal::kOneFence};
+const std::vector<Site> kStreamOnlySites = {txn_internal::kOneFence,    txn_internal::kStreamHead,
+                                            txn_internal::kStreamPairs, txn_internal::kStreamOdd,
+                                            txn_internal::kStreamRuns,  txn_internal::kStreamFence};
 
 std::vector<Site> Plus(std::vector<Site> a, const std::vector<Site>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -549,9 +549,10 @@ TEST(TxnCrashTest, MutationGateKillsEverySite) {
   // The logic mutants (negative controls): no persistence site, so add them by name.
   const auto sites = pmrt::testing::ExpectSites(
       baseline.sites, "txn.", kGenericSites,
-      {txn_detail::kOrderMutant, txn_detail::kRuleMutant, txn_detail::kStampMutant,
-       txn_detail::kSoloMutant, txn_internal::kDirtyDirectoryLink, alloc_internal::kDirtyBitmapMark,
-       alloc_internal::kDirtyBitmapInit, txn_internal::kReturnLineMutant});
+      {txn_internal::kOrderMutant, txn_internal::kRuleMutant, txn_internal::kStampMutant,
+       txn_internal::kSoloMutant, txn_internal::kDirtyDirectoryLink,
+       alloc_internal::kDirtyBitmapMark, alloc_internal::kDirtyBitmapInit,
+       txn_internal::kReturnLineMutant});
   const auto survivors = pmrt::testing::RunMutationGate(
       sites,
       [] {

@@ -25,9 +25,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "epoch/crc32c.h"
+#include "base/crc32c.h"
+#include "base/status_macros.h"
 #include "epoch/persist.h"
-#include "epoch/status_macros.h"
 #include "gtest/gtest.h"
 #include "tests/txn/txn_runtime.h"
 #include "tests/util/test_util.h"
@@ -193,8 +193,8 @@ TEST_F(TxnTest, CommitIsDurableAndAbortRestores) {
 TEST_F(TxnTest, PrefetchIsOnlyAHint) {
   Open();
   ASSERT_EQ(Engine::Default(), &engine());
-  EXPECT_EQ(txn_detail::g_prefetch_base.load(), reinterpret_cast<uintptr_t>(rt_.pool->base()));
-  EXPECT_EQ(txn_detail::g_prefetch_size.load(), rt_.pool->size());
+  EXPECT_EQ(txn_internal::g_prefetch_base.load(), reinterpret_cast<uintptr_t>(rt_.pool->base()));
+  EXPECT_EQ(txn_internal::g_prefetch_size.load(), rt_.pool->size());
   uint64_t local = 3;
   prefetch(&root_->words[7]);  // outside a transaction
   prefetch(&local);
@@ -219,7 +219,7 @@ TEST_F(TxnTest, PrefetchIsOnlyAHint) {
   uint8_t* const base = rt_.pool->base();
   rt_.Reset();  // the default engine closes: data only from now on
   EXPECT_EQ(Engine::Default(), nullptr);
-  EXPECT_EQ(txn_detail::g_prefetch_size.load(), 0u);
+  EXPECT_EQ(txn_internal::g_prefetch_size.load(), 0u);
   prefetch(base);
   prefetch(&local);
 }
@@ -231,18 +231,18 @@ TEST_F(TxnTest, PrefetchForWriteIsOnlyAHint) {
 #if defined(__x86_64__)
   unsigned a = 0, b = 0, c = 0, d = 0;
   const bool has = __get_cpuid(0x80000001u, &a, &b, &c, &d) != 0 && (c & (1u << 8)) != 0;
-  EXPECT_EQ(txn_detail::g_prefetchw, has);
+  EXPECT_EQ(txn_internal::g_prefetchw, has);
 #endif
-  const bool detected = txn_detail::g_prefetchw;
+  const bool detected = txn_internal::g_prefetchw;
   Open();
   uint64_t local = 5;
   std::vector<uint64_t> want(128, 0);
   for (const bool with : {detected, false}) {
     SCOPED_TRACE(with ? "PREFETCHW" : "plain prefetch");
-    txn_detail::g_prefetchw = with;  // (no other thread calls PrefetchForWrite in this test)
-    txn_detail::PrefetchForWrite(nullptr);
-    txn_detail::PrefetchForWrite(&local);
-    txn_detail::PrefetchForWrite(rt_.pool->base() + rt_.pool->size() + 4096);
+    txn_internal::g_prefetchw = with;  // (no other thread calls PrefetchForWrite in this test)
+    txn_internal::PrefetchForWrite(nullptr);
+    txn_internal::PrefetchForWrite(&local);
+    txn_internal::PrefetchForWrite(rt_.pool->base() + rt_.pool->size() + 4096);
     EXPECT_EQ(local, 5u);
     engine().SealLogsForTesting();  // the next records start a new block
     // One-word and two-word commits, more than a 32 KiB block holds.
@@ -258,7 +258,7 @@ TEST_F(TxnTest, PrefetchForWriteIsOnlyAHint) {
     }
     for (size_t w = 0; w < want.size(); ++w) EXPECT_EQ(root_->words[w], want[w]) << w;
   }
-  txn_detail::g_prefetchw = detected;
+  txn_internal::g_prefetchw = detected;
   CrashAndRecover();
   for (size_t w = 0; w < want.size(); ++w) EXPECT_EQ(root_->words[w], want[w]) << w;
 }
@@ -418,9 +418,9 @@ TEST_F(TxnTest, SmallCommitRecordsAloneRecoverTheValues) {
     EXPECT_EQ(rt_.pool->persister().record_writes(), c.writes);
 #if defined(__x86_64__)
     const bool pmem = backend == BackendKind::kPmem && txn_internal::g_crc_in_commit_loop;
-    EXPECT_EQ(rt_.pool->persister().Streams(txn_detail::kCommitFlush, 48),
+    EXPECT_EQ(rt_.pool->persister().Streams(txn_internal::kCommitFlush, 48),
               pmem && c.writes == RecordWrites::kStream);
-    EXPECT_EQ(rt_.pool->persister().Streams(txn_detail::kCommitFlush, kStreamAlwaysFrom), pmem);
+    EXPECT_EQ(rt_.pool->persister().Streams(txn_internal::kCommitFlush, kStreamAlwaysFrom), pmem);
 #endif
     constexpr int kSpan = 200;                  // words 0..199
     ASSERT_OK(txn::Run([&]() -> absl::Status {  // every word hot: no snapshot below
@@ -434,7 +434,7 @@ TEST_F(TxnTest, SmallCommitRecordsAloneRecoverTheValues) {
     constexpr int kTxns = 400;
     for (int n = 0; n < kTxns; ++n) {
       const int k =
-          1 + static_cast<int>(next() >> 33) % static_cast<int>(txn_detail::kSmallCommitWrites);
+          1 + static_cast<int>(next() >> 33) % static_cast<int>(txn_internal::kSmallCommitWrites);
       ASSERT_OK(begin());
       for (int j = 0; j < k; ++j) {
         const uint64_t shape = next() >> 60;
@@ -1270,7 +1270,7 @@ class FreedLineTest : public TxnTest {
     committed = held->a;
     ASSERT_OK(begin());
     ASSERT_OK(write(&held->a, uint64_t{99}));  // the fast path: no CAS
-    if (mutant) mutation::Disable(txn_detail::kFreedMutant);
+    if (mutant) mutation::Disable(txn_internal::kFreedMutant);
     std::thread other([&] {
       ASSERT_OK(begin());
       ASSERT_OK(alloc::pdelete(freed));
@@ -1337,7 +1337,7 @@ TEST_F(TxnTest, TheAdaptiveColdAgeStopsAtTheTouchSlack) {
     min_age = std::min(min_age, engine().stats().cold_age);
   }
   EXPECT_GT(engine().stats().full_cycles, 3u);
-  EXPECT_EQ(min_age, txn_detail::kMaxTouchSlack);
+  EXPECT_EQ(min_age, txn_internal::kMaxTouchSlack);
 }
 
 // A reclamation cycle holds no epoch guard while it folds (only while it takes a block): an

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/random.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -49,12 +50,7 @@ class ScopedEnv {
 };
 
 // The xorshift step the seeded workloads and schedules draw from: advances `s`, returns it.
-inline uint64_t Next(uint64_t& s) {
-  s ^= s << 13;
-  s ^= s >> 7;
-  s ^= s << 17;
-  return s;
-}
+inline uint64_t Next(uint64_t& s) { return XorShift64::Step(s); }
 
 // The unsigned number in environment variable `name` (a case count, an image budget, a seed),
 // or `fallback` when it is unset or empty.
@@ -68,10 +64,9 @@ inline uint64_t EnvOr(const char* name, uint64_t fallback) {
 struct SplitMix {
   explicit SplitMix(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
   uint64_t Next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    const uint64_t z = s;
+    s += 0x9E3779B97F4A7C15ull;
+    return SplitMix64(z);
   }
   uint64_t Below(uint64_t n) { return n == 0 ? 0 : Next() % n; }
   bool Chance(int percent) { return Below(100) < static_cast<uint64_t>(percent); }

@@ -19,9 +19,7 @@
 #include "txn/internal/word_index.h"
 #include "txn/txn.h"
 
-namespace pmrt::txn {
-
-namespace txn_detail {
+namespace pmrt::txn_internal {
 
 // Persistence sites of transactions (docs/txn.md, "Store orders").
 inline constexpr Site kSnapshotFlush{"txn.snapshot.flush"};
@@ -160,12 +158,12 @@ struct BlockRec {
 // exiting thread first (OnThreadExit). Cache-line aligned (so a multiple of 64 bytes): its owner
 // writes it on every transaction, and two threads' states must not share a line.
 struct alignas(64) ThreadTx final : alloc::TxScope {
-  Engine::Impl* impl = nullptr;
+  txn::Engine::Impl* impl = nullptr;
   uint32_t slot = txn_internal::kCompactSlot;  // log slot; kCompactSlot until assigned
   int depth = 0;
   bool aborted = false;  // aborted at an inner level; memory already restored
   absl::Status doom;     // the first error of the transaction
-  // A small commit that failed in txn_detail::CommitFast (which returns a bool): its status, for
+  // A small commit that failed in txn_internal::CommitFast (which returns a bool): its status, for
   // the CommitGeneral call that follows at once (txn::commit) to return.
   absl::Status commit_failed;
   // An open transaction (depth > 0) holds an epoch guard on epoch_slot (epoch::Guard::Enter at
@@ -222,7 +220,9 @@ struct alignas(64) ThreadTx final : alloc::TxScope {
   void OnThreadExit();
 };
 
-}  // namespace txn_detail
+}  // namespace pmrt::txn_internal
+
+namespace pmrt::txn {
 
 class Engine::Impl {
  public:
@@ -230,45 +230,45 @@ class Engine::Impl {
   ~Impl();
 
   // ---- transactions (txn.cc) ----
-  txn_detail::ThreadTx& Local() {
-    txn_detail::ThreadTx& t = threads_.Local();
+  txn_internal::ThreadTx& Local() {
+    txn_internal::ThreadTx& t = threads_.Local();
     if (t.impl == nullptr) [[unlikely]]
       t.impl = this;
     return t;
   }
   // The calling thread's state when Local() has already set it up and cached it, else null
   // (txn::begin/commit's fast paths: no call, so nothing for them to save).
-  txn_detail::ThreadTx* LocalIfReady() {
+  txn_internal::ThreadTx* LocalIfReady() {
     // Only Local() fills PerThread's cache, and it sets t.impl right after.
     return threads_.LocalIfCached();
   }
   // Begin, Enter, Commit and EndKeepingGuard are inline in txn.cc (its only callers): the common
   // begin and commit are a few checks before Enter / WriteSmallCommit, expanded into txn::begin,
   // txn::commit and Engine::Begin/Commit; the rest is in the Slow functions.
-  absl::Status Begin(txn_detail::ThreadTx& t);
-  bool BeginReady(txn_detail::ThreadTx& t);  // Begin's test for Enter
-  absl::Status BeginSlow(txn_detail::ThreadTx& t);
+  absl::Status Begin(txn_internal::ThreadTx& t);
+  bool BeginReady(txn_internal::ThreadTx& t);  // Begin's test for Enter
+  absl::Status BeginSlow(txn_internal::ThreadTx& t);
   // An outermost begin's last steps: depth, the guard (on t.epoch_slot), the watchdog sequence,
   // the allocation scope and txn::add's inline path. REQUIRES: t set up by BeginSlow.
-  void Enter(txn_detail::ThreadTx& t);
+  void Enter(txn_internal::ThreadTx& t);
   // The same once the guard is held, in `epoch`; `is_default`: this is the default engine.
-  void Entered(txn_detail::ThreadTx& t, uint64_t epoch, bool is_default);
-  absl::Status Commit(txn_detail::ThreadTx& t);
+  void Entered(txn_internal::ThreadTx& t, uint64_t epoch, bool is_default);
+  absl::Status Commit(txn_internal::ThreadTx& t);
   // Commit's test for WriteSmallCommit (below).
-  bool SmallCommitReady(const txn_detail::ThreadTx& t) const;
-  absl::Status CommitSlow(txn_detail::ThreadTx& t);
+  bool SmallCommitReady(const txn_internal::ThreadTx& t) const;
+  absl::Status CommitSlow(txn_internal::ThreadTx& t);
   // Ends the outermost level after a commit attempt that did not end the transaction itself (the
   // general commit, an empty one, or a failed one): with st an error, rolls it back first
   // (unless an inner abort did). Returns st.
-  absl::Status EndAfterCommit(txn_detail::ThreadTx& t, absl::Status st);
-  absl::Status Abort(txn_detail::ThreadTx& t);
+  absl::Status EndAfterCommit(txn_internal::ThreadTx& t, absl::Status st);
+  absl::Status Abort(txn_internal::ThreadTx& t);
   // A thread exits with t's transaction open: abort it at every level (reported on stderr).
-  void AbortAtThreadExit(txn_detail::ThreadTx& t);
-  absl::Status Add(txn_detail::ThreadTx& t, const void* p, size_t n);
-  void* TxAllocate(txn_detail::ThreadTx& t, size_t size, size_t align);
-  absl::Status AddLogical(txn_detail::ThreadTx& t, uint64_t tag, std::string_view bytes,
+  void AbortAtThreadExit(txn_internal::ThreadTx& t);
+  absl::Status Add(txn_internal::ThreadTx& t, const void* p, size_t n);
+  void* TxAllocate(txn_internal::ThreadTx& t, size_t size, size_t align);
+  absl::Status AddLogical(txn_internal::ThreadTx& t, uint64_t tag, std::string_view bytes,
                           std::function<void()> undo);
-  absl::Status TxFree(txn_detail::ThreadTx& t, void* p);
+  absl::Status TxFree(txn_internal::ThreadTx& t, void* p);
 
   // ---- recovery (recovery.cc) ----
   absl::Status Recover();
@@ -348,39 +348,39 @@ class Engine::Impl {
   std::chrono::nanoseconds recovery_time{0};
 
  private:
-  absl::Status AssignSlot(txn_detail::ThreadTx& t);
-  absl::Status Doom(txn_detail::ThreadTx& t, absl::Status st);
-  absl::Status Snapshot(txn_detail::ThreadTx& t);
-  absl::Status WriteCommit(txn_detail::ThreadTx& t);
+  absl::Status AssignSlot(txn_internal::ThreadTx& t);
+  absl::Status Doom(txn_internal::ThreadTx& t, absl::Status st);
+  absl::Status Snapshot(txn_internal::ThreadTx& t);
+  absl::Status WriteCommit(txn_internal::ThreadTx& t);
 
  public:
   // A transaction with no allocation or free and 1 to kSmallCommitWrites declarations: writes
   // its record and ends it (rolled back if the record finds no room).
-  absl::Status WriteSmallCommit(txn_detail::ThreadTx& t);  // dispatches to one of these:
-  absl::Status WriteSmallCommitPortable(txn_detail::ThreadTx& t);
-  absl::Status WriteSmallCommitCrc(txn_detail::ThreadTx& t);        // x86-64 with SSE 4.2
-  absl::Status WriteSmallCommitStream(txn_detail::ThreadTx& t);     // and kPmem: streamed
-  absl::Status WriteSmallCommitStreamSim(txn_detail::ThreadTx& t);  // the same under the sim
+  absl::Status WriteSmallCommit(txn_internal::ThreadTx& t);  // dispatches to one of these:
+  absl::Status WriteSmallCommitPortable(txn_internal::ThreadTx& t);
+  absl::Status WriteSmallCommitCrc(txn_internal::ThreadTx& t);        // x86-64 with SSE 4.2
+  absl::Status WriteSmallCommitStream(txn_internal::ThreadTx& t);     // and kPmem: streamed
+  absl::Status WriteSmallCommitStreamSim(txn_internal::ThreadTx& t);  // the same under the sim
   // A transaction of one declaration (the most common of all) where its commit needs no call
   // (SmallCommitOneReady), on x86-64 with SSE 4.2, streamed or (FlushesInline) flushed with an
   // inline clwb: commits it and returns true (it cannot fail); else returns false having
   // changed nothing. The body then knows the record's shape (one entry), keeps fewer values
   // live and spills none (each store is one more that the previous commit's fence holds back).
   // REQUIRES: SmallCommitReady(t), t.writes_size() == 1.
-  [[gnu::always_inline]] bool CommitOne(txn_detail::ThreadTx& t);
+  [[gnu::always_inline]] bool CommitOne(txn_internal::ThreadTx& t);
   // The record goes at `at` (SmallCommitOneReady's), in the log's tail block. REQUIRES:
   // SmallCommitOneReady, no mutation site disabled, one_path_ kClwb (FlushesInline) or
   // kStream (StreamsRecords).
-  bool CommitOneCrc(txn_detail::ThreadTx& t, uint8_t* at);
-  bool CommitOneLine(txn_detail::ThreadTx& t, uint8_t* at);  // kClwbLine: padded to the line
-  bool CommitOneStream(txn_detail::ThreadTx& t, uint8_t* at);
+  bool CommitOneCrc(txn_internal::ThreadTx& t, uint8_t* at);
+  bool CommitOneLine(txn_internal::ThreadTx& t, uint8_t* at);  // kClwbLine: padded to the line
+  bool CommitOneStream(txn_internal::ThreadTx& t, uint8_t* at);
   // The three under the crash simulator (SimOps), whatever mutation site is disabled: each of
   // its calls checks its own.
   enum class OnePath : uint8_t;
-  bool CommitOneSim(txn_detail::ThreadTx& t, uint8_t* at, OnePath path);
+  bool CommitOneSim(txn_internal::ThreadTx& t, uint8_t* at, OnePath path);
   // Where the record of one declaration goes when its commit needs no call, else null. `line`:
   // with the pad that ends it at a cache line (LinePad), which must fit in the block too.
-  [[gnu::always_inline]] uint8_t* SmallCommitOneReady(txn_detail::ThreadTx& t, bool line);
+  [[gnu::always_inline]] uint8_t* SmallCommitOneReady(txn_internal::ThreadTx& t, bool line);
   // How CommitOne writes its record on this pool (fixed at open, from the pool's persister, the
   // processor and the directory's version): not at all (kNone: the general small commit does),
   // streamed, with an inline clwb, or with an inline clwb and padded to end at a cache line
@@ -405,28 +405,28 @@ class Engine::Impl {
   // (Ops: the primitives of streamed and clwb'd records, PmemOps or SimOps; epoch/persist.h.)
   template <bool kCrcInLoop, bool kStream, bool kOne = false, bool kLine = false,
             class Ops = PmemOps>
-  [[gnu::always_inline]] absl::Status WriteSmallCommitBody(txn_detail::ThreadTx& t,
+  [[gnu::always_inline]] absl::Status WriteSmallCommitBody(txn_internal::ThreadTx& t,
                                                            uint8_t* one_at = nullptr);
   // The commit-order stamp of a small commit: the next of the thread's block when `solo`
   // (SmallCommitSolo) or `older` (every declared word's newest record has a smaller stamp than
   // that one, by StampPrecedes on the word's index slot read with acquire before the call),
   // else the first of a new block
   // (docs/txn.md, "Commit order"). `stamp_key` gets its WordIndex::KeyOf.
-  [[gnu::always_inline]] bool SmallCommitSolo(const txn_detail::ThreadTx& t) const;
-  [[gnu::always_inline]] uint64_t SmallCommitStamp(txn_detail::ThreadTx& t, bool solo, bool older,
+  [[gnu::always_inline]] bool SmallCommitSolo(const txn_internal::ThreadTx& t) const;
+  [[gnu::always_inline]] uint64_t SmallCommitStamp(txn_internal::ThreadTx& t, bool solo, bool older,
                                                    uint32_t& stamp_key);
-  [[gnu::cold, gnu::noinline]] absl::Status SmallCommitFailed(txn_detail::ThreadTx& t,
+  [[gnu::cold, gnu::noinline]] absl::Status SmallCommitFailed(txn_internal::ThreadTx& t,
                                                               absl::Status st);
 
  private:
-  void RollBack(txn_detail::ThreadTx& t);
-  [[gnu::cold]] absl::Status AddRefused(txn_detail::ThreadTx& t, const void* p, size_t n);
-  [[gnu::noinline]] static void CompactWrites(txn_detail::ThreadTx& t);
-  void End(txn_detail::ThreadTx& t);
+  void RollBack(txn_internal::ThreadTx& t);
+  [[gnu::cold]] absl::Status AddRefused(txn_internal::ThreadTx& t, const void* p, size_t n);
+  [[gnu::noinline]] static void CompactWrites(txn_internal::ThreadTx& t);
+  void End(txn_internal::ThreadTx& t);
   // End without releasing the guard (the caller releases it); `small`: a small commit's
   // transaction (no allocation, no free).
-  void EndKeepingGuard(txn_detail::ThreadTx& t, bool small = false);
-  bool InFresh(const txn_detail::ThreadTx& t, uint64_t word) const;
+  void EndKeepingGuard(txn_internal::ThreadTx& t, bool small = false);
+  bool InFresh(const txn_internal::ThreadTx& t, uint64_t word) const;
   // Wakes the background thread when the log has reached the size at which it runs a cycle.
   void KickIfOverTrigger() {
     // kick_blocks_: the trigger, raised by the background thread to where its hysteresis would
@@ -460,7 +460,7 @@ class Engine::Impl {
   void BackgroundLoop();
   void Watchdog();
 
-  PerThread<txn_detail::ThreadTx> threads_;
+  PerThread<txn_internal::ThreadTx> threads_;
   std::mutex slot_mu_;
   bool slot_used_[txn_internal::kMaxSlots] = {};
 

@@ -6,8 +6,8 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
-#include "epoch/crc32c.h"
-#include "epoch/status_macros.h"
+#include "base/crc32c.h"
+#include "base/status_macros.h"
 
 namespace pmrt::txn_internal {
 namespace {

@@ -1,4 +1,4 @@
-#include "epoch/crc32c.h"
+#include "base/crc32c.h"
 
 #include <cstdint>
 #include <cstring>

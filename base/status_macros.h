@@ -1,6 +1,6 @@
 // RETURN_IF_ERROR / ASSIGN_OR_RETURN for Abseil 20220623, which has no status_macros.h.
-#ifndef PMRT_EPOCH_STATUS_MACROS_H_
-#define PMRT_EPOCH_STATUS_MACROS_H_
+#ifndef PMRT_BASE_STATUS_MACROS_H_
+#define PMRT_BASE_STATUS_MACROS_H_
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -23,4 +23,4 @@
   if (!tmp.ok()) return std::move(tmp).status();    \
   lhs = std::move(tmp).value()
 
-#endif  // PMRT_EPOCH_STATUS_MACROS_H_
+#endif  // PMRT_BASE_STATUS_MACROS_H_
