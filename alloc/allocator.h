@@ -244,6 +244,7 @@ class Heap {
   int LoadedClass(uint64_t off) const;
   enum class FreeMode { kShared, kUnshared, kUnpublished };
   absl::Status FreeImpl(void* p, FreeMode mode);
+  alloc_internal::FreeBatch* OpenBatch(alloc_internal::ThreadCache& tc, uint64_t e);
   template <bool unshared>
   bool FreeFast(void* p);
   void ReleaseBatch(alloc_internal::FreeBatch* batch);
