@@ -167,7 +167,7 @@ FreeBatch* Heap::OpenBatch(ThreadCache& tc, uint64_t e) {
   }
   {
     std::lock_guard<std::mutex> l(tc.pending_mu);
-    tc.pending.push_back(batch);
+    tc.pending.push_back(*batch);
   }
   tc.batch = batch;
   tc.batch_epoch = e;
@@ -319,8 +319,8 @@ std::vector<FreeBatch*> Heap::TakeReady(ThreadCache& tc) {
   // The ready batches at the front of tc's pending list (their epochs closed), oldest first.
   std::vector<FreeBatch*> ready;
   std::lock_guard<std::mutex> l(tc.pending_mu);
-  while (!tc.pending.empty() && tc.pending.front()->ready.load(std::memory_order_acquire)) {
-    ready.push_back(tc.pending.front());
+  while (!tc.pending.empty() && tc.pending.front().ready.load(std::memory_order_acquire)) {
+    ready.push_back(&tc.pending.front());
     tc.pending.pop_front();
   }
   return ready;

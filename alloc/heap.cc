@@ -73,10 +73,8 @@ Heap::~Heap() {
     for (uint64_t i = 0; i < chunks_; ++i) delete Vol(i);
   for (ChunkVolatile* v : spare_vols_) delete v;
   for (FreeBatch* b : spare_batches_) delete b;  // every batch was released by the Advance
-  caches_.ForEach([](ThreadCache& tc) {
-    for (FreeBatch* b : tc.pending) delete b;
-    tc.pending.clear();
-  });
+  caches_.ForEach(
+      [](ThreadCache& tc) { tc.pending.clear_and_dispose([](FreeBatch* b) { delete b; }); });
   if (attached_) pool_.DetachLayer(PoolLayer::kHeap);
 }
 

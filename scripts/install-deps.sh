@@ -4,7 +4,7 @@
 # pmrt serve with redis-cli and redis-benchmark; python3: bench/report_charts.py and its test.)
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config
-      libpmem-dev libpmemobj-dev libabsl-dev
+      libpmem-dev libpmemobj-dev libabsl-dev libboost-dev
       libgtest-dev libgmock-dev libbenchmark-dev redis-tools python3)
 missing=()
 for p in "${pkgs[@]}"; do

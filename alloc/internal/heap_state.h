@@ -8,8 +8,8 @@
 
 #include <array>
 #include <atomic>
+#include <boost/intrusive/list.hpp>
 #include <cstdint>
-#include <deque>
 #include <mutex>
 #include <vector>
 
@@ -47,7 +47,10 @@ using alloc::SizeClasses;
 // one live-map line, which costs a contended line per call): the reclaimer marks the batch
 // ready, and the cache collects it (ThreadCache::pending).
 struct ThreadCache;
-struct FreeBatch {
+// A batch is in at most one list at a time (its cache's pending list, or none while it is being
+// filled, collected or kept spare), so one hook serves.
+struct FreeBatch
+    : boost::intrusive::list_base_hook<boost::intrusive::link_mode<boost::intrusive::normal_link>> {
   std::vector<uint64_t> small[SizeClasses::kCount];  // block offsets by class
   // Small blocks of chunks another cache owns, per owner (a few owners at a time; a block whose
   // slot holds another owner goes to `small`): once ready they go to the owner's inbox, so
@@ -96,7 +99,7 @@ struct alignas(64) ThreadCache {
   // taken once per batch by the owner, and by an allocation that finds the heap full
   // (Heap::StealReady).
   std::mutex pending_mu;
-  std::deque<FreeBatch*> pending;
+  boost::intrusive::list<FreeBatch, boost::intrusive::constant_time_size<false>> pending;
   // Blocks of this cache's chunks freed by other caches (reusable at once), collected by
   // Refill; and this cache's outgoing ones, per owner (a few owners at a time), sent in bulk.
   std::mutex inbox_mu;

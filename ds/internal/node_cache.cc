@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <new>
+#include <utility>
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
@@ -14,6 +16,7 @@ static_assert(NodeCache::ClassOf(16) == 0 && NodeCache::ClassOf(1024) == 63 &&
               NodeCache::ClassOf(NodeCache::kMaxSmall) == NodeCache::kClasses - 1);
 static_assert(NodeCache::ClassSize(NodeCache::ClassOf(320)) == 320);
 static_assert(NodeCache::ClassSize(NodeCache::kClasses - 1) == NodeCache::kMaxSmall);
+static_assert(sizeof(NodeCache::Block) == sizeof(void*));  // the smallest class holds the link
 
 // The calling thread's free lists; handed to the central lists at thread exit.
 struct NodeCacheThread {
@@ -61,18 +64,16 @@ void* NodeCache::Allocate(size_t size) {
   if (tls_exited) [[unlikely]] {
     Chain one;
     if (!Refill(c, one)) return nullptr;
-    Block* b = one.head;
-    one.head = b->next;
-    --one.count;
+    Block* b = &one.front();
+    one.pop_front();
     ReleaseAll(c, one);
     Unpoison(b, ClassSize(c));
     return b;
   }
   Chain& list = tls_cache.lists[c];
-  if (list.head == nullptr && !Refill(c, list)) return nullptr;
-  Block* b = list.head;
-  list.head = b->next;
-  --list.count;
+  if (list.empty() && !Refill(c, list)) return nullptr;
+  Block* b = &list.front();
+  list.pop_front();
   Unpoison(b, ClassSize(c));
   return b;
 }
@@ -84,18 +85,17 @@ void NodeCache::Free(void* p, size_t size) {
     return;
   }
   const int c = ClassOf(size);
-  auto* b = static_cast<Block*>(p);
   PoisonFree(p, ClassSize(c));
+  Block* b = new (p) Block;
   if (tls_exited) [[unlikely]] {
-    Chain one{b, 1};
-    b->next = nullptr;
+    Chain one;
+    one.push_front(*b);
     ReleaseAll(c, one);
     return;
   }
   Chain& list = tls_cache.lists[c];
-  b->next = list.head;
-  list.head = b;
-  if (++list.count > 2 * BatchOf(c)) Release(c, list);
+  list.push_front(*b);
+  if (list.size() > 2 * BatchOf(c)) Release(c, list);
 }
 
 bool NodeCache::Refill(int c, Chain& list) {
@@ -103,7 +103,7 @@ bool NodeCache::Refill(int c, Chain& list) {
   {
     std::lock_guard<std::mutex> l(central.mu);
     if (!central.batches.empty()) {
-      list = central.batches.back();
+      list.swap(central.batches.back());
       central.batches.pop_back();
       return true;
     }
@@ -116,36 +116,27 @@ bool NodeCache::Refill(int c, Chain& list) {
   auto* slab = static_cast<char*>(std::aligned_alloc(64, bytes));
   if (slab == nullptr) return false;
   slab_bytes_.fetch_add(bytes, std::memory_order_relaxed);
-  Block* head = nullptr;
   for (size_t i = blocks; i-- > 0;) {
-    auto* b = reinterpret_cast<Block*>(slab + i * block);
-    b->next = head;
-    head = b;
-    PoisonFree(b, block);
+    PoisonFree(slab + i * block, block);
+    list.push_front(*new (slab + i * block) Block);
   }
-  list = {head, static_cast<uint32_t>(blocks)};
   return true;
 }
 
 void NodeCache::Release(int c, Chain& list) {
   const uint32_t n = BatchOf(c);
-  Chain batch{list.head, n};
-  Block* last = list.head;
-  for (uint32_t i = 1; i < n; ++i) last = last->next;
-  list.head = last->next;
-  list.count -= n;
-  last->next = nullptr;
+  Chain batch;
+  auto last = list.begin();
+  for (uint32_t i = 1; i < n; ++i) ++last;
+  batch.splice_after(batch.before_begin(), list, list.before_begin(), last, n);
   std::lock_guard<std::mutex> l(central_[c].mu);
-  central_[c].batches.push_back(batch);
+  central_[c].batches.push_back(std::move(batch));
 }
 
 void NodeCache::ReleaseAll(int c, Chain& list) {
-  if (list.head == nullptr) return;
-  {
-    std::lock_guard<std::mutex> l(central_[c].mu);
-    central_[c].batches.push_back(list);
-  }
-  list = Chain{};
+  if (list.empty()) return;
+  std::lock_guard<std::mutex> l(central_[c].mu);
+  central_[c].batches.emplace_back().swap(list);
 }
 
 }  // namespace pmrt::ds_internal

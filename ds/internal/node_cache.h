@@ -22,6 +22,7 @@
 #define PMRT_DS_INTERNAL_NODE_CACHE_H_
 
 #include <atomic>
+#include <boost/intrusive/slist.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -60,14 +61,15 @@ class NodeCache {
     return n < 8 ? 8 : n > 128 ? 128 : static_cast<uint32_t>(n);
   }
 
-  struct Block {
-    Block* next;
-  };
-  // A chain of `count` blocks.
-  struct Chain {
-    Block* head = nullptr;
-    uint32_t count = 0;
-  };
+  // A free block: its first word links it into a chain (Boost.Intrusive's hook, no safe-mode
+  // checks: a block's link is written only while it is free).
+  struct Block : boost::intrusive::slist_base_hook<
+                     boost::intrusive::link_mode<boost::intrusive::normal_link>> {};
+  // A chain of free blocks, null-terminated (linear), its length kept with it (a thread list's
+  // size decides when it hands a batch back).
+  using Chain = boost::intrusive::slist<Block, boost::intrusive::constant_time_size<true>,
+                                        boost::intrusive::size_type<uint32_t>,
+                                        boost::intrusive::linear<true>>;
 
  private:
   friend struct NodeCacheThread;

@@ -10,12 +10,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/intrusive/list.hpp>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
-#include <unordered_map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -56,6 +56,11 @@ struct Server::Connection {
   std::vector<std::string> argv;  // the command being run (reused)
   // The last time a request byte was read or a reply byte written (the idle timeout).
   std::chrono::steady_clock::time_point active = std::chrono::steady_clock::now();
+
+  // In its worker's list of open connections (from adoption to Close), and while waiting_sync
+  // in its list of PMRT.SYNC waiters: O(1) to unlink on close.
+  boost::intrusive::list_member_hook<> open_hook;
+  boost::intrusive::list_member_hook<> wait_hook;
 
   explicit Connection(int f, const RespLimits& limits) : fd(f), parser(limits) {}
   size_t pending() const { return out.size() - out_pos; }
@@ -132,6 +137,12 @@ class Server::Worker {
  public:
   explicit Worker(Server& server) : server_(server), limit_(server.options_.output_limit) {}
   ~Worker() {
+    // Empty when Loop has run (CloseAll); the lists do not own their connections.
+    waiters_.clear();
+    open_.clear_and_dispose([](Connection* c) {
+      close(c->fd);
+      delete c;
+    });
     if (epfd_ >= 0) close(epfd_);
     if (wake_fd_ >= 0) close(wake_fd_);
   }
@@ -194,8 +205,16 @@ class Server::Worker {
   std::mutex mu_;
   std::vector<int> incoming_;  // guarded by mu_
   // Everything below is touched by the worker thread only.
-  std::unordered_map<Connection*, std::unique_ptr<Connection>> conns_;
-  std::vector<Connection*> waiters_;                 // connections in PMRT.SYNC
+  // The open connections, owned by the worker (Close moves one to closed_; CloseAll deletes).
+  boost::intrusive::list<
+      Connection, boost::intrusive::member_hook<Connection, boost::intrusive::list_member_hook<>,
+                                                &Connection::open_hook>>
+      open_;
+  // The connections in PMRT.SYNC, in arrival order.
+  boost::intrusive::list<
+      Connection, boost::intrusive::member_hook<Connection, boost::intrusive::list_member_hook<>,
+                                                &Connection::wait_hook>>
+      waiters_;
   std::vector<std::unique_ptr<Connection>> closed_;  // freed after the event batch
   std::chrono::steady_clock::time_point last_idle_check_ = std::chrono::steady_clock::now();
   char read_buf_[64 << 10];
@@ -235,8 +254,8 @@ void Server::Worker::CloseIdle() {
   last_idle_check_ = now;
   const auto limit = std::chrono::seconds(server_.options_.idle_timeout_s);
   std::vector<Connection*> idle;
-  for (auto& [raw, conn] : conns_) {
-    if (!conn->closed && !conn->waiting_sync && now - conn->active > limit) idle.push_back(raw);
+  for (Connection& c : open_) {
+    if (!c.closed && !c.waiting_sync && now - c.active > limit) idle.push_back(&c);
   }
   for (Connection* c : idle) {
     server_.counters_.idle_closed.fetch_add(1, std::memory_order_relaxed);
@@ -262,8 +281,7 @@ void Server::Worker::AdoptIncoming() {
       continue;
     }
     conn->events = EPOLLIN;
-    Connection* raw = conn.get();
-    conns_.emplace(raw, std::move(conn));
+    open_.push_back(*conn.release());
   }
 }
 
@@ -334,7 +352,7 @@ bool Server::Worker::Drive(Connection& c) {
       case Executor::After::kSync:
         c.waiting_sync = true;
         c.sync_epoch = epoch;
-        waiters_.push_back(&c);
+        waiters_.push_back(c);
         server_.syncer_->Request(epoch);
         break;
     }
@@ -405,31 +423,30 @@ void Server::Worker::Close(Connection& c) {
   epoll_ctl(epfd_, EPOLL_CTL_DEL, c.fd, nullptr);
   close(c.fd);
   c.fd = -1;
-  if (c.waiting_sync)
-    waiters_.erase(std::remove(waiters_.begin(), waiters_.end(), &c), waiters_.end());
+  if (c.waiting_sync) waiters_.erase(waiters_.iterator_to(c));
   server_.counters_.connected_clients.fetch_sub(1, std::memory_order_relaxed);
-  auto it = conns_.find(&c);
-  if (it != conns_.end()) {
-    // Freed after the event batch: a later event of this batch may still name it.
-    closed_.push_back(std::move(it->second));
-    conns_.erase(it);
-  }
+  // Freed after the event batch: a later event of this batch may still name it.
+  open_.erase(open_.iterator_to(c));
+  closed_.emplace_back(&c);
 }
 
 void Server::Worker::CheckSyncWaiters() {
   if (waiters_.empty()) return;
   const uint64_t completed = server_.kv_.epochs().completed();
   std::vector<Connection*> ready;
-  for (Connection* c : waiters_) {
-    if (c->sync_epoch <= completed) ready.push_back(c);
+  for (Connection& c : waiters_) {
+    if (c.sync_epoch <= completed) ready.push_back(&c);
   }
   absl::Status error;
   if (ready.size() < waiters_.size()) {
     error = server_.syncer_->error();
-    if (!error.ok()) ready = waiters_;  // no sync can succeed any more: answer them all
+    if (!error.ok()) {  // no sync can succeed any more: answer them all
+      ready.clear();
+      for (Connection& c : waiters_) ready.push_back(&c);
+    }
   }
   for (Connection* c : ready) {
-    waiters_.erase(std::remove(waiters_.begin(), waiters_.end(), c), waiters_.end());
+    waiters_.erase(waiters_.iterator_to(*c));
     c->waiting_sync = false;
     if (c->sync_epoch <= completed) {
       // Every epoch up to sync_epoch is durably complete: the writes acknowledged before the
@@ -445,17 +462,16 @@ void Server::Worker::CheckSyncWaiters() {
 }
 
 void Server::Worker::CloseAll() {
-  for (auto& [raw, conn] : conns_) {
-    if (conn->pending() > 0) {
-      // Best effort, without waiting: a reply that does not fit the socket buffer is dropped.
-      (void)!send(conn->fd, conn->out.data() + conn->out_pos, conn->pending(),
-                  MSG_NOSIGNAL | MSG_DONTWAIT);
-    }
-    close(conn->fd);
-    server_.counters_.connected_clients.fetch_sub(1, std::memory_order_relaxed);
-  }
-  conns_.clear();
   waiters_.clear();
+  open_.clear_and_dispose([this](Connection* c) {
+    if (c->pending() > 0) {
+      // Best effort, without waiting: a reply that does not fit the socket buffer is dropped.
+      (void)!send(c->fd, c->out.data() + c->out_pos, c->pending(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    close(c->fd);
+    server_.counters_.connected_clients.fetch_sub(1, std::memory_order_relaxed);
+    delete c;
+  });
   std::lock_guard<std::mutex> l(mu_);
   for (int fd : incoming_) {
     close(fd);
