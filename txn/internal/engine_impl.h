@@ -1,5 +1,7 @@
-// Engine::Impl: the state behind txn::Engine, shared by txn.cc (transactions), reclaim.cc (the
-// reclaimer) and recovery.cc (open). Only txn/ includes this.
+// Engine::Impl: the state behind txn::Engine, shared by the files of txn/: engine.cc (open,
+// close, backpressure), txn.cc (begin, add, abort), snapshot.cc (cold words), commit.cc (the
+// commit paths and the general record), small_commit.cc (the small commit's record writers),
+// reclaim.cc (the reclaimer) and recovery.cc (open). Only txn/ includes this.
 #ifndef PMRT_TXN_INTERNAL_ENGINE_IMPL_H_
 #define PMRT_TXN_INTERNAL_ENGINE_IMPL_H_
 
@@ -91,6 +93,13 @@ inline constexpr Site kDirtyReplayedStamp{"txn.mutant.dirty.replayed_stamp"};
 // Options::cold_after_epochs and max_cold_after_epochs (0 there: every first touch in an epoch
 // CASes, and a word may go cold as soon as its touch epoch has completed).
 inline constexpr uint64_t kMaxTouchSlack = 8;
+
+// The errors of a call that needs a transaction open on its thread (`what`: the call), and of
+// a call that needs the default engine.
+absl::Status NoTransaction(const char* what);
+inline absl::Status NoEngine() {
+  return absl::FailedPreconditionError("txn: no transaction engine is open (txn::Engine::Open)");
+}
 
 // A statistics counter written by one thread and read by any: a relaxed load and store, no
 // read-modify-write.
@@ -229,7 +238,7 @@ class Engine::Impl {
   Impl(Engine& engine);
   ~Impl();
 
-  // ---- transactions (txn.cc) ----
+  // ---- transactions (txn.cc; the commit: commit.cc, small_commit.cc) ----
   txn_internal::ThreadTx& Local() {
     txn_internal::ThreadTx& t = threads_.Local();
     if (t.impl == nullptr) [[unlikely]]
@@ -242,9 +251,10 @@ class Engine::Impl {
     // Only Local() fills PerThread's cache, and it sets t.impl right after.
     return threads_.LocalIfCached();
   }
-  // Begin, Enter, Commit and EndKeepingGuard are inline in txn.cc (its only callers): the common
-  // begin and commit are a few checks before Enter / WriteSmallCommit, expanded into txn::begin,
-  // txn::commit and Engine::Begin/Commit; the rest is in the Slow functions.
+  // Begin and Enter are inline in txn.cc, Commit in commit.cc (their only callers), and
+  // EndKeepingGuard below: the common begin and commit are a few checks before Enter /
+  // WriteSmallCommit, expanded into txn::begin, txn::commit and Engine::Begin/Commit; the rest is
+  // in the Slow functions.
   absl::Status Begin(txn_internal::ThreadTx& t);
   bool BeginReady(txn_internal::ThreadTx& t);  // Begin's test for Enter
   absl::Status BeginSlow(txn_internal::ThreadTx& t);
@@ -479,6 +489,23 @@ class Engine::Impl {
   absl::Status reclaim_error_;
   std::thread bg_;
 };
+
+// Inline here: End (txn.cc) and the small commit's writers (small_commit.cc) expand it.
+[[gnu::always_inline]] inline void Engine::Impl::EndKeepingGuard(txn_internal::ThreadTx& t,
+                                                                 bool small) {
+  t.hot.end = t.hot.begin;
+  // (hot.words stays: with tls_hot reset no add() reads it, and Commit's fast path needs depth 1.)
+  if (txn_internal::tls_hot == &t.hot) txn_internal::tls_hot = &txn_internal::g_no_hot;
+  // A small commit's transaction has neither (SmallCommitReady).
+  if (!small && !t.allocs.empty()) t.allocs.clear();
+  if (!small && !t.frees.empty()) t.frees.clear();
+  if (!small && !t.logical.empty()) t.logical.clear();
+  if (t.compact_at != txn_internal::kCompactWritesAt) t.compact_at = txn_internal::kCompactWritesAt;
+  t.depth = 0;
+  t.seq.store(t.seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // even
+  alloc::tls_tx_scope = t.outer_scope;
+  if (t.outer_scope != nullptr) t.outer_scope = nullptr;
+}
 
 }  // namespace pmrt::txn
 
