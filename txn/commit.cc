@@ -148,10 +148,12 @@ absl::Status Engine::Impl::CommitSlow(ThreadTx& t) {
   return EndAfterCommit(t, std::move(st));
 }
 
-absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
-  // 1. The record's entries: each declared word once (its value now, the transaction's last),
-  //    whole new blocks, allocations and frees. Declared words inside blocks freed here are
-  //    dropped: the free's tombstone covers them.
+namespace {
+
+// The words of a general commit's record, into t.words: each declared word once (its value
+// now, the transaction's last) and the words of the new blocks (recorded whole). Declared words
+// inside blocks freed here are dropped: the free's tombstone covers them.
+void CollectCommitWords(ThreadTx& t) {
   std::vector<uint64_t>& words = t.words;
   words.clear();
   if (t.allocs.empty() && t.writes_size() <= txn_internal::SmallWordSet::kMaxWords) {
@@ -176,6 +178,15 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
     std::sort(words.begin(), words.end());
     words.erase(std::unique(words.begin(), words.end()), words.end());
   }
+}
+
+}  // namespace
+
+absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
+  // 1. The record's entries: each declared word once (CollectCommitWords), whole new blocks,
+  //    allocations and frees.
+  CollectCommitWords(t);
+  const std::vector<uint64_t>& words = t.words;
   size_t bytes = sizeof(RecordHeader) + 8 * (t.allocs.size() + t.frees.size());
   // (Under the gate's mutant the record leaves them out: a rolled-back epoch then loses them.)
   const bool logical = !mutation::Swapped(txn_internal::kDropLogicalMutant);
@@ -214,19 +225,35 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
   pool.persister().Fence(txn_internal::kCommitFence);
   store.Publish(log, written);
   // 5. The index: the record is now the newest of each of its words. A freed block's words go
-  //    cold (nothing may be replayed into the block's next life).
+  //    cold (nothing may be replayed into the block's next life: MakeFreedWordsCold).
   const uint32_t key = WordIndex::KeyOf(stamp);
   for (uint64_t wd : words) {
     index->at(wd).store(WordIndex::Pack(key, t.hot.epoch), std::memory_order_release);
   }
-  // Each such word's line stops being fast (docs/txn.md, "Fast lines"): the slot first, then
-  // the byte (kFreed), seq_cst, so that the reclaimer's check of the line (kChecking, the 8
-  // slots, then kFast by CAS) either reads the cold slot or has its CAS fail on this byte. A
-  // byte that reads 0 (seq_cst, after the slot's store) needs no store: a check that starts
-  // after this load reads the cold slot. No other transaction declares the freed words
-  // meanwhile (they are this one's until the heap frees them in step 6), but one may hold
-  // another word of the line, declared on the fast path: the reclaimer makes no word of a kFreed
-  // line cold before the grace period of its own unmarking (Reclaim).
+  MakeFreedWordsCold(t);
+  // 6. The frees, epoch-scoped in this epoch like the record: if the epoch fails, the heap
+  //    rolls them back and recovery replays them from the record.
+  for (const BlockRec& f : t.frees) {
+    if (absl::Status st = heap.Free(pool.at(f.offset)); !st.ok()) {
+      std::fprintf(stderr, "pmrt txn: free at commit failed: %s\n", st.ToString().c_str());
+    }
+  }
+  t.commits.Add(1);
+  t.record_bytes.Add(written);
+  KickIfOverTrigger();
+  return absl::OkStatus();
+}
+
+void Engine::Impl::MakeFreedWordsCold(const ThreadTx& t) {
+  // A freed block's words go cold, and each such word's line stops being fast (docs/txn.md,
+  // "Fast lines"): the slot first, then the byte (kFreed), seq_cst, so that the reclaimer's
+  // check of the line (kChecking, the 8 slots, then kFast by CAS) either reads the cold slot or
+  // has its CAS fail on this byte. A byte that reads 0 (seq_cst, after the slot's store) needs
+  // no store: a check that starts after this load reads the cold slot. No other transaction
+  // declares the freed words meanwhile (they are this one's until the heap frees them in
+  // WriteCommit's step 6), but one may hold another word of the line, declared on the fast
+  // path: the reclaimer makes no word of a kFreed line cold before the grace period of its own
+  // unmarking (Reclaim).
   for (const BlockRec& f : t.frees) {
     uint64_t done_line = ~uint64_t{0};
     for (uint64_t wd = f.offset / 8; wd < (f.offset + f.bytes) / 8; ++wd) {
@@ -240,17 +267,6 @@ absl::Status Engine::Impl::WriteCommit(ThreadTx& t) {
         line.store(WordIndex::kFreed, std::memory_order_seq_cst);
     }
   }
-  // 6. The frees, epoch-scoped in this epoch like the record: if the epoch fails, the heap
-  //    rolls them back and recovery replays them from the record.
-  for (const BlockRec& f : t.frees) {
-    if (absl::Status st = heap.Free(pool.at(f.offset)); !st.ok()) {
-      std::fprintf(stderr, "pmrt txn: free at commit failed: %s\n", st.ToString().c_str());
-    }
-  }
-  t.commits.Add(1);
-  t.record_bytes.Add(written);
-  KickIfOverTrigger();
-  return absl::OkStatus();
 }
 
 absl::Status Engine::Impl::SmallCommitFailed(ThreadTx& t, absl::Status st) {

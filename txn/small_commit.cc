@@ -1,11 +1,24 @@
-// The small commit's record writers (docs/txn.md, "Transactions"): WriteSmallCommitBody, the one
-// body of every writer, instantiated per checksum (in the loop with SSE 4.2, or RecordCrc after),
-// per way the record's stores reach media (streamed, or plain stores and a flush, or one clwb),
-// per record of one declaration (its shape known) and per persistence primitives (PmemOps, or
-// SimOps under the crash simulator). Each writes the record straight into the log's tail block
-// with the checksum, over all of it, in the header's first word, which goes last; then its one
-// fence, the commit point; only after it the published position and the index, and last the
-// epoch guard. The commit-order stamp of a small commit (SmallCommitStamp) is here too.
+// The small commit's record writers (docs/txn.md, "Transactions"). Every writer is one
+// instantiation of WriteSmallCommitBody<kCrcInLoop, kStream, kOne, kLine, Ops>, so all of them
+// take the same steps in the same store order; they differ in how:
+//
+//   writer                     checksum       the record's stores      record              Ops
+//   WriteSmallCommitPortable   RecordCrc      plain, then Flush        any shape           PmemOps
+//   WriteSmallCommitCrc        in the loop    plain, then Flush        any shape           PmemOps
+//   WriteSmallCommitStream     in the loop    non-temporal             any shape           PmemOps
+//   WriteSmallCommitStreamSim  in the loop    non-temporal             any shape           SimOps
+//   CommitOneCrc               in the loop    plain, inline clwb       one entry           PmemOps
+//   CommitOneLine              in the loop    plain, inline clwb       one entry, padded   PmemOps
+//   CommitOneStream            in the loop    non-temporal             one entry           PmemOps
+//   CommitOneSim               the three CommitOne writers above, with SimOps (crash simulator)
+//
+// The steps: 1. the record's shape and size, in registers (ShapeOf, LayOut); 2. its commit-order
+// stamp (SmallCommitStamp) and room in the log's tail block; 3. its words after the first, by the
+// writer for its shape (PutSmallRecord: PutOneEntry, StreamPairs, StreamOddPairs, PutRuns), the
+// checksum alongside, then the header's first word, which holds the checksum, and the record's
+// flush (FinishSmallRecord); 4. the one fence, the commit point; 5. only after it the published
+// position and the index, and last the epoch guard (EndSmallCommit). Every step is inlined into
+// the writers ([[gnu::always_inline]]): splitting the body into steps adds no call to a commit.
 #include <cstring>
 #include <type_traits>
 #include <utility>
@@ -268,34 +281,99 @@ static_assert(KeyAfterIsKeyOf());
   return b;
 }
 
-template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine, class Ops>
-[[gnu::always_inline]] inline absl::Status Engine::Impl::WriteSmallCommitBody(ThreadTx& t,
-                                                                              uint8_t* one_at) {
-  const Persister& persister = pool.persister();
-  static_assert(kCrcInLoop || !kStream, "a streamed record's checksum is computed as it goes");
-  static_assert(!kLine || (kOne && !kStream && kCrcInLoop), "only the clwb one-word commit pads");
-  // The failed mode (an msync error: only the paths that fence with Persister::Fence can meet
-  // it): nothing more can be made durable, so the transaction is rolled back.
-  if constexpr (!kOne && !kStream) {
-    if (persister.failed()) [[unlikely]]
-      return SmallCommitFailed(t, pool.health());
+}  // namespace pmrt::txn
+
+namespace pmrt::txn_internal {
+
+// A small commit's record: its shape and size found (ShapeOf, LayOut: step 1), placed in the log
+// (step 2), then written by the writer for its shape (PutSmallRecord, step 3) and finished
+// (FinishSmallRecord, Engine::Impl::EndSmallCommit: steps 3 to 5), all from this one description
+// (in registers: every function that reads it is inlined into the writer). Bit i of each mask is
+// the declaration wb[i]. rec_words = 4 (the header) + runs + kept words + pad_words.
+struct SmallRecord {
+  std::atomic<uint64_t>* slots;  // the index's slots (the first), read in step 1, stored in 5
+  bool solo;                     // SmallCommitSolo: no slot need be read for the stamp
+  bool older;  // else: every declared word's newest record is older than the block's next stamp
+  const WriteRec* wb;  // the declarations, in order
+  size_t k;            // how many: 1 to kSmallCommitWrites
+  uint64_t dups;       // repeats an earlier declaration's word: dropped
+  uint64_t joins;      // extends the run before it: shares the run's head
+  uint64_t keep;       // the first declaration of each word: its value goes into the record
+  uint64_t starts;     // those of them that start an entry
+  size_t pad_words;    // kPadWord words after the entries: the record ends at its cache line
+  size_t rec_words;    // the record's words, header and pad words included
+  size_t bytes;        // rec_words * 8
+  // Step 2:
+  uint8_t* at;             // where the record goes, in the log's tail block
+  uint64_t stamp;          // its commit-order stamp (header word 1)
+  uint32_t stamp_key;      // WordIndex::KeyOf(stamp): what the index names its words with
+  uint64_t gen;            // its block's generation (header word 3; word 2 is the epoch)
+  uint64_t one_published;  // kOne: the log position to publish after the fence
+  // Step 3:
+  uint64_t head0;  // the header's first word with its checksum field zero
+};
+
+}  // namespace pmrt::txn_internal
+
+namespace pmrt::txn {
+
+using txn_internal::SmallRecord;
+
+// ---- the record's shape and size (step 1 of WriteSmallCommitBody) ---------------------------
+
+namespace {
+
+// The record's size, from its shape (step 1's end): the header, a head per run, each kept word's
+// value, and the pad words of a record of one declaration that ends at its cache line (kLine:
+// the one-word commit's, at one_at; the general path's are added in step 2, once the record's
+// address is known).
+template <bool kLine>
+[[gnu::always_inline]] inline void LayOut(SmallRecord& r, const uint8_t* one_at) {
+  const uint64_t all = r.k == 64 ? ~uint64_t{0} : (uint64_t{1} << r.k) - 1;
+  r.keep = all & ~r.dups;        // the first declaration of each word
+  r.starts = r.keep & ~r.joins;  // those that start an entry
+  const auto kept = static_cast<size_t>(__builtin_popcountll(r.keep));
+  const auto runs = static_cast<size_t>(__builtin_popcountll(r.starts));
+  static_assert(txn_internal::kSmallCommitWrites < kMaxEntryWords, "a run fits in one entry");
+  // The record of one declaration ends at its cache line's end, padded with kPadWord, where the
+  // engine pads (pad_ones_: a version-2 directory, records not streamed), so that the next record
+  // starts on a line of its own. Unpadded, three one-word records in four write a line that the
+  // previous commit has just written back, and half of them write back two lines; padded, each
+  // writes back one line that no earlier commit wrote (docs/txn.md, "Line-ending records"). The
+  // one-word commit's room for the pad is SmallCommitOneReady's (kLine); the general path
+  // reserves room for the largest pad and takes what the record's address needs.
+  r.pad_words = 0;
+  if constexpr (kLine) {
+    r.pad_words =
+        txn_internal::LinePad(reinterpret_cast<uintptr_t>(one_at), sizeof(RecordHeader) + 16) / 8;
   }
+  r.rec_words = sizeof(RecordHeader) / 8 + runs + kept + r.pad_words;
+  r.bytes = r.rec_words * 8;
+  static_assert(sizeof(RecordHeader) + 16 * txn_internal::kSmallCommitWrites <=
+                    txn_internal::kMinBlockSize - txn_internal::kBlockPayload,
+                "a small commit's record fits in any log block");
+}
+
+// Step 1 of WriteSmallCommitBody: the record's shape, in registers only (every store made here
+// is one more that the previous commit's fence may hold back; docs/txn.md, "Stores after the
+// fence"): which declarations repeat an earlier one's word (`dups`: dropped) and which extend a
+// run of ascending consecutive words (`joins`: they share the head of the run before them, as
+// ForEachRun makes them). Without joins (the common case) every entry holds a single word, in
+// declaration order (streamed in pairs: StreamPairs, StreamOddPairs). A 64-bit filter with two
+// bits per word (on a hash of it) sends only a word whose bits are both set already to a look-up
+// among the earlier declarations.
+// The same pass reads each word's index slot for the commit-order stamp (step 2): whether its
+// newest record is older than the next stamp of the thread's block (`older`). Then the record's
+// size (LayOut).
+template <bool kOne, bool kLine>
+[[gnu::always_inline]] inline SmallRecord ShapeOf(const Engine::Impl& impl, const ThreadTx& t,
+                                                  const uint8_t* one_at) {
   const WriteRec* const wb = t.hot.begin;
   const size_t k = kOne ? 1 : t.writes_size();  // 1 to kSmallCommitWrites
   static_assert(txn_internal::kSmallCommitWrites <= 64, "one bit per declaration below");
-  // 1. The record's shape, in registers only (every store made here is one more that the
-  //    previous commit's fence may hold back; docs/txn.md, "Stores after the fence"): which
-  //    declarations repeat an earlier one's word (`dups`: dropped) and which extend a run of
-  //    ascending consecutive words (`joins`: they share the head of the run before them, as
-  //    ForEachRun makes them). Without joins (the common case) every entry holds a single
-  //    word, in declaration order (streamed in pairs, below). A 64-bit filter with two bits
-  //    per word (on a hash of it) sends only a word whose bits are both set already to a
-  //    look-up among the earlier declarations.
-  //    The same pass reads each word's index slot for the commit-order stamp (step 2): whether
-  //    its newest record is older than the next stamp of the thread's block (`older`).
   uint64_t filter = 0, dups = 0, joins = 0;
   uint64_t prev = wb[0].word - 2;  // the last kept word (this one extends nothing)
-  std::atomic<uint64_t>* const slots = &index->at(0);
+  std::atomic<uint64_t>* const slots = &impl.index->at(0);
   const uint32_t lo_key = t.stamp_lo_key;
   const uint64_t used = t.stamp_next - t.stamp_lo;
   auto precedes = [&](uint64_t wd) {
@@ -303,7 +381,7 @@ template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine, class Ops>
   };
   // No stamp handed out since the thread's block (and the block has one left): every record of
   // every word is older than the block's next stamp, and no slot needs reading.
-  const bool solo = SmallCommitSolo(t);
+  const bool solo = impl.SmallCommitSolo(t);
   bool older = true;
   // The loop is written twice, with the slot reads and without (no test of `solo` per
   // declaration); one declaration repeats and extends nothing, so k = 1, the most common
@@ -338,48 +416,230 @@ template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine, class Ops>
   } else {
     shape(std::false_type{});
   }
-  const uint64_t all = k == 64 ? ~uint64_t{0} : (uint64_t{1} << k) - 1;
-  const uint64_t keep = all & ~dups;      // the first declaration of each word
-  const uint64_t starts = keep & ~joins;  // those that start an entry
-  const auto kept = static_cast<size_t>(__builtin_popcountll(keep));
-  const auto runs = static_cast<size_t>(__builtin_popcountll(starts));
-  static_assert(txn_internal::kSmallCommitWrites < kMaxEntryWords, "a run fits in one entry");
-  // The record of one declaration ends at its cache line's end, padded with kPadWord, where the
-  // engine pads (pad_ones_: a version-2 directory, records not streamed), so that the next record
-  // starts on a line of its own. Unpadded, three one-word records in four write a line that the
-  // previous commit has just written back, and half of them write back two lines; padded, each
-  // writes back one line that no earlier commit wrote (docs/txn.md, "Line-ending records"). The
-  // one-word commit's room for the pad is SmallCommitOneReady's (kLine); the general path
-  // reserves room for the largest pad and takes what the record's address needs.
-  size_t pad_words = 0;
+  SmallRecord r{};
+  r.slots = slots;
+  r.solo = solo;
+  r.older = older;
+  r.wb = wb;
+  r.k = k;
+  r.dups = dups;
+  r.joins = joins;
+  LayOut<kLine>(r, one_at);
+  return r;
+}
+
+// ---- the record writers (step 3 of WriteSmallCommitBody) --------------------------------------
+//
+// One per record shape, behind one interface: each is given the record (SmallRecord: where it
+// goes, its header's stamp and gen, which declarations give its entries), the transaction (its
+// epoch, header word 2, is read from it), the pool's base (each kept word's value now, the
+// transaction's last) and the checksum so far (the header's first word, its crc field taken as
+// zero, then its other words, as RecordCrc computes it). It puts the record's words after the
+// first into the log at r.at, in order: the header's stamp, epoch and gen, the entries, any pad
+// words; folds each into the checksum where kCrcInLoop, and returns the checksum. The header's
+// first word, which holds the checksum, goes after them (EndSmallCommit), except with
+// PutOneEntry, which has the checksum before its first store. Before the fence the record may be
+// on media whole, torn or absent in any mix of its words; only the checksum, over all of it,
+// marks it committed.
+//
+// Single-word entries only (no run; duplicates dropped): each entry is {head, value}, so a
+// streamed record goes in 16-byte pairs without a per-word test of the alignment (StreamPairs,
+// StreamOddPairs); the words are those `keep` names (all when none repeats), in declaration
+// order. (Their four loops are written out: with the entry's stores in a lambda, GCC 12 made
+// each K = 16 transaction ~8% more instructions, callgrind.)
+
+// One entry (kOne, not streamed): the checksum first, then the record's six words as three
+// 16-byte stores, then its pad words (kLine).
+template <bool kCrcInLoop, bool kLine>
+[[gnu::always_inline]] inline uint64_t PutOneEntry(const SmallRecord& r, const ThreadTx& t,
+                                                   const uint8_t* base, uint64_t crc) {
+  auto* const d = reinterpret_cast<uint64_t*>(r.at);
+  const auto [head, value] = SingleEntry<kCrcInLoop>(r.wb[0].word, base, crc);
   if constexpr (kLine) {
-    pad_words =
-        txn_internal::LinePad(reinterpret_cast<uintptr_t>(one_at), sizeof(RecordHeader) + 16) / 8;
+    for (size_t i = 0; i < r.pad_words; ++i) crc = Crc8(crc, txn_internal::kPadWord);
   }
-  [[maybe_unused]] const bool pad_one = !kOne && !kStream && k == 1 && pad_ones_;
-  size_t rec_words = sizeof(RecordHeader) / 8 + runs + kept + pad_words;
-  size_t bytes = rec_words * 8;
-  static_assert(sizeof(RecordHeader) + 16 * txn_internal::kSmallCommitWrites <=
-                    txn_internal::kMinBlockSize - txn_internal::kBlockPayload,
-                "a small commit's record fits in any log block");
+  Store16(d, r.head0 | static_cast<uint64_t>(~static_cast<uint32_t>(crc)) << 32, r.stamp);
+  Store16(d + 2, t.hot.epoch, r.gen);
+  Store16(d + 4, head, value);
+  if constexpr (kLine) {
+    for (size_t i = 0; i < r.pad_words; ++i) d[6 + i] = txn_internal::kPadWord;
+  }
+  return crc;
+}
+
+// A 16-byte-aligned record: word 1 | words 2-3 | each entry {head, value}: aligned pairs.
+template <bool kCrcInLoop, class Ops>
+[[gnu::always_inline]] inline uint64_t StreamPairs(const Persister& persister, const SmallRecord& r,
+                                                   const ThreadTx& t, const uint8_t* base,
+                                                   uint64_t crc) {
+  auto* const d = reinterpret_cast<uint64_t*>(r.at);
+  Ops::Stream8(persister, txn_internal::kStreamPairs, d + 1, r.stamp);
+  Ops::Stream16(persister, txn_internal::kStreamPairs, d + 2, t.hot.epoch, r.gen);
+  uint64_t* e = d + sizeof(RecordHeader) / 8;
+  if (r.dups == 0) {
+    for (const WriteRec* w = r.wb; w != r.wb + r.k; ++w, e += 2) {
+      const auto [head, value] = SingleEntry<kCrcInLoop>(w->word, base, crc);
+      Ops::Stream16(persister, txn_internal::kStreamPairs, e, head, value);
+    }
+  } else {
+    for (uint64_t m = r.keep; m != 0; m &= m - 1, e += 2) {
+      const auto [head, value] = SingleEntry<kCrcInLoop>(r.wb[__builtin_ctzll(m)].word, base, crc);
+      Ops::Stream16(persister, txn_internal::kStreamPairs, e, head, value);
+    }
+  }
+  return crc;
+}
+
+// The other alignment: words 1-2 | word 3 and the first head | each value with the next head |
+// the last value alone.
+template <bool kCrcInLoop, class Ops>
+[[gnu::always_inline]] inline uint64_t StreamOddPairs(const Persister& persister,
+                                                      const SmallRecord& r, const ThreadTx& t,
+                                                      const uint8_t* base, uint64_t crc) {
+  auto* const d = reinterpret_cast<uint64_t*>(r.at);
+  Ops::Stream16(persister, txn_internal::kStreamOdd, d + 1, r.stamp, t.hot.epoch);
+  uint64_t carry = r.gen;
+  uint64_t* e = d + 3;
+  if (r.dups == 0) {
+    for (const WriteRec* w = r.wb; w != r.wb + r.k; ++w, e += 2) {
+      const auto [head, value] = SingleEntry<kCrcInLoop>(w->word, base, crc);
+      Ops::Stream16(persister, txn_internal::kStreamOdd, e, carry, head);
+      carry = value;
+    }
+  } else {
+    for (uint64_t m = r.keep; m != 0; m &= m - 1, e += 2) {
+      const auto [head, value] = SingleEntry<kCrcInLoop>(r.wb[__builtin_ctzll(m)].word, base, crc);
+      Ops::Stream16(persister, txn_internal::kStreamOdd, e, carry, head);
+      carry = value;
+    }
+  }
+  Ops::Stream8(persister, txn_internal::kStreamOdd, e, carry);
+  return crc;
+}
+
+// Any shape, runs included, word by word (WordSink: streamed, or plain stores that the caller
+// flushes): a run's head, then its words' values; then the pad words (the general path's record
+// of one declaration where the engine pads).
+template <bool kCrcInLoop, bool kStream, class Ops>
+[[gnu::always_inline]] inline uint64_t PutRuns(const Persister& persister, const SmallRecord& r,
+                                               const ThreadTx& t, const uint8_t* base,
+                                               uint64_t crc) {
+  auto* const d = reinterpret_cast<uint64_t*>(r.at);
+  const bool single = r.joins == 0;  // no run of two words or more
+  WordSink<kStream, Ops> sink(persister, d + 1, r.stamp);
+  sink.Put(t.hot.epoch);
+  sink.Put(r.gen);
+  for (uint64_t m = r.keep; m != 0; m &= m - 1) {
+    const unsigned i = static_cast<unsigned>(__builtin_ctzll(m));
+    const uint64_t wd = r.wb[i].word;
+    if ((r.starts >> i & 1) != 0) {
+      uint64_t n = 1;
+      if (!single) [[unlikely]] {  // the run's length: its declarations kept up to the next
+        const uint64_t after = ~uint64_t{0} << i << 1;  // declarations after i
+        const uint64_t next = r.starts & after;
+        const uint64_t upto = next == 0 ? ~uint64_t{0} : (next & -next) - 1;
+        n += static_cast<uint64_t>(__builtin_popcountll(r.keep & after & upto));
+      }
+      const uint64_t head = MakeEntryHead(EntryType::kData, n, wd);
+      sink.Put(head);
+      if constexpr (kCrcInLoop) crc = Crc8(crc, head);
+    }
+    const uint64_t value = ValueOf(base, wd);
+    sink.Put(value);
+    if constexpr (kCrcInLoop) crc = Crc8(crc, value);
+  }
+  for (size_t i = 0; i < r.pad_words; ++i) {  // (pad_one)
+    sink.Put(txn_internal::kPadWord);
+    if constexpr (kCrcInLoop) crc = Crc8(crc, txn_internal::kPadWord);
+  }
+  sink.End();
+  return crc;
+}
+
+// The writer of the record's shape.
+template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine, class Ops>
+[[gnu::always_inline]] inline uint64_t PutSmallRecord(const Persister& persister,
+                                                      const SmallRecord& r, const ThreadTx& t,
+                                                      const uint8_t* base, uint64_t crc) {
+  if constexpr (kOne && !kStream) {
+    return PutOneEntry<kCrcInLoop, kLine>(r, t, base, crc);
+  } else if (kStream && r.joins == 0 && (reinterpret_cast<uintptr_t>(r.at) & 8) == 0) {
+    return StreamPairs<kCrcInLoop, Ops>(persister, r, t, base, crc);
+  } else if (kStream && r.joins == 0) {
+    return StreamOddPairs<kCrcInLoop, Ops>(persister, r, t, base, crc);
+  } else {
+    return PutRuns<kCrcInLoop, kStream, Ops>(persister, r, t, base, crc);
+  }
+}
+
+// Step 3's end: the header's first word, which holds the checksum, at `rec` (the record's place
+// in the block of `tail`), then the record's flush.
+template <bool kCrcInLoop, bool kStream, bool kOne, class Ops>
+[[gnu::always_inline]] inline void FinishSmallRecord(const Persister& persister,
+                                                     txn_internal::LogStore& store,
+                                                     const txn_internal::Chain& tail,
+                                                     const SmallRecord& r, const ThreadTx& t,
+                                                     uint64_t* rec, uint64_t crc) {
+  if constexpr (kOne && !kStream) {
+    // (stored with the rest: PutOneEntry)
+  } else if constexpr (kCrcInLoop) {
+    const uint64_t h0 = r.head0 | static_cast<uint64_t>(~static_cast<uint32_t>(crc)) << 32;
+    if constexpr (kStream) {
+      Ops::Stream8(persister, txn_internal::kStreamHead, rec, h0);
+    } else {
+      *rec = h0;
+    }
+  } else {
+    RecordWriter::FinishHeader(rec, r.rec_words, RecordKind::kCommit, r.stamp, t.hot.epoch,
+                               store.BlockGen(tail.tail));
+  }
+  if constexpr (kOne) {  // (the counters exist, no site is disabled: CommitOne)
+    if constexpr (!kStream) Ops::Clwb(persister, txn_internal::kOneClwb, rec, r.bytes);
+    Ops::CountFlush(persister, *epoch_internal::tls_counters, rec, r.bytes);
+  } else if constexpr (kStream) {
+    persister.CountStream(rec, r.bytes);
+  } else {
+    persister.Flush(txn_internal::kSmallFlush, rec, r.bytes);
+  }
+}
+
+}  // namespace
+
+// ---- the small commit ---------------------------------------------------------------------------
+
+template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine, class Ops>
+[[gnu::always_inline]] inline absl::Status Engine::Impl::WriteSmallCommitBody(ThreadTx& t,
+                                                                              uint8_t* one_at) {
+  const Persister& persister = pool.persister();
+  static_assert(kCrcInLoop || !kStream, "a streamed record's checksum is computed as it goes");
+  static_assert(!kLine || (kOne && !kStream && kCrcInLoop), "only the clwb one-word commit pads");
+  // The failed mode (an msync error: only the paths that fence with Persister::Fence can meet
+  // it): nothing more can be made durable, so the transaction is rolled back.
+  if constexpr (!kOne && !kStream) {
+    if (persister.failed()) [[unlikely]]
+      return SmallCommitFailed(t, pool.health());
+  }
+  // 1. The record's shape and size, in registers only (ShapeOf).
+  SmallRecord r = ShapeOf<kOne, kLine>(*this, t, one_at);
+  [[maybe_unused]] const bool pad_one = !kOne && !kStream && r.k == 1 && pad_ones_;
   // 2. The commit-order stamp (chosen while the caller still holds its locks, as in
   //    WriteCommit; from the thread's block, without a locked instruction, when no declared
   //    word's newest record is newer) and room in the log, taken without a call while the tail
   //    block has it.
-  uint32_t stamp_key;
-  const uint64_t stamp = SmallCommitStamp(t, solo, older, stamp_key);
+  r.stamp = SmallCommitStamp(t, r.solo, r.older, r.stamp_key);
   txn_internal::Chain& log = store.chain(t.slot);
-  uint8_t* at = kOne ? one_at : store.TryReserve(log, bytes + (pad_one ? kMaxLinePad : 0));
+  r.at = kOne ? one_at : store.TryReserve(log, r.bytes + (pad_one ? kMaxLinePad : 0));
   if constexpr (!kOne) {  // (kOne: there is room, SmallCommitOneReady)
-    if (at == nullptr) [[unlikely]] {
-      absl::StatusOr<uint8_t*> r = store.Reserve(log, t.slot, bytes + (pad_one ? kMaxLinePad : 0));
-      if (!r.ok()) return SmallCommitFailed(t, r.status());
-      at = *r;
+    if (r.at == nullptr) [[unlikely]] {
+      absl::StatusOr<uint8_t*> at =
+          store.Reserve(log, t.slot, r.bytes + (pad_one ? kMaxLinePad : 0));
+      if (!at.ok()) return SmallCommitFailed(t, at.status());
+      r.at = *at;
     }
     if (pad_one) {
-      pad_words = txn_internal::LinePad(reinterpret_cast<uintptr_t>(at), bytes) / 8;
-      rec_words += pad_words;
-      bytes = rec_words * 8;
+      r.pad_words = txn_internal::LinePad(reinterpret_cast<uintptr_t>(r.at), r.bytes) / 8;
+      r.rec_words += r.pad_words;
+      r.bytes = r.rec_words * 8;
     }
   }
   // The log line this thread's commit writes a few commits from now (kLogWriteAhead bytes on),
@@ -389,142 +649,39 @@ template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine, class Ops>
   // not slow down at 64 MiB instead of 1 MiB). Past the block's end it fetches
   // another block's line, or none: a hint, never a fault (docs/txn.md, "Design notes", "Write
   // prefetches", measures it with the slot's prefetch in add()).
-  txn_internal::PrefetchForWrite(at + kLogWriteAhead);
-  // (at == BlockAt(log.tail) + log.pos, as read again below; kOne keeps what it needs of the
-  // chain in registers instead, the position to publish among them.)
-  const uint64_t gen = store.BlockGen(log.tail);
-  const uint64_t one_published = kOne ? txn_internal::LogStore::PublishedAfter(log, bytes) : 0;
-  // 3. The record, straight into the log: the header's words after the first (stamp, epoch,
-  //    gen), the entries (each word's value now, the transaction's last), and the checksum
-  //    alongside (the header first with its crc field taken as zero, as RecordCrc computes
-  //    it); then the header's first word, which holds the checksum. Before the fence the record
-  //    may be on media whole, torn or absent in any mix of its words; only the checksum, over
-  //    all of it, marks it committed.
+  txn_internal::PrefetchForWrite(r.at + kLogWriteAhead);
+  // (at == BlockAt(log.tail) + log.pos, as read again in EndSmallCommit; kOne keeps what it
+  // needs of the chain in registers instead, the position to publish among them.)
+  r.gen = store.BlockGen(log.tail);
+  r.one_published = kOne ? txn_internal::LogStore::PublishedAfter(log, r.bytes) : 0;
+  // 3. The record, straight into the log (the writer of its shape, PutSmallRecord), and the
+  //    checksum alongside, the header's words first.
   uint64_t crc = 0xFFFFFFFFu;
-  const uint64_t head0 = rec_words | static_cast<uint64_t>(RecordKind::kCommit) << 16;
+  r.head0 = r.rec_words | static_cast<uint64_t>(RecordKind::kCommit) << 16;
   if constexpr (kCrcInLoop) {
-    crc = Crc8(crc, head0);
-    crc = Crc8(crc, stamp);
+    crc = Crc8(crc, r.head0);
+    crc = Crc8(crc, r.stamp);
     crc = Crc8(crc, t.hot.epoch);
-    crc = Crc8(crc, gen);
+    crc = Crc8(crc, r.gen);
   }
-  {
-    const uint8_t* const base = pool.base();
-    auto* const d = reinterpret_cast<uint64_t*>(at);
-    // Single-word entries only (no run; duplicates dropped): each entry is {head, value}, so
-    // the stream goes in 16-byte pairs without a per-word test of the alignment; the words are
-    // those `keep` names (all when none repeats), in declaration order. (The four loops are
-    // written out: with the entry's stores in a lambda, GCC 12 made each K = 16 transaction
-    // ~8% more instructions, callgrind.)
-    if constexpr (kOne && !kStream) {
-      // One entry: the checksum first, then the record's six words as three 16-byte stores.
-      const auto [head, value] = SingleEntry<kCrcInLoop>(wb[0].word, base, crc);
-      if constexpr (kLine) {
-        for (size_t i = 0; i < pad_words; ++i) crc = Crc8(crc, txn_internal::kPadWord);
-      }
-      Store16(d, head0 | static_cast<uint64_t>(~static_cast<uint32_t>(crc)) << 32, stamp);
-      Store16(d + 2, t.hot.epoch, gen);
-      Store16(d + 4, head, value);
-      if constexpr (kLine) {
-        for (size_t i = 0; i < pad_words; ++i) d[6 + i] = txn_internal::kPadWord;
-      }
-    } else if (kStream && joins == 0 && (reinterpret_cast<uintptr_t>(d) & 8) == 0) {
-      // A 16-byte-aligned record: word 1 | words 2-3 | each entry {head, value}: aligned pairs.
-      Ops::Stream8(persister, txn_internal::kStreamPairs, d + 1, stamp);
-      Ops::Stream16(persister, txn_internal::kStreamPairs, d + 2, t.hot.epoch, gen);
-      uint64_t* e = d + sizeof(RecordHeader) / 8;
-      if (dups == 0) {
-        for (const WriteRec* w = wb; w != wb + k; ++w, e += 2) {
-          const auto [head, value] = SingleEntry<kCrcInLoop>(w->word, base, crc);
-          Ops::Stream16(persister, txn_internal::kStreamPairs, e, head, value);
-        }
-      } else {
-        for (uint64_t m = keep; m != 0; m &= m - 1, e += 2) {
-          const auto [head, value] =
-              SingleEntry<kCrcInLoop>(wb[__builtin_ctzll(m)].word, base, crc);
-          Ops::Stream16(persister, txn_internal::kStreamPairs, e, head, value);
-        }
-      }
-    } else if (kStream && joins == 0) {
-      // The other alignment: words 1-2 | word 3 and the first head | each value with the next
-      // head | the last value alone.
-      Ops::Stream16(persister, txn_internal::kStreamOdd, d + 1, stamp, t.hot.epoch);
-      uint64_t carry = gen;
-      uint64_t* e = d + 3;
-      if (dups == 0) {
-        for (const WriteRec* w = wb; w != wb + k; ++w, e += 2) {
-          const auto [head, value] = SingleEntry<kCrcInLoop>(w->word, base, crc);
-          Ops::Stream16(persister, txn_internal::kStreamOdd, e, carry, head);
-          carry = value;
-        }
-      } else {
-        for (uint64_t m = keep; m != 0; m &= m - 1, e += 2) {
-          const auto [head, value] =
-              SingleEntry<kCrcInLoop>(wb[__builtin_ctzll(m)].word, base, crc);
-          Ops::Stream16(persister, txn_internal::kStreamOdd, e, carry, head);
-          carry = value;
-        }
-      }
-      Ops::Stream8(persister, txn_internal::kStreamOdd, e, carry);
-    } else {
-      const bool single = joins == 0;  // no run of two words or more
-      WordSink<kStream, Ops> sink(persister, d + 1, stamp);
-      sink.Put(t.hot.epoch);
-      sink.Put(gen);
-      for (uint64_t m = keep; m != 0; m &= m - 1) {
-        const unsigned i = static_cast<unsigned>(__builtin_ctzll(m));
-        const uint64_t wd = wb[i].word;
-        if ((starts >> i & 1) != 0) {
-          uint64_t n = 1;
-          if (!single) [[unlikely]] {  // the run's length: its declarations kept up to the next
-            const uint64_t after = ~uint64_t{0} << i << 1;  // declarations after i
-            const uint64_t next = starts & after;
-            const uint64_t upto = next == 0 ? ~uint64_t{0} : (next & -next) - 1;
-            n += static_cast<uint64_t>(__builtin_popcountll(keep & after & upto));
-          }
-          const uint64_t head = MakeEntryHead(EntryType::kData, n, wd);
-          sink.Put(head);
-          if constexpr (kCrcInLoop) crc = Crc8(crc, head);
-        }
-        const uint64_t value = ValueOf(base, wd);
-        sink.Put(value);
-        if constexpr (kCrcInLoop) crc = Crc8(crc, value);
-      }
-      for (size_t i = 0; i < pad_words; ++i) {  // (pad_one)
-        sink.Put(txn_internal::kPadWord);
-        if constexpr (kCrcInLoop) crc = Crc8(crc, txn_internal::kPadWord);
-      }
-      sink.End();
-    }
-  }
+  crc = PutSmallRecord<kCrcInLoop, kStream, kOne, kLine, Ops>(persister, r, t, pool.base(), crc);
+  return EndSmallCommit<kCrcInLoop, kStream, kOne, Ops>(t, persister, log, r, crc);
+}
+
+template <bool kCrcInLoop, bool kStream, bool kOne, class Ops>
+[[gnu::always_inline]] inline absl::Status Engine::Impl::EndSmallCommit(ThreadTx& t,
+                                                                        const Persister& persister,
+                                                                        txn_internal::Chain& log,
+                                                                        const SmallRecord& r,
+                                                                        uint64_t crc) {
   // What follows reads the log position, the block's gen and the epoch again rather than keep
   // them in registers across the loop (the stores above may alias them, so the compiler cannot
   // reuse them): spilling them would be stores too. kOne has no loop and few live values: it
   // keeps the record's address and the position to publish (bench/fence_path.sh: 454 -> 406
   // instructions from one commit's fence to the next with the other changes of that commit).
   txn_internal::Chain& tail = kOne ? log : store.chain(t.slot);
-  auto* const rec = reinterpret_cast<uint64_t*>(kOne ? at : store.BlockAt(tail.tail) + tail.pos);
-  if constexpr (kOne && !kStream) {
-    // (stored above, with the rest)
-  } else if constexpr (kCrcInLoop) {
-    const uint64_t h0 = head0 | static_cast<uint64_t>(~static_cast<uint32_t>(crc)) << 32;
-    if constexpr (kStream) {
-      Ops::Stream8(persister, txn_internal::kStreamHead, rec, h0);
-    } else {
-      *rec = h0;
-    }
-  } else {
-    RecordWriter::FinishHeader(rec, rec_words, RecordKind::kCommit, stamp, t.hot.epoch,
-                               store.BlockGen(tail.tail));
-  }
-  if constexpr (kOne) {  // (the counters exist, no site is disabled: CommitOne)
-    if constexpr (!kStream) Ops::Clwb(persister, txn_internal::kOneClwb, rec, bytes);
-    Ops::CountFlush(persister, *epoch_internal::tls_counters, rec, bytes);
-  } else if constexpr (kStream) {
-    persister.CountStream(rec, bytes);
-  } else {
-    persister.Flush(txn_internal::kSmallFlush, rec, bytes);
-  }
+  auto* const rec = reinterpret_cast<uint64_t*>(kOne ? r.at : store.BlockAt(tail.tail) + tail.pos);
+  FinishSmallRecord<kCrcInLoop, kStream, kOne, Ops>(persister, store, tail, r, t, rec, crc);
   // The transaction's volatile bookkeeping and the statistics go before the fence, where they
   // overlap the drain of the record's stores. The record is complete, so nothing below can
   // fail; the transaction ends here.
@@ -534,7 +691,7 @@ template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine, class Ops>
     t.one_commits.Add(1);
   } else {
     t.commits.Add(1);
-    t.record_bytes.Add(bytes - pad_words * 8);  // (line padding not counted: Stats)
+    t.record_bytes.Add(r.bytes - r.pad_words * 8);  // (line padding not counted: Stats)
     KickIfOverTrigger();  // (kOne: SmallCommitOneReady checked it; no block taken since)
   }
   // What the stores after the fence store, computed before it (see "Stores after the fence"
@@ -542,9 +699,9 @@ template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine, class Ops>
   // retires, and the fewer they are, the sooner the caller's next transaction starts its
   // misses).
   const uint64_t published =
-      kOne ? one_published : txn_internal::LogStore::PublishedAfter(tail, bytes);
-  const uint64_t v = WordIndex::Pack(stamp_key, t.hot.epoch);
-  const WriteRec* const w_end = wb + k;
+      kOne ? r.one_published : txn_internal::LogStore::PublishedAfter(tail, r.bytes);
+  const uint64_t v = WordIndex::Pack(r.stamp_key, t.hot.epoch);
+  const WriteRec* const w_end = r.wb + r.k;
   epoch::ThreadSlot& guard_slot = *t.epoch_slot;
   EndKeepingGuard(t, /*small=*/true);
   // 4. The one fence, the commit point: a crash before it completes finds the record whole (the
@@ -563,7 +720,9 @@ template <bool kCrcInLoop, bool kStream, bool kOne, bool kLine, class Ops>
   //    reclaimer may drop a word's older records once the index names a newer one). Straight
   //    from the write list (EndKeepingGuard emptied it but left its entries): a word declared
   //    twice gets the same value twice.
-  for (const WriteRec* w = wb; w != w_end; ++w) slots[w->word].store(v, std::memory_order_release);
+  for (const WriteRec* w = r.wb; w != w_end; ++w) {
+    r.slots[w->word].store(v, std::memory_order_release);
+  }
   // Last, the guard: the epoch cannot complete before the record is durable and published.
   epoch::Guard::Exit(guard_slot);
   // A fence that failed (the failed mode): the transaction took effect, but whether its record

@@ -140,6 +140,9 @@ class SmallWordSet {
   uint64_t gen_ = 0;
 };
 
+// A small commit's record as its writers see it (small_commit.cc).
+struct SmallRecord;
+
 // Transactions with no allocation or free and at most this many declarations commit through
 // Engine::Impl::WriteSmallCommit.
 inline constexpr size_t kSmallCommitWrites = 64;
@@ -362,6 +365,9 @@ class Engine::Impl {
   absl::Status Doom(txn_internal::ThreadTx& t, absl::Status st);
   absl::Status Snapshot(txn_internal::ThreadTx& t);
   absl::Status WriteCommit(txn_internal::ThreadTx& t);
+  // WriteCommit's step 5 for the blocks t frees: their words cold in the index, and their lines
+  // no longer fast (WordIndex::kFreed).
+  void MakeFreedWordsCold(const txn_internal::ThreadTx& t);
 
  public:
   // A transaction with no allocation or free and 1 to kSmallCommitWrites declarations: writes
@@ -417,6 +423,15 @@ class Engine::Impl {
             class Ops = PmemOps>
   [[gnu::always_inline]] absl::Status WriteSmallCommitBody(txn_internal::ThreadTx& t,
                                                            uint8_t* one_at = nullptr);
+  // The body's last steps, once the record's words after the first are in the log: its first
+  // word (the checksum) and flush, the transaction's end, the fence, the published position, the
+  // index and the guard. `crc`: the record's checksum.
+  template <bool kCrcInLoop, bool kStream, bool kOne, class Ops>
+  [[gnu::always_inline]] absl::Status EndSmallCommit(txn_internal::ThreadTx& t,
+                                                     const Persister& persister,
+                                                     txn_internal::Chain& log,
+                                                     const txn_internal::SmallRecord& r,
+                                                     uint64_t crc);
   // The commit-order stamp of a small commit: the next of the thread's block when `solo`
   // (SmallCommitSolo) or `older` (every declared word's newest record has a smaller stamp than
   // that one, by StampPrecedes on the word's index slot read with acquire before the call),
