@@ -253,7 +253,7 @@ void Engine::Impl::MakeFreedWordsCold(const ThreadTx& t) {
   // declares the freed words meanwhile (they are this one's until the heap frees them in
   // WriteCommit's step 6), but one may hold another word of the line, declared on the fast
   // path: the reclaimer makes no word of a kFreed line cold before the grace period of its own
-  // unmarking (Reclaim).
+  // unmarking (ReclaimCycle::DecideOne, reclaim.cc).
   for (const BlockRec& f : t.frees) {
     uint64_t done_line = ~uint64_t{0};
     for (uint64_t wd = f.offset / 8; wd < (f.offset + f.bytes) / 8; ++wd) {

@@ -3,8 +3,8 @@
 // hooks; Engine::Impl's construction (the one-declaration commit's path, fixed from the pool's
 // persister) and the log's backpressure (SetThresholds: the budget, the stall and trigger sizes;
 // WaitForRoom: a begin that waits for the reclaimer, and the failed mode when the log cannot
-// drain). The store orders it relies on are argued where the stores are: the close's in
-// reclaim.cc (WriteBackForClose, RetireForClose), the open's in recovery.cc.
+// drain). The store orders it relies on are argued where the stores are: the close's in close.cc
+// (WriteBackForClose, RetireForClose), the open's in recovery.cc.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -260,13 +260,6 @@ absl::Status Engine::Impl::WaitForRoom() {
   }
   pool.health_state().Fail(std::move(cause));
   return pool.health();
-}
-
-void Engine::Impl::Kick() {
-  if (!bg_kick_.exchange(true)) {
-    std::lock_guard<std::mutex> l(bg_mu_);  // the waiter tests bg_kick_ under this mutex
-    bg_cv_.notify_one();
-  }
 }
 
 }  // namespace pmrt::txn

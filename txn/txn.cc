@@ -300,9 +300,9 @@ absl::Status Engine::Impl::Add(ThreadTx& t, const void* p, size_t n) {
       }
       // Move the touch epoch forward. The reclaimer's CAS of the old value (to cold) now fails,
       // so the word's newest record stays while this transaction can still fail. Pairs with
-      // the reclaimer's cold CAS in Reclaim. (The data line is not registered dirty: a hot
-      // word's committed value is in its newest record; the reclaimer writes the line back
-      // when the word goes cold.)
+      // the reclaimer's cold CAS (ReclaimCycle::DecideOne, reclaim.cc). (The data line is not
+      // registered dirty: a hot word's committed value is in its newest record; the reclaimer
+      // writes the line back when the word goes cold.)
       if (slot.compare_exchange_weak(v, WordIndex::Pack(WordIndex::Key(v), t.hot.epoch),
                                      std::memory_order_acq_rel, std::memory_order_acquire)) {
         break;

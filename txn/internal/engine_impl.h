@@ -1,7 +1,8 @@
 // Engine::Impl: the state behind txn::Engine, shared by the files of txn/: engine.cc (open,
 // close, backpressure), txn.cc (begin, add, abort), snapshot.cc (cold words), commit.cc (the
 // commit paths and the general record), small_commit.cc (the small commit's record writers),
-// reclaim.cc (the reclaimer) and recovery.cc (open). Only txn/ includes this.
+// reclaim.cc (a reclamation cycle), background.cc (the background thread), close.cc (the clean
+// close) and recovery.cc (open). Only txn/ includes this.
 #ifndef PMRT_TXN_INTERNAL_ENGINE_IMPL_H_
 #define PMRT_TXN_INTERNAL_ENGINE_IMPL_H_
 
@@ -73,7 +74,8 @@ inline constexpr Site kStampMutant{"txn.mutant.small_commit_stamp"};
 // block) without reading the counter.
 inline constexpr Site kSoloMutant{"txn.mutant.small_commit_solo"};
 // And a reclaimer that makes a word of a fast line cold at once when it unmarks the line, without
-// waiting for the epoch of the unmarking to complete (Reclaim; docs/txn.md, "Fast lines").
+// waiting for the epoch of the unmarking to complete (ReclaimCycle::DecideOne; docs/txn.md,
+// "Fast lines").
 inline constexpr Site kGraceMutant{"txn.mutant.fast_line_grace"};
 // And one that takes a line a free unmarked (WordIndex::kFreed) for one never marked, making its
 // other words cold without a grace period.
@@ -287,7 +289,7 @@ class Engine::Impl {
   absl::Status Recover();
   void SetThresholds();  // after Recover (the block size is known): stall_blocks_, trigger_blocks_
 
-  // ---- reclamation (reclaim.cc) ----
+  // ---- reclamation (reclaim.cc: a cycle; background.cc: the thread; close.cc: the close) ----
   // `idle`: the background thread's cycle of an idle engine (BackgroundLoop): a full cycle at
   // the smallest cold age (touch_slack), so every word goes cold and the log empties.
   absl::Status Reclaim(bool advance, bool idle = false);
