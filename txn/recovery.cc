@@ -4,8 +4,10 @@
 // failed epoch, and make it all durable. docs/txn.md, "Recovery".
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <tuple>
 #include <unordered_set>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/crc32c.h"
@@ -40,68 +42,110 @@ uint32_t RecordKey(const RecordRef& r) {
              : WordIndex::KeyOf(r.h->stamp);
 }
 
-}  // namespace
+// One open's recovery: what the steps find, and a method per step (Engine::Impl::Recover runs
+// them in order). Steps 5 and 6 run only on a crashed pool, inside one epoch guard (the caller's);
+// the records found point into the mapped log.
+class Recovery {
+ public:
+  explicit Recovery(Engine::Impl& impl) : impl_(impl) {}
 
-absl::Status Engine::Impl::Recover() {
-  const auto start = std::chrono::steady_clock::now();
+  absl::Status OpenDirectory();  // 0
+  void ReadDescriptor();         // 1
+  void WalkLogs();               // 2
+  void SortByStamp();            // 3
+  void RebuildIndex();           // 4
+  void ReplayData();             // 5
+  absl::Status ReplayHeap();     // 6
+  absl::Status ReplayLogical();  // 6b
+  absl::Status MakeDurable();    // 7 and 8
+  void Finish();                 // the engine's volatile state after recovery
+
+ private:
+  Engine::Impl& impl_;
+  txn_internal::DirectoryLayout* dir_ = nullptr;
+  Descriptor d_{};                  // the current reclamation descriptor (zero: none)
+  uint64_t max_stamp_ = 0;          // every stamp found is at most this
+  std::vector<RecordRef> compact_;  // K's records, in chain order
+  std::vector<RecordRef> recs_;     // the thread records still applied (epoch > horizon)
+  // The logical operations of the committed transactions replayed in step 6, in commit order
+  // (handed to the layer above in step 6b).
+  std::vector<LogicalOp> logical_;
+};
+
+absl::Status Recovery::OpenDirectory() {
+  Engine::Impl& e = impl_;
   // 0. The directory (created in a new pool; the Sync makes it durable before any transaction
   //    can put a block in its table).
   bool created = false;
-  RETURN_IF_ERROR(store.Open(options.block_size, &created));
-  if (created) RETURN_IF_ERROR(epochs.Sync());
+  RETURN_IF_ERROR(e.store.Open(e.options.block_size, &created));
+  if (created) RETURN_IF_ERROR(e.epochs.Sync());
   // Records of one declaration end at a cache line (docs/txn.md, "Line-ending records"), except
   // in a version-1 directory, which keeps version-1 records (no pad words) for its older
   // readers, and where records are streamed (non-temporal stores; not measured padded).
-  pad_ones_ = store.version() >= txn_internal::kFirstPaddedVersion &&
-              !pool.persister().StreamsRecords(sizeof(txn_internal::RecordHeader) + 16);
-  if (one_path_ == OnePath::kClwb && pad_ones_) one_path_ = OnePath::kClwbLine;
-  if (one_path_ == OnePath::kSimClwb && pad_ones_) one_path_ = OnePath::kSimClwbLine;
-  txn_internal::DirectoryLayout* dir = store.dir();
+  e.pad_ones_ = e.store.version() >= txn_internal::kFirstPaddedVersion &&
+                !e.pool.persister().StreamsRecords(sizeof(txn_internal::RecordHeader) + 16);
+  using OnePath = Engine::Impl::OnePath;
+  if (e.one_path_ == OnePath::kClwb && e.pad_ones_) e.one_path_ = OnePath::kClwbLine;
+  if (e.one_path_ == OnePath::kSimClwb && e.pad_ones_) e.one_path_ = OnePath::kSimClwbLine;
+  dir_ = e.store.dir();
+  return absl::OkStatus();
+}
 
+void Recovery::ReadDescriptor() {
+  Engine::Impl& e = impl_;
   // 1. The current reclamation descriptor: the valid one with the higher seq. A torn or stale
   //    one (crc) is ignored; the other is then the last one written completely.
   int cur = -1;
   for (int i = 0; i < 2; ++i) {
-    if (DescriptorValid(dir->desc[i]) && (cur < 0 || dir->desc[i].seq > dir->desc[cur].seq))
+    if (DescriptorValid(dir_->desc[i]) && (cur < 0 || dir_->desc[i].seq > dir_->desc[cur].seq))
       cur = i;
   }
-  Descriptor d{};
-  if (cur >= 0) d = dir->desc[cur];
-  horizon = d.horizon;
-  seq = d.seq;
-  desc_line = cur >= 0 ? cur : 1;
-  uint64_t max_stamp = d.max_stamp;
+  if (cur >= 0) d_ = dir_->desc[cur];
+  e.horizon = d_.horizon;
+  e.seq = d_.seq;
+  e.desc_line = cur >= 0 ? cur : 1;
+  max_stamp_ = d_.max_stamp;
+}
 
+void Recovery::WalkLogs() {
+  Engine::Impl& e = impl_;
   // 2. Walk the compacted log K and every thread log. Thread records of epochs <= horizon were
   //    folded into K by the cycle that wrote the descriptor (or dropped): never applied.
-  std::vector<RecordRef> compact, recs;
-  if (d.k_head != 0) {
-    store.WalkChain(d.k_head, kCompactSlot, store.chain(kCompactSlot), [&](const RecordRef& r) {
-      ++records_read_at_open;
-      // Every segment up to the current cycle's; a later one is a failed cycle's.
-      if (r.h->kind == static_cast<uint16_t>(RecordKind::kCompact) && r.h->stamp <= d.seq)
-        compact.push_back(r);
-    });
+  if (d_.k_head != 0) {
+    e.store.WalkChain(
+        d_.k_head, kCompactSlot, e.store.chain(kCompactSlot), [&](const RecordRef& r) {
+          ++e.records_read_at_open;
+          // Every segment up to the current cycle's; a later one is a failed cycle's.
+          if (r.h->kind == static_cast<uint16_t>(RecordKind::kCompact) && r.h->stamp <= d_.seq)
+            compact_.push_back(r);
+        });
   }
   for (uint32_t s = 0; s < kMaxSlots; ++s) {
-    const uint64_t head = dir->heads[s].load(std::memory_order_acquire);
+    const uint64_t head = dir_->heads[s].load(std::memory_order_acquire);
     if (head == 0) continue;
-    store.WalkChain(head, s, store.chain(s), [&](const RecordRef& r) {
-      ++records_read_at_open;
+    e.store.WalkChain(head, s, e.store.chain(s), [&](const RecordRef& r) {
+      ++e.records_read_at_open;
       if (r.h->kind == static_cast<uint16_t>(RecordKind::kCompact)) return;
-      max_stamp = std::max(max_stamp, r.h->stamp);
-      if (r.h->epoch > horizon) recs.push_back(r);
+      max_stamp_ = std::max(max_stamp_, r.h->stamp);
+      if (r.h->epoch > e.horizon) recs_.push_back(r);
     });
   }
+}
+
+void Recovery::SortByStamp() {
   // 3. Commit order: K first, in chain order (its segments oldest first; every entry of it
   //    predates every thread record still applied: those are of later epochs), then the thread
   //    records by stamp.
   if (!mutation::Swapped(txn_internal::kOrderMutant)) {
-    std::stable_sort(recs.begin(), recs.end(), [](const RecordRef& a, const RecordRef& b) {
+    std::stable_sort(recs_.begin(), recs_.end(), [](const RecordRef& a, const RecordRef& b) {
       return a.h->stamp < b.h->stamp;
     });
   }
+}
 
+void Recovery::RebuildIndex() {
+  Engine::Impl& e = impl_;
+  txn_internal::WordIndex& index = *e.index;
   // 4. Pass 1, the index: in commit order, each record becomes the newest of its words; a free
   //    (tombstone) makes its block's words cold, so no older record is replayed into the
   //    block's next life.
@@ -112,117 +156,150 @@ absl::Status Engine::Impl::Recover() {
       if (t == EntryType::kAlloc || t == EntryType::kLogical) return;
       const uint64_t store_v = t == EntryType::kData ? v : 0;
       for (uint64_t w = EntryWord(head), n = EntryWords(head); n > 0; --n, ++w) {
-        if (w < index->words()) index->at(w).store(store_v, std::memory_order_relaxed);
+        if (w < index.words()) index.at(w).store(store_v, std::memory_order_relaxed);
       }
     });
   };
-  for (const RecordRef& r : compact) index_pass(r);
-  for (const RecordRef& r : recs) index_pass(r);
+  for (const RecordRef& r : compact_) index_pass(r);
+  for (const RecordRef& r : recs_) index_pass(r);
   // The reclaimer's keys of K's data words (k_keys_): the key index_pass gave each.
-  k_keys_.clear();
-  for (const RecordRef& r : compact) {
+  e.k_keys_.clear();
+  for (const RecordRef& r : compact_) {
     ForEachEntry(r.h, [&](uint64_t head, const uint64_t*) {
       if (EntryTypeOf(head) == EntryType::kData)
-        k_keys_.insert(k_keys_.end(), EntryWords(head), RecordKey(r));
+        e.k_keys_.insert(e.k_keys_.end(), EntryWords(head), RecordKey(r));
     });
   }
+}
 
+void Recovery::ReplayData() {
+  Engine::Impl& e = impl_;
+  // 5. Pass 2, the data: each word takes the value of its newest record (redo for committed
+  //    transactions; for a word an uncommitted transaction modified in place, its newest
+  //    record is the committed value or that transaction's snapshot: undo). Registered dirty:
+  //    durable at the Sync below. Idempotent: a crash before then replays the same values.
+  uint8_t* base = e.pool.base();
+  auto apply = [&](const RecordRef& r) {
+    const uint32_t key = RecordKey(r);
+    ForEachEntry(r.h, [&](uint64_t head, const uint64_t* values) {
+      if (EntryTypeOf(head) != EntryType::kData) return;
+      const uint64_t w0 = EntryWord(head), n = EntryWords(head);
+      if ((w0 + n) * 8 > e.pool.size()) return;
+      for (uint64_t i = 0; i < n; ++i) {
+        if (WordIndex::Key(e.index->at(w0 + i).load(std::memory_order_relaxed)) != key) continue;
+        std::memcpy(base + (w0 + i) * 8, &values[i], 8);
+        if (!mutation::Swapped(txn_internal::kDirtyReplayedWord)) {
+          e.epochs.RecordDirty(base + (w0 + i) * 8, 8);
+        }
+        ++e.recovered_words;
+      }
+    });
+    ++e.recovered_records;
+  };
+  for (const RecordRef& r : compact_) apply(r);
+  for (const RecordRef& r : recs_) apply(r);
+}
+
+absl::Status Recovery::ReplayHeap() {
+  Engine::Impl& e = impl_;
+  // 6. The heap: log blocks whose allocation was rolled back are re-marked; then the
+  //    allocations and frees of committed transactions of failed epochs not yet replayed
+  //    (stamp above replayed_stamp), each block taking its last operation. Every
+  //    MarkAllocated runs before any MarkFreed (which may start using a chunk).
+  RETURN_IF_ERROR(e.store.MarkTableAllocated());
+  const uint64_t replayed = dir_->replayed_stamp.load(std::memory_order_acquire);
+  // (offset, op, usable size), in commit order.
+  std::vector<std::tuple<uint64_t, EntryType, uint64_t>> ops;
+  for (const RecordRef& r : recs_) {
+    if (r.h->stamp <= replayed || r.h->kind != static_cast<uint16_t>(RecordKind::kCommit) ||
+        !e.epochs.PredatesExecution(r.h->epoch) || !e.epochs.IsFailed(r.h->epoch)) {
+      continue;
+    }
+    ForEachEntry(r.h, [&](uint64_t head, const uint64_t* values) {
+      const EntryType t = EntryTypeOf(head);
+      if (t == EntryType::kAlloc || t == EntryType::kFree) {
+        ops.emplace_back(EntryWord(head) * 8, t, EntryWords(head) * 8);
+      } else if (t == EntryType::kLogical) {
+        logical_.push_back({EntryWord(head), r.h->stamp,
+                            std::string(reinterpret_cast<const char*>(values + 1), values[0])});
+      }
+    });
+  }
+  std::unordered_set<uint64_t> seen;
+  std::vector<std::tuple<uint64_t, EntryType, uint64_t>> last;
+  for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
+    if (seen.insert(std::get<0>(*it)).second) last.push_back(*it);
+  }
+  for (const auto& [off, t, usable] : last)
+    if (t == EntryType::kAlloc) RETURN_IF_ERROR(e.heap.MarkAllocated(off, usable));
+  for (const auto& [off, t, usable] : last)
+    if (t == EntryType::kFree) RETURN_IF_ERROR(e.heap.MarkFreed(off));
+  return absl::OkStatus();
+}
+
+absl::Status Recovery::ReplayLogical() {
+  Engine::Impl& e = impl_;
+  if (logical_.empty()) return absl::OkStatus();
+  // 6b. The layers above replay their operations (outside step 5's guard: each takes its own),
+  //     in the same epoch as steps 5-6, so that step 7 makes them durable too and step 8's
+  //     stamp covers them. Without a handler they would be lost: refused.
+  if (!e.options.replay_logical) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        e.pool.path(), ": the transaction log holds ", logical_.size(),
+        " committed operations of a layer above the engine (a pmrt::Runtime's named indexes) "
+        "to replay; open the pool with that layer (pmrt::Runtime::Open)"));
+  }
+  return e.options.replay_logical(logical_);
+}
+
+absl::Status Recovery::MakeDurable() {
+  Engine::Impl& e = impl_;
+  // 7. Everything above becomes durable (the boundary writes back the replayed words and the
+  //    heap's changes).
+  RETURN_IF_ERROR(e.epochs.Sync());
+  // 8. Allocation ops up to max_stamp are applied and durable. Epoch-scoped: durable at the
+  //    next boundary. A crash before that replays them again, which is idempotent: nothing
+  //    that could contradict them (a later free) is durable before this word is.
+  if (max_stamp_ > dir_->replayed_stamp.load(std::memory_order_relaxed)) {
+    epoch::Guard g(e.epochs);
+    dir_->replayed_stamp.store(max_stamp_, std::memory_order_release);
+    if (!mutation::Swapped(txn_internal::kDirtyReplayedStamp)) {
+      e.epochs.RecordDirty(&dir_->replayed_stamp, sizeof(uint64_t));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Recovery::Finish() {
+  Engine::Impl& e = impl_;
+  e.next_stamp.store(std::max(max_stamp_, dir_->replayed_stamp.load()) + 1);
+  e.store.BuildFreePool();
+  Chain& k = e.store.chain(kCompactSlot);
+  std::lock_guard<std::mutex> l(k.mu);
+  e.compact_bytes = k.blocks.size() * e.store.block_size();
+}
+
+}  // namespace
+
+absl::Status Engine::Impl::Recover() {
+  const auto start = std::chrono::steady_clock::now();
+  Recovery r(*this);
+  RETURN_IF_ERROR(r.OpenDirectory());
+  r.ReadDescriptor();
+  r.WalkLogs();
+  r.SortByStamp();
+  r.RebuildIndex();
   const bool crashed = !pool.was_clean_shutdown();
-  // The logical operations of the committed transactions replayed in step 6, in commit order.
-  std::vector<LogicalOp> logical;
   if (crashed) {
+    // Steps 5 and 6 run inside one epoch guard: what they register dirty and the heap's changes
+    // belong to its epoch, which step 7's Sync makes durable.
     epoch::Guard g(epochs);
-    // 5. Pass 2, the data: each word takes the value of its newest record (redo for committed
-    //    transactions; for a word an uncommitted transaction modified in place, its newest
-    //    record is the committed value or that transaction's snapshot: undo). Registered dirty:
-    //    durable at the Sync below. Idempotent: a crash before then replays the same values.
-    uint8_t* base = pool.base();
-    auto apply = [&](const RecordRef& r) {
-      const uint32_t key = RecordKey(r);
-      ForEachEntry(r.h, [&](uint64_t head, const uint64_t* values) {
-        if (EntryTypeOf(head) != EntryType::kData) return;
-        const uint64_t w0 = EntryWord(head), n = EntryWords(head);
-        if ((w0 + n) * 8 > pool.size()) return;
-        for (uint64_t i = 0; i < n; ++i) {
-          if (WordIndex::Key(index->at(w0 + i).load(std::memory_order_relaxed)) != key) continue;
-          std::memcpy(base + (w0 + i) * 8, &values[i], 8);
-          if (!mutation::Swapped(txn_internal::kDirtyReplayedWord)) {
-            epochs.RecordDirty(base + (w0 + i) * 8, 8);
-          }
-          ++recovered_words;
-        }
-      });
-      ++recovered_records;
-    };
-    for (const RecordRef& r : compact) apply(r);
-    for (const RecordRef& r : recs) apply(r);
-    // 6. The heap: log blocks whose allocation was rolled back are re-marked; then the
-    //    allocations and frees of committed transactions of failed epochs not yet replayed
-    //    (stamp above replayed_stamp), each block taking its last operation. Every
-    //    MarkAllocated runs before any MarkFreed (which may start using a chunk).
-    RETURN_IF_ERROR(store.MarkTableAllocated());
-    const uint64_t replayed = dir->replayed_stamp.load(std::memory_order_acquire);
-    // (offset, op, usable size), in commit order.
-    std::vector<std::tuple<uint64_t, EntryType, uint64_t>> ops;
-    for (const RecordRef& r : recs) {
-      if (r.h->stamp <= replayed || r.h->kind != static_cast<uint16_t>(RecordKind::kCommit) ||
-          !epochs.PredatesExecution(r.h->epoch) || !epochs.IsFailed(r.h->epoch)) {
-        continue;
-      }
-      ForEachEntry(r.h, [&](uint64_t head, const uint64_t* values) {
-        const EntryType t = EntryTypeOf(head);
-        if (t == EntryType::kAlloc || t == EntryType::kFree) {
-          ops.emplace_back(EntryWord(head) * 8, t, EntryWords(head) * 8);
-        } else if (t == EntryType::kLogical) {
-          logical.push_back({EntryWord(head), r.h->stamp,
-                             std::string(reinterpret_cast<const char*>(values + 1), values[0])});
-        }
-      });
-    }
-    std::unordered_set<uint64_t> seen;
-    std::vector<std::tuple<uint64_t, EntryType, uint64_t>> last;
-    for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
-      if (seen.insert(std::get<0>(*it)).second) last.push_back(*it);
-    }
-    for (const auto& [off, t, usable] : last)
-      if (t == EntryType::kAlloc) RETURN_IF_ERROR(heap.MarkAllocated(off, usable));
-    for (const auto& [off, t, usable] : last)
-      if (t == EntryType::kFree) RETURN_IF_ERROR(heap.MarkFreed(off));
+    r.ReplayData();
+    RETURN_IF_ERROR(r.ReplayHeap());
   }
-  if (!logical.empty()) {
-    // 6b. The layers above replay their operations (outside this function's guard: each takes
-    //     its own), in the same epoch as steps 5-6, so that step 7 makes them durable too and
-    //     step 8's stamp covers them. Without a handler they would be lost: refused.
-    if (!options.replay_logical) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          pool.path(), ": the transaction log holds ", logical.size(),
-          " committed operations of a layer above the engine (a pmrt::Runtime's named indexes) "
-          "to replay; open the pool with that layer (pmrt::Runtime::Open)"));
-    }
-    RETURN_IF_ERROR(options.replay_logical(logical));
-  }
-  if (crashed) {
-    // 7. Everything above becomes durable (the boundary writes back the replayed words and the
-    //    heap's changes).
-    RETURN_IF_ERROR(epochs.Sync());
-    // 8. Allocation ops up to max_stamp are applied and durable. Epoch-scoped: durable at the
-    //    next boundary. A crash before that replays them again, which is idempotent: nothing
-    //    that could contradict them (a later free) is durable before this word is.
-    if (max_stamp > dir->replayed_stamp.load(std::memory_order_relaxed)) {
-      epoch::Guard g(epochs);
-      dir->replayed_stamp.store(max_stamp, std::memory_order_release);
-      if (!mutation::Swapped(txn_internal::kDirtyReplayedStamp)) {
-        epochs.RecordDirty(&dir->replayed_stamp, sizeof(uint64_t));
-      }
-    }
-  }
-  next_stamp.store(std::max(max_stamp, dir->replayed_stamp.load()) + 1);
-  store.BuildFreePool();
-  {
-    Chain& k = store.chain(kCompactSlot);
-    std::lock_guard<std::mutex> l(k.mu);
-    compact_bytes = k.blocks.size() * store.block_size();
-  }
+  RETURN_IF_ERROR(r.ReplayLogical());
+  if (crashed) RETURN_IF_ERROR(r.MakeDurable());
+  r.Finish();
   recovery_time = std::chrono::steady_clock::now() - start;
   // Committed transactions are replayed (durable by the Sync above, the rest epoch-scoped):
   // the pool may be marked cleanly shut down as far as this layer is concerned.

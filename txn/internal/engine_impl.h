@@ -1,5 +1,8 @@
-// Engine::Impl: the state behind txn::Engine, shared by txn.cc (transactions), reclaim.cc (the
-// reclaimer) and recovery.cc (open). Only txn/ includes this.
+// Engine::Impl: the state behind txn::Engine, shared by the files of txn/: engine.cc (open,
+// close, backpressure), txn.cc (begin, add, abort), snapshot.cc (cold words), commit.cc (the
+// commit paths and the general record), small_commit.cc (the small commit's record writers),
+// reclaim.cc (a reclamation cycle), background.cc (the background thread), close.cc (the clean
+// close) and recovery.cc (open). Only txn/ includes this.
 #ifndef PMRT_TXN_INTERNAL_ENGINE_IMPL_H_
 #define PMRT_TXN_INTERNAL_ENGINE_IMPL_H_
 
@@ -71,7 +74,8 @@ inline constexpr Site kStampMutant{"txn.mutant.small_commit_stamp"};
 // block) without reading the counter.
 inline constexpr Site kSoloMutant{"txn.mutant.small_commit_solo"};
 // And a reclaimer that makes a word of a fast line cold at once when it unmarks the line, without
-// waiting for the epoch of the unmarking to complete (Reclaim; docs/txn.md, "Fast lines").
+// waiting for the epoch of the unmarking to complete (ReclaimCycle::DecideOne; docs/txn.md,
+// "Fast lines").
 inline constexpr Site kGraceMutant{"txn.mutant.fast_line_grace"};
 // And one that takes a line a free unmarked (WordIndex::kFreed) for one never marked, making its
 // other words cold without a grace period.
@@ -91,6 +95,13 @@ inline constexpr Site kDirtyReplayedStamp{"txn.mutant.dirty.replayed_stamp"};
 // Options::cold_after_epochs and max_cold_after_epochs (0 there: every first touch in an epoch
 // CASes, and a word may go cold as soon as its touch epoch has completed).
 inline constexpr uint64_t kMaxTouchSlack = 8;
+
+// The errors of a call that needs a transaction open on its thread (`what`: the call), and of
+// a call that needs the default engine.
+absl::Status NoTransaction(const char* what);
+inline absl::Status NoEngine() {
+  return absl::FailedPreconditionError("txn: no transaction engine is open (txn::Engine::Open)");
+}
 
 // A statistics counter written by one thread and read by any: a relaxed load and store, no
 // read-modify-write.
@@ -130,6 +141,9 @@ class SmallWordSet {
   Slot slots_[kSlots];
   uint64_t gen_ = 0;
 };
+
+// A small commit's record as its writers see it (small_commit.cc).
+struct SmallRecord;
 
 // Transactions with no allocation or free and at most this many declarations commit through
 // Engine::Impl::WriteSmallCommit.
@@ -229,7 +243,7 @@ class Engine::Impl {
   Impl(Engine& engine);
   ~Impl();
 
-  // ---- transactions (txn.cc) ----
+  // ---- transactions (txn.cc; the commit: commit.cc, small_commit.cc) ----
   txn_internal::ThreadTx& Local() {
     txn_internal::ThreadTx& t = threads_.Local();
     if (t.impl == nullptr) [[unlikely]]
@@ -242,9 +256,10 @@ class Engine::Impl {
     // Only Local() fills PerThread's cache, and it sets t.impl right after.
     return threads_.LocalIfCached();
   }
-  // Begin, Enter, Commit and EndKeepingGuard are inline in txn.cc (its only callers): the common
-  // begin and commit are a few checks before Enter / WriteSmallCommit, expanded into txn::begin,
-  // txn::commit and Engine::Begin/Commit; the rest is in the Slow functions.
+  // Begin and Enter are inline in txn.cc, Commit in commit.cc (their only callers), and
+  // EndKeepingGuard below: the common begin and commit are a few checks before Enter /
+  // WriteSmallCommit, expanded into txn::begin, txn::commit and Engine::Begin/Commit; the rest is
+  // in the Slow functions.
   absl::Status Begin(txn_internal::ThreadTx& t);
   bool BeginReady(txn_internal::ThreadTx& t);  // Begin's test for Enter
   absl::Status BeginSlow(txn_internal::ThreadTx& t);
@@ -274,7 +289,7 @@ class Engine::Impl {
   absl::Status Recover();
   void SetThresholds();  // after Recover (the block size is known): stall_blocks_, trigger_blocks_
 
-  // ---- reclamation (reclaim.cc) ----
+  // ---- reclamation (reclaim.cc: a cycle; background.cc: the thread; close.cc: the close) ----
   // `idle`: the background thread's cycle of an idle engine (BackgroundLoop): a full cycle at
   // the smallest cold age (touch_slack), so every word goes cold and the log empties.
   absl::Status Reclaim(bool advance, bool idle = false);
@@ -352,6 +367,9 @@ class Engine::Impl {
   absl::Status Doom(txn_internal::ThreadTx& t, absl::Status st);
   absl::Status Snapshot(txn_internal::ThreadTx& t);
   absl::Status WriteCommit(txn_internal::ThreadTx& t);
+  // WriteCommit's step 5 for the blocks t frees: their words cold in the index, and their lines
+  // no longer fast (WordIndex::kFreed).
+  void MakeFreedWordsCold(const txn_internal::ThreadTx& t);
 
  public:
   // A transaction with no allocation or free and 1 to kSmallCommitWrites declarations: writes
@@ -407,6 +425,15 @@ class Engine::Impl {
             class Ops = PmemOps>
   [[gnu::always_inline]] absl::Status WriteSmallCommitBody(txn_internal::ThreadTx& t,
                                                            uint8_t* one_at = nullptr);
+  // The body's last steps, once the record's words after the first are in the log: its first
+  // word (the checksum) and flush, the transaction's end, the fence, the published position, the
+  // index and the guard. `crc`: the record's checksum.
+  template <bool kCrcInLoop, bool kStream, bool kOne, class Ops>
+  [[gnu::always_inline]] absl::Status EndSmallCommit(txn_internal::ThreadTx& t,
+                                                     const Persister& persister,
+                                                     txn_internal::Chain& log,
+                                                     const txn_internal::SmallRecord& r,
+                                                     uint64_t crc);
   // The commit-order stamp of a small commit: the next of the thread's block when `solo`
   // (SmallCommitSolo) or `older` (every declared word's newest record has a smaller stamp than
   // that one, by StampPrecedes on the word's index slot read with acquire before the call),
@@ -479,6 +506,23 @@ class Engine::Impl {
   absl::Status reclaim_error_;
   std::thread bg_;
 };
+
+// Inline here: End (txn.cc) and the small commit's writers (small_commit.cc) expand it.
+[[gnu::always_inline]] inline void Engine::Impl::EndKeepingGuard(txn_internal::ThreadTx& t,
+                                                                 bool small) {
+  t.hot.end = t.hot.begin;
+  // (hot.words stays: with tls_hot reset no add() reads it, and Commit's fast path needs depth 1.)
+  if (txn_internal::tls_hot == &t.hot) txn_internal::tls_hot = &txn_internal::g_no_hot;
+  // A small commit's transaction has neither (SmallCommitReady).
+  if (!small && !t.allocs.empty()) t.allocs.clear();
+  if (!small && !t.frees.empty()) t.frees.clear();
+  if (!small && !t.logical.empty()) t.logical.clear();
+  if (t.compact_at != txn_internal::kCompactWritesAt) t.compact_at = txn_internal::kCompactWritesAt;
+  t.depth = 0;
+  t.seq.store(t.seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // even
+  alloc::tls_tx_scope = t.outer_scope;
+  if (t.outer_scope != nullptr) t.outer_scope = nullptr;
+}
 
 }  // namespace pmrt::txn
 

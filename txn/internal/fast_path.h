@@ -63,7 +63,7 @@ struct Hot {
 // What tls_hot points to outside a transaction on the default engine: no words, so every add()
 // goes to the general path, which reports it (so that the inline path needs no null test).
 inline constinit Hot g_no_hot{};
-// Hot::fast_lines' value for a fast line (WordIndex::kFast; checked in txn/txn.cc). A line is
+// Hot::fast_lines' value for a fast line (WordIndex::kFast; checked in txn/engine.cc). A line is
 // 8 words: the byte of word w is fast_lines[w >> 3] (WordIndex::LineOf).
 inline constexpr uint8_t kFastLine = 1;
 // Where txn::prefetch finds the default engine's pool mapping and word index: set by the engine

@@ -54,8 +54,8 @@ class WordIndex {
 
   // The fast-line map (above).
   // kFreed: unmarked by a commit whose free made words of the line cold; the reclaimer treats
-  // it as its own unmarking (Reclaim), as a transaction may still hold another word of the line
-  // declared on the fast path.
+  // it as its own unmarking (ReclaimCycle::DecideOne), as a transaction may still hold another
+  // word of the line declared on the fast path.
   static constexpr uint8_t kFast = 1, kChecking = 2, kFreed = 3;
   static constexpr uint64_t LineOf(uint64_t word) { return word >> 3; }
   std::atomic<uint8_t>& line(uint64_t line) { return lines_[line]; }
