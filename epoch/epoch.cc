@@ -392,84 +392,110 @@ absl::Status Manager::Advance() {
     //    (or makes its re-check see the closing mark).
     if (AsymmetricFences()) syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
     std::vector<ThreadSlot*> slots = Slots();
-    const auto give_up = start + options_.max_guard_wait;
-    for (ThreadSlot* s : slots) {
-      for (int spins = 0; s->epoch.load(std::memory_order_seq_cst) == e; ++spins) {
-        if (spins <= 64) continue;
-        std::this_thread::yield();
-        if ((spins & 255) != 0 || std::chrono::steady_clock::now() < give_up) continue;
-        // e cannot complete. Reopen it (nothing of e+1 has started: its guards were waiting)
-        // and enter the failed mode: e's work is never recorded complete, the next open rolls
-        // it back.
-        pool_.health_state().Fail(absl::StrCat(
-            "epoch ", e, " cannot complete: a guard of it has been held for more than ",
-            options_.max_guard_wait.count(), " ms"));
-        global_.store(e, std::memory_order_seq_cst);
-        global_.notify_all();
-        return pool_.health();
-      }
-    }
+    if (!WaitForGuards(e, slots, start + options_.max_guard_wait)) return pool_.health();
     if (closing_hook_) closing_hook_(e);
-    // 3. Write back everything dirtied in e. No guard is open, so no list is being appended.
-    //    A thread that tried to enter a guard meanwhile may have claimed its own list and be
-    //    writing it back (HelpFlush); every other list is claimed and written back here.
+    // 3. Write back everything dirtied in e.
     std::vector<Range> ranges;
-    std::vector<ThreadSlot*> helped;
-    for (ThreadSlot* s : slots) {
-      if (!ClaimFlush(*s, e)) {
-        helped.push_back(s);
-        continue;
-      }
-      auto& d = s->dirty[e & 1];
-      ranges.insert(ranges.end(), d.begin(), d.end());
-      d.clear();
-    }
-    for (auto& [id, source] : flush_sources_) source(e, ranges);
-    const auto flush_start = std::chrono::steady_clock::now();
-    FlushRanges(ranges);
-    // The helpers' lines are durable once each has fenced its own flushes (a fence orders
-    // only the calling thread's flushes); flush_done's release pairs with this acquire.
-    for (ThreadSlot* s : helped) {
-      for (int spins = 0; s->flush_done.load(std::memory_order_acquire) != e; ++spins) {
-        if (spins > 64) std::this_thread::yield();
-      }
-    }
-    const auto flush_end = std::chrono::steady_clock::now();
+    const auto flush_time = WriteBackEpoch(e, slots, ranges);
     // 4. e is complete, durably. Before this fence a crash rolls back e; after it, e is kept.
     //    In the pool's failed mode (a flush of this boundary or an earlier one failed) e is
     //    not recorded complete: the next open rolls it back, and needs e's log blocks and the
     //    objects retired in e for that, so step 5 releases and reclaims nothing.
     if (!pool_.failed()) PersistCompleted(e);
     failed = pool_.health();
-    // 5. Open e+1. Reclaim: e's log blocks will never be replayed, and objects retired in e
-    //    can be held by no guard (every guard of e has ended; guards of e+1 start after the
-    //    retiring thread's unlink, which happened inside its guard of e).
-    for (ThreadSlot* s : slots) {
-      if (!failed.ok()) break;
-      log_->Release(s->log_cursor, e);
-      auto& r = s->retired[e % 3];
-      std::move(r.begin(), r.end(), std::back_inserter(reclaim));
-      r.clear();
-    }
-    global_.store(e + 1, std::memory_order_seq_cst);
-    global_.notify_all();  // guards sleeping in Guard() (pairs with their wait)
+    // 5. Open e+1, having released e's log blocks and collected its retired objects.
+    OpenNextEpoch(e, slots, failed, reclaim);
     // 6. Run the reclaimers, still under advance_mu_: when an Advance returns, no reclaimer of
     //    an earlier advance is still running (an owner may then safely go away).
     for (auto& [obj, deleter] : reclaim) deleter(obj);
-    uint64_t lines = 0;
-    for (const Range& r : ranges) {
-      auto a = reinterpret_cast<uintptr_t>(r.addr);
-      lines += r.len == 0 ? 0 : (a + r.len - 1) / kCacheLine - a / kCacheLine + 1;
-    }
-    std::lock_guard<std::mutex> sl(stats_mu_);
-    ++stats_.advances;
-    stats_.lines_flushed += lines;
-    stats_.ranges_flushed += ranges.size();
-    stats_.flush_time += flush_end - flush_start;
-    stats_.boundary_time += std::chrono::steady_clock::now() - start;
-    stats_.reclaimed += reclaim.size();
+    CountAdvance(ranges, reclaim.size(), flush_time, start);
   }
   return failed;
+}
+
+bool Manager::WaitForGuards(uint64_t e, const std::vector<ThreadSlot*>& slots,
+                            std::chrono::steady_clock::time_point give_up) {
+  for (ThreadSlot* s : slots) {
+    for (int spins = 0; s->epoch.load(std::memory_order_seq_cst) == e; ++spins) {
+      if (spins <= 64) continue;
+      std::this_thread::yield();
+      if ((spins & 255) != 0 || std::chrono::steady_clock::now() < give_up) continue;
+      // e cannot complete. Reopen it (nothing of e+1 has started: its guards were waiting)
+      // and enter the failed mode: e's work is never recorded complete, the next open rolls
+      // it back.
+      pool_.health_state().Fail(
+          absl::StrCat("epoch ", e, " cannot complete: a guard of it has been held for more than ",
+                       options_.max_guard_wait.count(), " ms"));
+      global_.store(e, std::memory_order_seq_cst);
+      global_.notify_all();
+      return false;
+    }
+  }
+  return true;
+}
+
+std::chrono::steady_clock::duration Manager::WriteBackEpoch(uint64_t e,
+                                                            const std::vector<ThreadSlot*>& slots,
+                                                            std::vector<Range>& ranges) {
+  // No guard is open, so no list is being appended. A thread that tried to enter a guard
+  // meanwhile may have claimed its own list and be writing it back (HelpFlush); every other
+  // list is claimed and written back here.
+  std::vector<ThreadSlot*> helped;
+  for (ThreadSlot* s : slots) {
+    if (!ClaimFlush(*s, e)) {
+      helped.push_back(s);
+      continue;
+    }
+    auto& d = s->dirty[e & 1];
+    ranges.insert(ranges.end(), d.begin(), d.end());
+    d.clear();
+  }
+  for (auto& [id, source] : flush_sources_) source(e, ranges);
+  const auto flush_start = std::chrono::steady_clock::now();
+  FlushRanges(ranges);
+  // The helpers' lines are durable once each has fenced its own flushes (a fence orders
+  // only the calling thread's flushes); flush_done's release pairs with this acquire.
+  for (ThreadSlot* s : helped) {
+    for (int spins = 0; s->flush_done.load(std::memory_order_acquire) != e; ++spins) {
+      if (spins > 64) std::this_thread::yield();
+    }
+  }
+  const auto flush_end = std::chrono::steady_clock::now();
+  return flush_end - flush_start;
+}
+
+void Manager::OpenNextEpoch(uint64_t e, const std::vector<ThreadSlot*>& slots,
+                            const absl::Status& failed,
+                            std::vector<std::pair<void*, std::function<void(void*)>>>& reclaim) {
+  // Reclaim: e's log blocks will never be replayed, and objects retired in e can be held by no
+  // guard (every guard of e has ended; guards of e+1 start after the retiring thread's unlink,
+  // which happened inside its guard of e).
+  for (ThreadSlot* s : slots) {
+    if (!failed.ok()) break;
+    log_->Release(s->log_cursor, e);
+    auto& r = s->retired[e % 3];
+    std::move(r.begin(), r.end(), std::back_inserter(reclaim));
+    r.clear();
+  }
+  global_.store(e + 1, std::memory_order_seq_cst);
+  global_.notify_all();  // guards sleeping in Guard() (pairs with their wait)
+}
+
+void Manager::CountAdvance(const std::vector<Range>& ranges, size_t reclaimed,
+                           std::chrono::steady_clock::duration flush_time,
+                           std::chrono::steady_clock::time_point start) {
+  uint64_t lines = 0;
+  for (const Range& r : ranges) {
+    auto a = reinterpret_cast<uintptr_t>(r.addr);
+    lines += r.len == 0 ? 0 : (a + r.len - 1) / kCacheLine - a / kCacheLine + 1;
+  }
+  std::lock_guard<std::mutex> sl(stats_mu_);
+  ++stats_.advances;
+  stats_.lines_flushed += lines;
+  stats_.ranges_flushed += ranges.size();
+  stats_.flush_time += flush_time;
+  stats_.boundary_time += std::chrono::steady_clock::now() - start;
+  stats_.reclaimed += reclaimed;
 }
 
 bool Manager::ClaimFlush(ThreadSlot& s, uint64_t e) {
@@ -487,7 +513,7 @@ void Manager::HelpFlush(ThreadSlot& s, uint64_t e) {
     std::lock_guard<std::mutex> l(stats_mu_);
     ++stats_.helped_flushes;
   }
-  s.flush_done.store(e, std::memory_order_release);  // pairs with Advance step 3's acquire
+  s.flush_done.store(e, std::memory_order_release);  // pairs with WriteBackEpoch's acquire
 }
 
 absl::Status Manager::Sync() {

@@ -198,6 +198,25 @@ class Manager : public EpochView {
   absl::Status Recover();
   void AdvancerLoop();
   void FlushRanges(std::vector<Range>& ranges);
+  // The steps of Advance, each run under advance_mu_ at the boundary of the closing epoch e.
+  // Step 2: waits for every guard of e in `slots` to end. False when one is still held at
+  // `give_up` (ManagerOptions::max_guard_wait): e is reopened and the pool is in its failed mode.
+  bool WaitForGuards(uint64_t e, const std::vector<ThreadSlot*>& slots,
+                     std::chrono::steady_clock::time_point give_up);
+  // Step 3: claims every dirty list of e that its owner has not claimed (HelpFlush), appends it
+  // and the flush sources' ranges to `ranges`, writes them back and waits for the owners'
+  // write-backs. Returns the time the write-back took.
+  std::chrono::steady_clock::duration WriteBackEpoch(uint64_t e,
+                                                     const std::vector<ThreadSlot*>& slots,
+                                                     std::vector<Range>& ranges);
+  // Step 5: unless `failed`, releases e's log blocks and moves the objects retired in e to
+  // `reclaim`; then opens e+1 and wakes the guards waiting for it.
+  void OpenNextEpoch(uint64_t e, const std::vector<ThreadSlot*>& slots, const absl::Status& failed,
+                     std::vector<std::pair<void*, std::function<void(void*)>>>& reclaim);
+  // Step 6's accounting: one advance, its write-back and its reclaimed objects in stats_.
+  void CountAdvance(const std::vector<Range>& ranges, size_t reclaimed,
+                    std::chrono::steady_clock::duration flush_time,
+                    std::chrono::steady_clock::time_point start);
 
   Pool& pool_;
   ManagerOptions options_;

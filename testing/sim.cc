@@ -366,6 +366,32 @@ std::vector<uint64_t> Sim::DirtyLines() {
 
 // ---- crash images -----------------------------------------------------------------------------
 
+int Sim::VersionsOf(uint64_t line) const {
+  auto it = lines_.find(line);
+  return it == lines_.end() ? 0 : static_cast<int>(it->second.versions.size());
+}
+
+std::vector<std::pair<size_t, int>> Sim::VersionChoices(const std::vector<uint64_t>& dirty,
+                                                        uint64_t index) const {
+  std::vector<std::pair<size_t, int>> versions;
+  for (size_t i = 0; i < dirty.size(); ++i) {
+    for (int v = 0; v < VersionsOf(dirty[i]); ++v) versions.emplace_back(i, v);
+  }
+  if (const uint64_t cap = options_.max_images_per_point; cap != 0) {
+    const uint64_t left = cap > index + static_cast<uint64_t>(options_.random_images)
+                              ? cap - index - static_cast<uint64_t>(options_.random_images)
+                              : 0;
+    if (2 * versions.size() > left) {
+      XorShift64 pick = Rng(Hash3(options_.seed, fence_count_, 0x7E55));
+      for (size_t k = 0; k < left / 2; ++k) {  // a partial Fisher-Yates shuffle
+        std::swap(versions[k], versions[k + pick.Below(versions.size() - k)]);
+      }
+      versions.resize(left / 2);
+    }
+  }
+  return versions;
+}
+
 void Sim::CrashAt(const Site& site, const std::vector<uint64_t>& dirty) {
   ++stats_.crash_points;
   if (root_ != this) ++root_->stats_.nested_crash_points;
@@ -382,10 +408,6 @@ void Sim::CrashAt(const Site& site, const std::vector<uint64_t>& dirty) {
     if (options_.replay.has_value() && depth_ == 0 && options_.replay->image != i) return true;
     (void)RunImage(site, i, evicted, /*record_failure=*/true);
     return true;
-  };
-  auto versions_of = [&](uint64_t line) -> int {
-    auto it = lines_.find(line);
-    return it == lines_.end() ? 0 : static_cast<int>(it->second.versions.size());
   };
   const size_t n = dirty.size();
   std::vector<Choice> all;
@@ -415,22 +437,7 @@ void Sim::CrashAt(const Site& site, const std::vector<uint64_t>& dirty) {
   // 4. Every recorded version of every line (flush and store-hint snapshots), alone over M and
   //    over W: this is what exposes a wrong store order inside one line. Under a cap per crash
   //    point (max_images_per_point), a seeded sample of them that leaves room for step 5.
-  std::vector<std::pair<size_t, int>> versions;
-  for (size_t i = 0; i < n; ++i) {
-    for (int v = 0; v < versions_of(dirty[i]); ++v) versions.emplace_back(i, v);
-  }
-  if (const uint64_t cap = options_.max_images_per_point; cap != 0) {
-    const uint64_t left = cap > index + static_cast<uint64_t>(options_.random_images)
-                              ? cap - index - static_cast<uint64_t>(options_.random_images)
-                              : 0;
-    if (2 * versions.size() > left) {
-      XorShift64 pick = Rng(Hash3(options_.seed, fence_count_, 0x7E55));
-      for (size_t k = 0; k < left / 2; ++k) {  // a partial Fisher-Yates shuffle
-        std::swap(versions[k], versions[k + pick.Below(versions.size() - k)]);
-      }
-      versions.resize(left / 2);
-    }
-  }
+  const std::vector<std::pair<size_t, int>> versions = VersionChoices(dirty, index);
   for (const auto& [i, v] : versions) {
     std::vector<Choice> over_w = all;
     over_w[i].version = v;
@@ -443,7 +450,7 @@ void Sim::CrashAt(const Site& site, const std::vector<uint64_t>& dirty) {
     std::vector<Choice> ev;
     for (uint64_t l : dirty) {
       if (rng.Uniform() >= kP[r % 3]) continue;
-      int nv = versions_of(l);
+      int nv = VersionsOf(l);
       ev.push_back({l, static_cast<int>(rng.Below(static_cast<uint64_t>(nv) + 1)) - 1});
     }
     if (!run(std::move(ev))) return;

@@ -162,6 +162,13 @@ class Sim final : public SimHooks {
   const uint8_t* MediaLine(uint64_t line) const;
   const uint8_t* ChoiceBytes(const Choice& c) const;
   void CrashAt(const Site& site, const std::vector<uint64_t>& dirty);
+  // The number of recorded versions of `line` (flush and store-hint snapshots).
+  int VersionsOf(uint64_t line) const;
+  // CrashAt's step 4: (index into `dirty`, version) for every recorded version of every dirty
+  // line, or, under max_images_per_point with `index` images of the crash point run, a seeded
+  // sample of them that leaves room for the random images of step 5.
+  std::vector<std::pair<size_t, int>> VersionChoices(const std::vector<uint64_t>& dirty,
+                                                     uint64_t index) const;
   // Builds the image for `evicted`, runs the handler; returns its status.
   absl::Status RunImage(const Site& site, uint64_t image_index, const std::vector<Choice>& evicted,
                         bool record_failure);

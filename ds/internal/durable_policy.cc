@@ -363,14 +363,11 @@ void DurablePolicy::RecoverInterior(InteriorNode* in) const {
   });
 }
 
-void DurablePolicy::RepairLeaf(LeafNode* leaf) const {
-  const uint64_t n = LeafEpoch::Epoch(leaf->node_epoch.load(std::memory_order_acquire));
-  const bool failed = m_->IsFailed(n);
-  // Everything below (and any change in the current epoch, which may find its first change
-  // already done when the current epoch is execution_first) must reach media at the boundary.
-  if (!mutation::Swapped(kDirtyLeafRepair)) m_->RecordDirty(leaf, sizeof(LeafNode));
-  // Value lines first (docs/epoch.md, invariant 3): repaired and durable before the node epoch
-  // is re-armed, since from then on recovery would resolve their logs against the new epoch.
+// RepairLeaf's value lines, of a leaf whose node epoch is n: in each line, the slot its valid log
+// names rolled back when the log says so (V1), then the log dropped (V2); if either line was
+// rewritten, both are flushed and fenced before this returns, so before the caller re-arms the
+// node epoch.
+void DurablePolicy::RepairValueLines(LeafNode* leaf, uint64_t n) const {
   bool rewrote = false;
   for (int line = 0; line < 2; ++line) {
     std::atomic<uint64_t>& log_word = ValueLogOfLine(leaf, line);
@@ -405,6 +402,17 @@ void DurablePolicy::RepairLeaf(LeafNode* leaf) const {
     p_.Flush(kRecoverValueFlush, &leaf->value_log0, 2 * kCacheLine);
     p_.Fence(kRecoverValueFence);
   }
+}
+
+void DurablePolicy::RepairLeaf(LeafNode* leaf) const {
+  const uint64_t n = LeafEpoch::Epoch(leaf->node_epoch.load(std::memory_order_acquire));
+  const bool failed = m_->IsFailed(n);
+  // Everything below (and any change in the current epoch, which may find its first change
+  // already done when the current epoch is execution_first) must reach media at the boundary.
+  if (!mutation::Swapped(kDirtyLeafRepair)) m_->RecordDirty(leaf, sizeof(LeafNode));
+  // Value lines first (docs/epoch.md, invariant 3): repaired and durable before the node epoch
+  // is re-armed, since from then on recovery would resolve their logs against the new epoch.
+  RepairValueLines(leaf, n);
   // Line 0, in the order of epoch::LazyRecover (docs/epoch.md, "Node records").
   // R1. Roll the permutation back if n failed. node_epoch still names n: a crash here restores
   //     perm_log again.

@@ -174,6 +174,7 @@ class DurablePolicy {
   void RecoverLeaf(LeafNode* leaf) const;
   void RecoverInterior(InteriorNode* in) const;
   void RepairLeaf(LeafNode* leaf) const;
+  void RepairValueLines(LeafNode* leaf, uint64_t n) const;
   void BeginRecord(LeafNode* leaf, uint64_t e, int keep_line, uint64_t old_perm) const;
   int StartFreeSlot(LeafNode* leaf) const;
   void Relocate(LeafNode* leaf, int slot, int to, uint64_t bits) const;
