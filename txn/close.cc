@@ -10,18 +10,6 @@
 
 namespace pmrt::txn {
 
-using txn_internal::Chain;
-using txn_internal::EntryType;
-using txn_internal::EntryTypeOf;
-using txn_internal::EntryWord;
-using txn_internal::EntryWords;
-using txn_internal::ForEachEntry;
-using txn_internal::kBlockPayload;
-using txn_internal::kCompactSlot;
-using txn_internal::kMaxSlots;
-using txn_internal::kNothingPublished;
-using txn_internal::RecordHeader;
-
 void Engine::Impl::WriteBackForClose() {
   // REQUIRES: no transaction open, the background thread stopped. Every data entry of K and of
   // the thread logs (up to what each owner published), flushed in one batch with one fence;

@@ -18,17 +18,9 @@
 
 namespace pmrt::txn {
 
-using txn_internal::BlockRec;
-using txn_internal::EntryType;
 using txn_internal::ForEachRun;
 using txn_internal::LogicalEntryBytes;
-using txn_internal::NoTransaction;
-using txn_internal::RecordHeader;
-using txn_internal::RecordKind;
 using txn_internal::RecordWriter;
-using txn_internal::ThreadTx;
-using txn_internal::WordIndex;
-using txn_internal::WriteRec;
 
 [[gnu::always_inline]] inline absl::Status Engine::Impl::WriteSmallCommit(ThreadTx& t) {
 #if defined(__x86_64__)

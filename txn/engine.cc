@@ -18,10 +18,6 @@
 
 namespace pmrt::txn {
 
-using txn_internal::RecordHeader;
-using txn_internal::ThreadTx;
-using txn_internal::WordIndex;
-
 // ---- Engine ---------------------------------------------------------------------------------
 
 Engine::Engine(Pool& pool, epoch::Manager& epochs, alloc::Heap& heap, Options options)

@@ -42,21 +42,7 @@ bool TakeInjectedReclaimFailure() {
 
 namespace pmrt::txn {
 
-using txn_internal::Chain;
 using txn_internal::CompactWriter;
-using txn_internal::Descriptor;
-using txn_internal::EntryType;
-using txn_internal::EntryTypeOf;
-using txn_internal::EntryWord;
-using txn_internal::EntryWords;
-using txn_internal::ForEachEntry;
-using txn_internal::kBlockPayload;
-using txn_internal::kCompactSlot;
-using txn_internal::kMaxEntryWords;
-using txn_internal::kMaxSlots;
-using txn_internal::kNothingPublished;
-using txn_internal::RecordHeader;
-using txn_internal::WordIndex;
 
 namespace {
 

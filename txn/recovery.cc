@@ -16,18 +16,7 @@
 
 namespace pmrt::txn {
 
-using txn_internal::Chain;
-using txn_internal::Descriptor;
-using txn_internal::EntryType;
-using txn_internal::EntryTypeOf;
-using txn_internal::EntryWord;
-using txn_internal::EntryWords;
-using txn_internal::ForEachEntry;
-using txn_internal::kCompactSlot;
-using txn_internal::kMaxSlots;
-using txn_internal::RecordKind;
 using txn_internal::RecordRef;
-using txn_internal::WordIndex;
 
 namespace {
 

@@ -32,16 +32,9 @@
 
 namespace pmrt::txn {
 
-using txn_internal::EntryType;
-using txn_internal::kMaxEntryWords;
 using txn_internal::kMaxLinePad;
 using txn_internal::MakeEntryHead;
-using txn_internal::RecordHeader;
-using txn_internal::RecordKind;
 using txn_internal::RecordWriter;
-using txn_internal::ThreadTx;
-using txn_internal::WordIndex;
-using txn_internal::WriteRec;
 
 namespace {
 

@@ -16,12 +16,7 @@
 namespace pmrt::txn {
 
 using txn_internal::ForEachRun;
-using txn_internal::kMaxEntryWords;
-using txn_internal::RecordHeader;
-using txn_internal::RecordKind;
 using txn_internal::RecordWriter;
-using txn_internal::ThreadTx;
-using txn_internal::WordIndex;
 
 absl::Status Engine::Impl::Snapshot(ThreadTx& t) {
   // Cold words have no live record, so nothing could restore them if an uncommitted value

@@ -39,15 +39,9 @@ bool HasPrefetchw() {
 
 namespace pmrt::txn {
 
-using txn_internal::BlockRec;
 using txn_internal::kCompactWritesAt;
 using txn_internal::LogicalEntryBytes;
 using txn_internal::NoEngine;
-using txn_internal::NoTransaction;
-using txn_internal::RecordHeader;
-using txn_internal::ThreadTx;
-using txn_internal::WordIndex;
-using txn_internal::WriteRec;
 
 // ---- the calling thread's transaction on the default engine ---------------------------------
 

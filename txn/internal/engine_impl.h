@@ -238,6 +238,27 @@ struct alignas(64) ThreadTx final : alloc::TxScope {
 
 namespace pmrt::txn {
 
+// The internal names every txn/ source uses, in the public namespace its definitions are in.
+using txn_internal::BlockRec;
+using txn_internal::Chain;
+using txn_internal::Descriptor;
+using txn_internal::EntryType;
+using txn_internal::EntryTypeOf;
+using txn_internal::EntryWord;
+using txn_internal::EntryWords;
+using txn_internal::ForEachEntry;
+using txn_internal::kBlockPayload;
+using txn_internal::kCompactSlot;
+using txn_internal::kMaxEntryWords;
+using txn_internal::kMaxSlots;
+using txn_internal::kNothingPublished;
+using txn_internal::NoTransaction;
+using txn_internal::RecordHeader;
+using txn_internal::RecordKind;
+using txn_internal::ThreadTx;
+using txn_internal::WordIndex;
+using txn_internal::WriteRec;
+
 class Engine::Impl {
  public:
   Impl(Engine& engine);
