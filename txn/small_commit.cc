@@ -186,8 +186,7 @@ class WordSink {
 // ahead of a block's first stamp before the block is given up (below).
 inline constexpr uint64_t kStampBlock = 64;
 // How far ahead of its record a small commit fetches the log for writing (step 2 of
-// WriteSmallCommitBody): 256 to 1024
-// bytes measured alike at K = 1 (+3%), 4096 less.
+// WriteSmallCommitBody): a few records' worth (docs/txn.md, "Design notes", "Small commits").
 inline constexpr size_t kLogWriteAhead = 512;
 inline constexpr uint64_t kStampWindow = uint64_t{1} << 29;
 
@@ -438,8 +437,8 @@ template <bool kOne, bool kLine>
 // Single-word entries only (no run; duplicates dropped): each entry is {head, value}, so a
 // streamed record goes in 16-byte pairs without a per-word test of the alignment (StreamPairs,
 // StreamOddPairs); the words are those `keep` names (all when none repeats), in declaration
-// order. (Their four loops are written out: with the entry's stores in a lambda, GCC 12 made
-// each K = 16 transaction ~8% more instructions, callgrind.)
+// order. (Their four loops are written out rather than sharing the entry's stores in a lambda,
+// which GCC 12 compiles to more instructions: docs/txn.md, "Design notes", "Small commits".)
 
 // One entry (kOne, not streamed): the checksum first, then the record's six words as three
 // 16-byte stores, then its pad words (kLine).
