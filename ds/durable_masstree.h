@@ -137,8 +137,8 @@ class DurableMasstree : public BasicMasstree<PoolNodeAllocator> {
       sizeof(ds_internal::ValueObject) + sizeof(uint32_t);
   // The value bytes of the value object at pool offset `offset`, read as the layout says,
   // unchecked. REQUIRES: `offset` is a value object of this tree (CheckInvariants lists them).
-  std::string_view ValueOfObject(const Pool& pool, uint64_t offset) const {
-    return static_cast<const ds_internal::ValueObject*>(pool.at(offset))->value();
+  std::string_view ValueOfObject(uint64_t offset) const {
+    return reinterpret_cast<const ds_internal::ValueObject*>(policy().base() + offset)->value();
   }
 
  private:

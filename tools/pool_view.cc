@@ -514,7 +514,7 @@ void PoolView::CheckHeapAndTree(CheckReport& r) const {
       const uint64_t lo = data < kHeader + key.size() ? 0 : data - kHeader - key.size();
       for (auto it = std::lower_bound(bad_values.begin(), bad_values.end(), lo);
            it != bad_values.end() && *it < data; ++it) {
-        if (tree_->ValueOfObject(*pool_, *it).data() != value.data()) continue;
+        if (tree_->ValueOfObject(*it).data() != value.data()) continue;
         r.problems.push_back(absl::StrCat("heap/tree: the value object at offset ", *it,
                                           " holds the value of key \"", EscapeBytes(key), "\""));
       }
