@@ -19,12 +19,15 @@
 //
 //   pmrt-index-txbench --system pmrt-tx|pmrt-epoch|pmrt-word|pmdk [--keys N] [--seconds S]
 //                      [--threads T] [--dist zipf|uniform] [--dir DIR] [--json FILE]
-//   pmrt-index-txbench --restart [--keys N] [--dir DIR] [--json FILE]
+//   pmrt-index-txbench --restart [--keys N] [--dir DIR] [--json FILE] [--keep FILE]
+//                      [--reopen FILE]
 //
 // --restart: a child loads N keys through a Runtime, then runs transactional index updates with
 // an epoch boundary every 64 ms (the default interval) and is SIGKILLed 60 ms after one, so that
 // recovery rolls back ~60 ms of work and replays each committed transaction's index operation;
-// the parent reopens the pool with Runtime::Open and times it to the first get.
+// the parent reopens the pool with Runtime::Open and times it to the first get. --keep FILE
+// copies the crashed pool to FILE first; --reopen FILE skips the child and opens a copy of FILE
+// (profiling one open again and again).
 //
 // Printed: ops/s (wall and per process-CPU-second x threads, background threads included),
 // fences per update (pmrt: every fence of the process).
@@ -40,6 +43,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -61,6 +65,8 @@ struct Args {
   std::string dir = "/dev/shm";
   std::string json;
   bool restart = false;
+  std::string keep;    // --keep FILE: a copy of the crashed pool, before it is opened
+  std::string reopen;  // --reopen FILE: no child; the restart opens a copy of FILE
 };
 
 [[noreturn]] void Die(const std::string& what) {
@@ -332,9 +338,7 @@ void RunMix(const Args& a) {
   if (failures.load() != 0) Die("operations failed");
 }
 
-void RunRestart(const Args& a) {
-  const std::string path = a.dir + "/pmrt-index-restart.pool";
-  ::unlink(path.c_str());
+void KillAChildMidRun(const Args& a, const std::string& path) {
   int ready[2];
   if (pipe(ready) != 0) Die("pipe");
   const pid_t pid = fork();
@@ -384,6 +388,19 @@ void RunRestart(const Args& a) {
   kill(pid, SIGKILL);
   int status;
   waitpid(pid, &status, 0);
+}
+
+void RunRestart(const Args& a) {
+  const std::string path = a.dir + "/pmrt-index-restart.pool";
+  ::unlink(path.c_str());
+  if (a.reopen.empty()) {
+    KillAChildMidRun(a, path);
+  } else {
+    std::filesystem::copy_file(a.reopen, path);
+  }
+  if (!a.keep.empty()) {
+    std::filesystem::copy_file(path, a.keep, std::filesystem::copy_options::overwrite_existing);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   auto rt = pmrt::Runtime::Open(path, {});
   if (!rt.ok()) Die(rt.status().ToString());
@@ -394,19 +411,33 @@ void RunRestart(const Args& a) {
   const bool found = index->get(pmrt::ds::U64Key(k).view()).has_value();
   const double first_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const uint64_t pending = (*rt)->pending_index_ops();
   const pmrt::RuntimeStats s = (*rt)->stats();
   std::printf(
       "restart keys=%lu: open %.2f ms, first get %.2f ms (%s); %lu undo-log entries and %lu "
-      "index operations of committed transactions replayed (in %.2f ms)\n",
+      "index operations of committed transactions to replay (journaled in %.2f ms)\n",
       a.keys, open_ms, first_ms, found ? "found" : "MISSING",
       static_cast<unsigned long>(s.epochs.log_entries_replayed),
       static_cast<unsigned long>(s.replayed_index_ops), s.replay_ms);
-  char buf[256];
+  const pmrt::Runtime::OpenTimes& t = (*rt)->open_times();
+  auto ms = [](std::chrono::nanoseconds d) {
+    return std::chrono::duration<double, std::milli>(d).count();
+  };
+  std::printf(
+      "  open steps (ms): trial open %.2f, pool %.2f, epochs %.2f, heap %.2f, catalog %.2f, "
+      "engine %.2f (of which journaling the index operations %.2f); %lu still pending after the "
+      "first get\n",
+      ms(t.trial), ms(t.pool), ms(t.epochs), ms(t.heap), ms(t.catalog), ms(t.engine), s.replay_ms,
+      static_cast<unsigned long>(pending));
+  char buf[512];
   std::snprintf(buf, sizeof(buf),
                 "{\"bench\": \"index-restart\", \"keys\": %lu, \"open_ms\": %.3f, "
-                "\"first_get_ms\": %.3f, \"found\": %s, \"replayed_index_ops\": %lu}",
+                "\"first_get_ms\": %.3f, \"found\": %s, \"replayed_index_ops\": %lu, "
+                "\"pending_at_first_get\": %lu, \"trial_ms\": %.3f, \"engine_ms\": %.3f, "
+                "\"journal_ms\": %.3f}",
                 a.keys, open_ms, first_ms, found ? "true" : "false",
-                static_cast<unsigned long>(s.replayed_index_ops));
+                static_cast<unsigned long>(s.replayed_index_ops),
+                static_cast<unsigned long>(pending), ms(t.trial), ms(t.engine), s.replay_ms);
   AppendJson(a.json, buf);
   (void)(*rt)->Close();
   ::unlink(path.c_str());
@@ -439,6 +470,10 @@ int main(int argc, char** argv) {
       a.json = next();
     } else if (f == "--restart") {
       a.restart = true;
+    } else if (f == "--keep") {
+      a.keep = next();
+    } else if (f == "--reopen") {
+      a.reopen = next();
     } else {
       Die("unknown flag " + f + " (see the top of bench/index_txbench.cc)");
     }

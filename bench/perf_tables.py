@@ -331,11 +331,17 @@ def render_index_txbench(rows):
                    "uniform", "/ PMDK", "fences per update (Zipfian / uniform)"], body)
     for r in rows:
         if r.get("bench") == "index-restart":
+            steps = ""
+            if "trial_ms" in r:
+                steps = (f" The open: the trial open {r['trial_ms']:.1f} ms, the engine's recovery "
+                         f"{r['engine_ms']:.1f} ms (journaling the operations "
+                         f"{r['journal_ms']:.1f} ms); {num(r['pending_at_first_get'])} still "
+                         f"pending at the first answer (applied in the background).")
             lines.append(Note(f"Restart after a crash with {num(r['keys'])} keys: open "
                       f"{r['open_ms']:.1f} ms, the first answer after {r['first_get_ms']:.1f} ms "
                       f"({'found' if r.get('found') else 'NOT FOUND'}), "
                       f"{num(r['replayed_index_ops'])} index operations of committed "
-                      f"transactions replayed."))
+                      f"transactions to replay.{steps}"))
     return lines
 
 

@@ -11,6 +11,9 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "runtime/internal/pending_replay.h"
+#include "runtime/internal/replay_journal.h"
 
 namespace pmrt {
 namespace {
@@ -35,16 +38,6 @@ std::string EncodeOp(std::string_view key, std::string_view value) {
   out.append(key);
   out.append(value);
   return out;
-}
-
-bool DecodeOp(std::string_view bytes, std::string_view* key, std::string_view* value) {
-  if (bytes.size() < 4) return false;
-  uint32_t n;
-  std::memcpy(&n, bytes.data(), 4);
-  if (n > bytes.size() - 4) return false;
-  *key = bytes.substr(4, n);
-  *value = bytes.substr(4 + n);
-  return true;
 }
 
 // A catalog value: the index tree's descriptor offset and the index's id.
@@ -93,6 +86,7 @@ absl::Status Index::Log(uint64_t op, std::string_view key, std::string_view valu
 }
 
 absl::StatusOr<ds::PutResult> Index::put(std::string_view key, std::string_view value) {
+  if (rt_.replaying()) RETURN_IF_ERROR(rt_.Materialize(id_, key));
   if (!rt_.engine_->InTransaction()) {
     const ds::PutResult r = tree_->put(key, value);
     if (r == ds::PutResult::kNoMemory) return NoRoom("put", name_);
@@ -117,6 +111,7 @@ absl::StatusOr<ds::PutResult> Index::put(std::string_view key, std::string_view 
 
 absl::StatusOr<ds::InsertResult> Index::insert_if_absent(std::string_view key,
                                                          std::string_view value) {
+  if (rt_.replaying()) RETURN_IF_ERROR(rt_.Materialize(id_, key));
   const ds::InsertResult r = tree_->insert_if_absent(key, value);
   if (r == ds::InsertResult::kNoMemory) return NoRoom("insert_if_absent", name_);
   if (r == ds::InsertResult::kExists || !rt_.engine_->InTransaction()) return r;
@@ -127,6 +122,7 @@ absl::StatusOr<ds::InsertResult> Index::insert_if_absent(std::string_view key,
 }
 
 absl::StatusOr<bool> Index::remove(std::string_view key) {
+  if (rt_.replaying()) RETURN_IF_ERROR(rt_.Materialize(id_, key));
   if (!rt_.engine_->InTransaction()) return tree_->remove(key);
   std::optional<std::string> old = tree_->get(key);
   if (!old.has_value()) return false;
@@ -139,6 +135,16 @@ absl::StatusOr<bool> Index::remove(std::string_view key) {
   };
   if (absl::Status st = Log(kOpRemove, key, {}, std::move(undo)); !st.ok()) return st;
   return true;
+}
+
+size_t Index::scan(std::string_view from, size_t count, ds::ScanCallback cb) const {
+  if (rt_.replaying()) rt_.FinishReplayForRead();
+  return tree_->scan(from, count, cb);
+}
+
+size_t Index::size() const {
+  if (rt_.replaying()) rt_.FinishReplayForRead();
+  return tree_->size();
 }
 
 // ---- recovery ------------------------------------------------------------------------------
@@ -157,54 +163,51 @@ std::vector<CatalogEntry> ReadCatalog(const ds::DurableMasstree& catalog) {
 absl::Status ReplayIndexOps(Pool& pool, epoch::Manager& epochs, alloc::Heap& heap,
                             const ds::DurableMasstree& catalog,
                             const std::vector<txn::LogicalOp>& ops, uint64_t* applied) {
-  if (mutation::Swapped(runtime_internal::kSkipReplayMutant)) return absl::OkStatus();
   std::map<uint64_t, CatalogEntry> by_id;
-  for (CatalogEntry& e : ReadCatalog(catalog))
-    if (e.descriptor != 0) by_id[e.id] = std::move(e);
-  std::map<uint64_t, std::unique_ptr<ds::DurableMasstree>> trees;
-  std::vector<const txn::LogicalOp*> order;
-  for (const txn::LogicalOp& op : ops) order.push_back(&op);
-  if (mutation::Swapped(runtime_internal::kReplayOrderMutant))
-    std::reverse(order.begin(), order.end());
-  // Only the last operation on each key (of each index) decides its final state, and nothing
-  // observes the ones before: the others are skipped (keys of an epoch's hot set are written
-  // many times).
-  {
-    absl::flat_hash_set<std::pair<uint64_t, std::string_view>> seen;
-    std::vector<const txn::LogicalOp*> last;
-    for (auto it = order.rbegin(); it != order.rend(); ++it) {
-      std::string_view key, value;
-      if (!DecodeOp((*it)->bytes, &key, &value) || seen.insert({(*it)->tag >> 1, key}).second) {
-        last.push_back(*it);
-      }
-    }
-    order.assign(last.rbegin(), last.rend());
+  std::vector<uint64_t> ids;
+  for (CatalogEntry& e : ReadCatalog(catalog)) {
+    if (e.descriptor == 0) continue;
+    ids.push_back(e.id);
+    by_id[e.id] = std::move(e);
   }
-  for (const txn::LogicalOp* op : order) {
-    const uint64_t id = op->tag >> 1;
-    auto entry = by_id.find(id);
-    if (entry == by_id.end()) continue;
-    auto& tree = trees[id];
+  std::sort(ids.begin(), ids.end());
+  // A journal a lazy replay left (a crash before it was applied) comes first.
+  std::optional<runtime_internal::Journal> journal;
+  const auto& h = *static_cast<const RuntimeHeader*>(pool.region_base(PoolRegion::kRoot));
+  if (h.magic == RuntimeHeader::kMagic && h.journal != 0) {
+    auto read = runtime_internal::ReadJournal(pool, heap, h.journal);
+    if (!read.ok()) return read.status();
+    journal = std::move(*read);
+  }
+  uint64_t stamp_hi;
+  auto plan =
+      runtime_internal::PlanReplay(epochs, journal ? &*journal : nullptr, ops, ids, &stamp_hi);
+  if (!plan.ok()) return plan.status();
+  std::map<uint64_t, std::unique_ptr<ds::DurableMasstree>> trees;
+  for (const runtime_internal::IndexOp& op : *plan) {
+    const CatalogEntry& entry = by_id.at(op.id);
+    auto& tree = trees[op.id];
     if (tree == nullptr) {
-      auto t = ds::DurableMasstree::Open(pool, epochs, heap, entry->second.descriptor);
+      auto t = ds::DurableMasstree::Open(pool, epochs, heap, entry.descriptor);
       if (!t.ok()) {
-        return absl::Status(t.status().code(), absl::StrCat("index ", entry->second.name, ": ",
+        return absl::Status(t.status().code(), absl::StrCat("index ", entry.name, ": ",
                                                             std::string(t.status().message())));
       }
       tree = std::move(*t);
     }
-    std::string_view key, value;
-    if (!DecodeOp(op->bytes, &key, &value)) {
-      return absl::DataLossError(absl::StrCat("index ", entry->second.name,
-                                              ": a logged operation of ", op->bytes.size(),
-                                              " bytes does not decode"));
-    }
-    if ((op->tag & 1) == kOpPut) {
-      if (tree->put(key, value) == ds::PutResult::kNoMemory) {
-        return NoRoom("replay of a put", entry->second.name);
+    epoch::Guard g(epochs);
+    if (!op.remove) {
+      if (tree->put(op.key, op.value) == ds::PutResult::kNoMemory) {
+        return NoRoom("replay of a put", entry.name);
       }
     } else {
-      (void)tree->remove(key);  // absent already: the same end state
+      (void)tree->remove(op.key);  // absent already: the same end state
+    }
+    // A journal's entry is marked applied with the change (the operations newer than the
+    // journal are applied after its entries, so none of these may be applied again later).
+    if (op.mark != nullptr) {
+      *op.mark = g.epoch();
+      epochs.RecordDirty(op.mark, sizeof(uint64_t));
     }
     ++*applied;
   }
@@ -224,7 +227,11 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Open(const std::string& path,
     trial.trial_open = false;
     trial.pool.private_mapping = true;
     trial.epochs.interval = std::chrono::milliseconds(0);
-    auto opened = Open(path, std::move(trial));
+    PoolOptions trial_pool = trial.pool;
+    trial_pool.defer_attach = true;
+    auto pool = Pool::Open(path, trial.layout, trial_pool);
+    if (!pool.ok()) return pool.status();
+    auto opened = AttachImpl(std::move(*pool), std::move(trial), /*trial=*/true);
     if (!opened.ok()) return opened.status();
     if (absl::Status st = (*opened)->Close(); !st.ok()) return st;
   }
@@ -238,7 +245,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Open(const std::string& path,
              : Pool::Open(path, options.layout, open_options);
   if (!pool.ok()) return pool.status();
   const auto pool_time = std::chrono::steady_clock::now() - start - trial_time;
-  auto rt = Attach(std::move(*pool), std::move(options));
+  auto rt = AttachImpl(std::move(*pool), std::move(options), /*trial=*/false);
   if (rt.ok()) {
     (*rt)->times_.trial = trial_time;
     (*rt)->times_.pool = pool_time;
@@ -248,12 +255,18 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Open(const std::string& path,
 
 absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Attach(std::unique_ptr<Pool> pool,
                                                          RuntimeOptions options) {
+  return AttachImpl(std::move(pool), std::move(options), /*trial=*/false);
+}
+
+absl::StatusOr<std::unique_ptr<Runtime>> Runtime::AttachImpl(std::unique_ptr<Pool> pool,
+                                                             RuntimeOptions options, bool trial) {
   if (options.txn.replay_logical) {
     return absl::InvalidArgumentError(
         "Runtime::Open: options.txn.replay_logical is the runtime's own; leave it empty");
   }
   std::unique_ptr<Runtime> rt(new Runtime());
   rt->pool_ = std::move(pool);
+  rt->trial_ = trial;
   bool created = false;
   auto t = std::chrono::steady_clock::now();
   auto lap = [&t](std::chrono::nanoseconds* into) {
@@ -272,6 +285,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Attach(std::unique_ptr<Pool> p
   rt->heap_ = std::move(*heap);
   lap(&rt->times_.heap);
   if (auto st = rt->OpenCatalog(&created); !st.ok()) return st;
+  if (auto st = rt->ReadJournalAtOpen(); !st.ok()) return st;
   lap(&rt->times_.catalog);
   options.txn.replay_logical = [p = rt.get()](const std::vector<txn::LogicalOp>& ops) {
     return p->Replay(ops);
@@ -279,12 +293,15 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Attach(std::unique_ptr<Pool> p
   auto engine = txn::Engine::Open(*rt->pool_, *rt->epochs_, *rt->heap_, options.txn);
   if (!engine.ok()) return engine.status();
   rt->engine_ = std::move(*engine);
+  if (auto st = rt->StartPendingReplay(options.background_replay); !st.ok()) return st;
   lap(&rt->times_.engine);
   if (created) {
     if (auto st = rt->epochs_->Sync(); !st.ok()) return st;
   }
   return rt;
 }
+
+Runtime::Runtime() : pending_(std::make_unique<PendingReplay>()) {}
 
 RuntimeHeader& Runtime::header() {
   return *reinterpret_cast<RuntimeHeader*>(pool_->region_base(PoolRegion::kRoot));
@@ -325,15 +342,6 @@ absl::Status Runtime::OpenCatalog(bool* created) {
   catalog_ = std::move(*tree);
   *created = true;
   return absl::OkStatus();
-}
-
-absl::Status Runtime::Replay(const std::vector<txn::LogicalOp>& ops) {
-  const auto start = std::chrono::steady_clock::now();
-  absl::Cleanup timed = [&] {
-    replay_ms_ +=
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  };
-  return ReplayIndexOps(*pool_, *epochs_, *heap_, *catalog_, ops, &replayed_);
 }
 
 absl::StatusOr<Index*> Runtime::OpenIndexLocked(const std::string& name, uint64_t id,
@@ -410,6 +418,7 @@ absl::StatusOr<Index*> Runtime::index(std::string_view name) {
 }
 
 absl::Status Runtime::drop_index(std::string_view name) {
+  RETURN_IF_ERROR(finish_replay());  // (no pending entry may name the index's tree)
   std::lock_guard<std::mutex> l(mu_);
   auto found = FindLocked(name);
   if (!found.ok()) return found.status();
@@ -478,11 +487,29 @@ RuntimeStats Runtime::stats() const {
   }
   s.replayed_index_ops = replayed_;
   s.replay_ms = replay_ms_;
+  {
+    std::lock_guard<std::mutex> l(pending_->mu);
+    s.pending_index_ops = pending_->left;
+  }
   s.health = pool_->health();
   return s;
 }
 
 absl::Status Runtime::Close() {
+  StopReplay();
+  if (engine_ != nullptr) {
+    bool due;
+    {
+      std::lock_guard<std::mutex> l(pending_->mu);
+      due = pending_->retire_due;
+    }
+    if (due) {
+      if (absl::Status st = RetireJournal(); !st.ok()) {
+        std::fprintf(stderr, "pmrt: %s: freeing the applied index replay journal: %s\n",
+                     pool_->path().c_str(), st.ToString().c_str());
+      }
+    }
+  }
   {
     std::lock_guard<std::mutex> l(mu_);
     open_.clear();

@@ -15,8 +15,9 @@
 //   (*rt)->sync();                                         // epoch-scope work durable now
 //
 // Open order: Pool, epoch::Manager (rolls back the epochs a crash interrupted), alloc::Heap,
-// the runtime's catalog of indexes, txn::Engine (replays committed transactions: their words,
-// allocations and index operations). Close (or the destructor) tears them down in reverse.
+// the runtime's catalog of indexes, txn::Engine (replays committed transactions: their words
+// and allocations, and journals their index operations, which are applied after Open returns:
+// RuntimeOptions::background_replay). Close (or the destructor) tears them down in reverse.
 //
 // Durability (docs/durability.md, item 5 and its table): inside a transaction, index operations are
 // part of it: durable when commit returns, undone by abort, replayed after a crash with the
@@ -72,6 +73,12 @@ struct RuntimeOptions {
   // damaged transaction log or catalog) then leaves that recovery's writes, which lose nothing
   // durable.
   bool trial_open = true;
+  // After a crash, the index operations of committed transactions that the crash rolled back are
+  // not applied before Open returns: recovery journals them in the pool (durably, in one block),
+  // reads answer from the journal for the keys it holds, a write to such a key applies its entry
+  // first, and a background thread applies the rest (docs/durability.md, "Restart"). False: no
+  // thread; entries are applied on access, by scan() or size() (all of them), or finish_replay().
+  bool background_replay = true;
 };
 
 struct RuntimeStats {
@@ -79,9 +86,10 @@ struct RuntimeStats {
   alloc::HeapStats heap;
   txn::Stats txn;
   size_t indexes = 0;
-  uint64_t replayed_index_ops = 0;  // index operations of committed transactions replayed at open
-  double replay_ms = 0;             // the time their replay took (inside the engine's recovery)
-  absl::Status health;              // the pool's failed mode, or OK
+  uint64_t replayed_index_ops = 0;  // index operations of committed transactions to replay at open
+  double replay_ms = 0;  // the time it took to journal them (inside the engine's recovery)
+  uint64_t pending_index_ops = 0;  // of those, the ones not yet applied to their trees
+  absl::Status health;             // the pool's failed mode, or OK
 };
 
 // The runtime's header at the start of the pool's root region; the program's root follows it.
@@ -93,6 +101,7 @@ struct RuntimeHeader {
   uint64_t next_index_id;   // ids are never reused
   uint64_t user_root_size;  // sizeof the program's root type, bound at its first root<T>()
   std::atomic<uint64_t> user_logged_epoch;  // the program root's external-log mark (log_root)
+  uint64_t journal;  // the index replay journal's block (runtime/internal/replay_journal.h), or 0
 };
 inline constexpr size_t kRuntimeHeaderBytes = 256;
 
@@ -100,11 +109,13 @@ class Runtime;
 
 namespace runtime_internal {
 // Logic mutants of the runtime's crash suite's gate (tests/runtime/runtime_crash_test.cc): a
-// recovery that replays no index operation, one that replays them newest first, and an index
-// operation inside a transaction that an abort does not undo. Each must make the suite fail.
+// recovery that replays no index operation, one that replays them newest first, an index
+// operation inside a transaction that an abort does not undo, and a lazy replay whose applied
+// mark is never written back. Each must make the suite fail.
 inline constexpr Site kSkipReplayMutant{"runtime.mutant.skip_replay"};
 inline constexpr Site kReplayOrderMutant{"runtime.mutant.replay_order"};
 inline constexpr Site kNoUndoMutant{"runtime.mutant.no_undo"};
+inline constexpr Site kUnrecordedMarkMutant{"runtime.mutant.unrecorded_mark"};
 }  // namespace runtime_internal
 
 // For tools that open a runtime pool's layers themselves (tools/pool_view.cc): its catalog and
@@ -138,13 +149,13 @@ class Index {
   absl::StatusOr<ds::InsertResult> insert_if_absent(std::string_view key, std::string_view value);
   absl::StatusOr<bool> remove(std::string_view key);  // true when the key was present
 
-  // Reads see the calling transaction's own writes (they are applied in place).
-  std::optional<std::string> get(std::string_view key) const { return tree_->get(key); }
-  bool get(std::string_view key, std::string* value) const { return tree_->get(key, value); }
-  size_t scan(std::string_view from, size_t count, ds::ScanCallback cb) const {
-    return tree_->scan(from, count, cb);
-  }
-  size_t size() const { return tree_->size(); }
+  // Reads see the calling transaction's own writes (they are applied in place). While a
+  // restart's replay is pending, get() answers from the journal for a key it holds, and scan()
+  // and size() first apply every pending operation (Runtime::finish_replay).
+  std::optional<std::string> get(std::string_view key) const;
+  bool get(std::string_view key, std::string* value) const;
+  size_t scan(std::string_view from, size_t count, ds::ScanCallback cb) const;
+  size_t size() const;
 
   // A value naming a persistent object of this runtime's pool (its pool offset, 8 bytes), and
   // back (null when the value names no object of that size in the pool).
@@ -213,7 +224,13 @@ class Runtime {
   std::vector<std::string> indexes();
 
   // Everything done before the call is durable when it returns OK.
-  absl::Status sync() { return epochs_->Sync(); }
+  absl::Status sync();
+  // Applies every index operation still pending from a restart's replay (RuntimeOptions::
+  // background_replay) in the calling thread. Errors: the first failed application's
+  // (kResourceExhausted for a full pool); the entries not applied stay pending.
+  absl::Status finish_replay();
+  // Index operations of a restart's replay not yet applied (cheap; stats() walks the heap).
+  uint64_t pending_index_ops();
   RuntimeStats stats() const;
   // How long each step of the open took (Attach's steps; the pool's own open is the caller's
   // in Attach, Open's in Open).
@@ -233,9 +250,24 @@ class Runtime {
  private:
   friend class Index;
   struct Region;
-  Runtime() = default;
+  struct PendingReplay;
+  Runtime();
+  static absl::StatusOr<std::unique_ptr<Runtime>> AttachImpl(std::unique_ptr<Pool> pool,
+                                                             RuntimeOptions options, bool trial);
   absl::Status OpenCatalog(bool* created);
   absl::Status Replay(const std::vector<txn::LogicalOp>& ops);
+  // The lazy replay (runtime/lazy_replay.cc).
+  absl::Status ReadJournalAtOpen();
+  absl::Status StartPendingReplay(bool background);
+  bool replaying() const { return replaying_.load(std::memory_order_acquire); }
+  // Whether a pending entry decides `key` of index `id`: then *value is its state.
+  bool PendingGet(uint64_t id, std::string_view key, std::optional<std::string>* value);
+  absl::Status Materialize(uint64_t id, std::string_view key);
+  absl::Status ApplyPending(size_t max_entries, size_t* left);
+  absl::Status ApplyEntry(size_t i);
+  void FinishReplayForRead();
+  absl::Status RetireJournal();
+  void StopReplay();
   absl::StatusOr<Index*> OpenIndexLocked(const std::string& name, uint64_t id, uint64_t descriptor);
   absl::StatusOr<Index*> FindLocked(std::string_view name);
   RuntimeHeader& header();
@@ -252,7 +284,29 @@ class Runtime {
   uint64_t replayed_ = 0;
   double replay_ms_ = 0;
   OpenTimes times_;
+  bool trial_ = false;  // the trial open: recovery validates the index operations, writes none
+  std::unique_ptr<PendingReplay> pending_;
+  std::atomic<bool> replaying_{false};
 };
+
+inline std::optional<std::string> Index::get(std::string_view key) const {
+  if (rt_.replaying()) {
+    std::optional<std::string> v;
+    if (rt_.PendingGet(id_, key, &v)) return v;
+  }
+  return tree_->get(key);
+}
+
+inline bool Index::get(std::string_view key, std::string* value) const {
+  if (rt_.replaying()) {
+    std::optional<std::string> v;
+    if (rt_.PendingGet(id_, key, &v)) {
+      if (v.has_value()) *value = std::move(*v);
+      return v.has_value();
+    }
+  }
+  return tree_->get(key, value);
+}
 
 template <class T>
 absl::StatusOr<T*> Runtime::root() {

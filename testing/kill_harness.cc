@@ -31,7 +31,10 @@ absl::Status RunKillLoop(const KillLoopOptions& options,
     const uint64_t bound = !options.wait_ready && wait_ready && options.ready_max_delay_us != 0
                                ? options.ready_max_delay_us
                                : options.max_delay_us;
-    const uint64_t delay_us = bound == 0 ? 0 : rng() % (bound + 1);
+    const bool aimed = options.aim_every > 0 && i % options.aim_every == 0 && !wait_ready;
+    const uint64_t delay_us = aimed        ? rng() % (options.aim_max_delay_us + 1)
+                              : bound == 0 ? 0
+                                           : rng() % (bound + 1);
     std::fflush(nullptr);  // nothing buffered may be written twice
     pid_t pid = fork();
     if (pid < 0) {
@@ -53,6 +56,19 @@ absl::Status RunKillLoop(const KillLoopOptions& options,
               "kill loop: iteration ", i, ": child exited before it was ready, status ", status));
         }
         std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }
+    if (aimed) {
+      // Spin: the step aimed at may last only tens of microseconds.
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (progress->user[options.aim_slot].load() < options.aim_value &&
+             std::chrono::steady_clock::now() < deadline) {
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+          munmap(shared, sizeof(KillProgress));
+          return absl::InternalError(absl::StrCat(
+              "kill loop: iteration ", i, ": child exited before its aimed step, status ", status));
+        }
       }
     }
     std::this_thread::sleep_for(std::chrono::microseconds(delay_us));

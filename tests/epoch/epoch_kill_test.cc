@@ -229,6 +229,13 @@ absl::Status RunKills(const KillConfig& cfg, Tally& tally, int* kills_run) {
   // children ack work however long they take to start.
   o.ready_every = 4;
   o.ready_max_delay_us = 20000;  // msync manual under ASan acked nothing within 4 ms
+  if (cfg.recovery) {
+    // One kill in four waits for the child to enter Manager::Open, then comes within 100 us.
+    o.aim_every = 4;
+    o.aim_slot = kPhase;
+    o.aim_value = kManagerOpen;
+    o.aim_max_delay_us = 100;
+  }
   *kills_run = o.kills;
 
   std::vector<State> bases = {State{}};  // the states the pool may hold before this child
