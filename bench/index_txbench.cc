@@ -11,14 +11,17 @@
 //   pmdk        libpmemobj: a persistent open-addressing hash map (8-byte keys and values) in a
 //               pmemobj pool, each update pmemobj_tx_begin; tx_add_range(value), value = v;
 //               tx_add_range(counter), counter += 1; pmemobj_tx_end: durable when it returns
+//   pmdk-btree  the same transaction on a persistent B+-tree (ordered, like pmrt's index; 64-slot
+//               nodes, leaves 3/4 full after a bulk load)
 //
 // Every system: the same keys (8-byte scrambled), the same loop and generator, T threads with
 // their own counter words, updates of one key serialized by a striped lock (both designs update
 // in place and need it), reads without locks, pools on /dev/shm with PMEM_IS_PMEM_FORCE=1
-// (clwb + sfence). A hash map is the faster index; pmrt's is ordered (Masstree).
+// (clwb + sfence). A hash map is the faster index; pmrt's is ordered (Masstree), as the B+-tree.
 //
-//   pmrt-index-txbench --system pmrt-tx|pmrt-epoch|pmrt-word|pmdk [--keys N] [--seconds S]
-//                      [--threads T] [--dist zipf|uniform] [--dir DIR] [--json FILE]
+//   pmrt-index-txbench --system pmrt-tx|pmrt-epoch|pmrt-word|pmdk|pmdk-btree [--keys N]
+//                      [--seconds S] [--threads T] [--dist zipf|uniform] [--dir DIR]
+//                      [--json FILE]
 //   pmrt-index-txbench --restart [--keys N] [--dir DIR] [--json FILE] [--keep FILE]
 //                      [--reopen FILE]
 //
@@ -37,6 +40,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -245,6 +249,126 @@ class PmdkSystem : public System {
   Stripes stripes_;
 };
 
+// PMDK with an ordered index: a B+-tree of 8-byte keys and values in a pmemobj pool, each node
+// a 64-slot array (keys, then values or child offsets from the pool's start), leaves filled to
+// 3/4 by a bulk load (sorted keys, persisted once, as the hash map's load). The mix changes no
+// structure (updates replace values of loaded keys), so reads take no lock, as with the hash
+// map, and an update is the same transaction: tx_add_range(value), tx_add_range(counter).
+class PmdkBtreeSystem : public System {
+ public:
+  static constexpr int kFan = 64;
+  struct Node {
+    uint32_t n;
+    uint32_t leaf;
+    uint64_t keys[kFan];  // inner: the smallest key under each child
+    uint64_t vals[kFan];  // leaf: values; inner: child offsets in the pool
+  };
+
+  explicit PmdkBtreeSystem(const Args& a) {
+    path_ = a.dir + "/pmdk-btree-index-txbench.pool";
+    ::unlink(path_.c_str());
+    const uint64_t leaves = (a.keys + kLeafFill - 1) / kLeafFill;
+    max_nodes_ = leaves * 2 + 16;  // every inner level is at most half the one below
+    const size_t bytes = 64 * 64 * 8 + max_nodes_ * sizeof(Node);
+    pop_ = pmemobj_create(path_.c_str(), "pmrt-index-txbench", bytes + (size_t{256} << 20), 0600);
+    if (pop_ == nullptr) Die(path_ + ": pmemobj_create: " + pmemobj_errormsg());
+    PMEMoid root = pmemobj_root(pop_, bytes);
+    if (OID_IS_NULL(root)) Die(std::string("pmemobj_root: ") + pmemobj_errormsg());
+    counters_ = static_cast<uint64_t*>(pmemobj_direct(root));
+    nodes_ = reinterpret_cast<Node*>(counters_ + 64 * 8);
+  }
+  ~PmdkBtreeSystem() override {
+    pmemobj_close(pop_);
+    ::unlink(path_.c_str());
+  }
+  bool CountsFences() const override { return false; }
+  void Load(uint64_t keys) override {
+    std::vector<uint64_t> sorted(keys);
+    for (uint64_t i = 0; i < keys; ++i) sorted[i] = KeyOf(i);
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<uint64_t> level;  // node indexes of the level being built
+    for (uint64_t i = 0; i < keys; i += kLeafFill) {
+      Node* n = NewNode(/*leaf=*/true);
+      for (uint64_t j = i; j < std::min(keys, i + kLeafFill); ++j) {
+        n->keys[n->n] = sorted[j];
+        n->vals[n->n++] = sorted[j];
+      }
+      level.push_back(static_cast<uint64_t>(n - nodes_));
+    }
+    while (level.size() > 1) {
+      std::vector<uint64_t> up;
+      for (size_t i = 0; i < level.size(); i += kLeafFill) {
+        Node* n = NewNode(/*leaf=*/false);
+        for (size_t j = i; j < std::min(level.size(), i + kLeafFill); ++j) {
+          Node* child = &nodes_[level[j]];
+          n->keys[n->n] = child->keys[0];
+          n->vals[n->n++] = static_cast<uint64_t>(reinterpret_cast<char*>(child) -
+                                                  reinterpret_cast<char*>(pop_));
+        }
+        up.push_back(static_cast<uint64_t>(n - nodes_));
+      }
+      level = std::move(up);
+    }
+    root_ = &nodes_[level[0]];
+    pmemobj_persist(pop_, nodes_, used_ * sizeof(Node));
+  }
+  bool Update(int t, uint64_t key, uint64_t value) override {
+    uint64_t* slot = Find(key);
+    if (slot == nullptr) return false;
+    uint64_t* counter = &counters_[t * 8];
+    std::lock_guard<std::mutex> l(stripes_.For(key));
+    if (pmemobj_tx_begin(pop_, nullptr, TX_PARAM_NONE) != 0) return false;
+    if (pmemobj_tx_add_range_direct(slot, 8) != 0 ||
+        pmemobj_tx_add_range_direct(counter, 8) != 0) {
+      pmemobj_tx_abort(EINVAL);
+      pmemobj_tx_end();
+      return false;
+    }
+    *slot = value;
+    *counter += 1;
+    pmemobj_tx_commit();
+    return pmemobj_tx_end() == 0;
+  }
+  bool Read(uint64_t key, uint64_t* value) override {
+    uint64_t* slot = Find(key);
+    if (slot == nullptr) return false;
+    *value = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    return true;
+  }
+
+ private:
+  static constexpr uint64_t kLeafFill = kFan * 3 / 4;
+
+  Node* NewNode(bool leaf) {
+    if (used_ == max_nodes_) Die("pmdk-btree: node area full");
+    Node* n = &nodes_[used_++];
+    n->n = 0;
+    n->leaf = leaf ? 1 : 0;
+    return n;
+  }
+  // The value slot of `key`, or null.
+  uint64_t* Find(uint64_t key) {
+    Node* n = root_;
+    while (n->leaf == 0) {
+      // The last child whose smallest key is <= key (the first child when none is).
+      const uint64_t* k = std::upper_bound(n->keys, n->keys + n->n, key);
+      const int i = k == n->keys ? 0 : static_cast<int>(k - n->keys) - 1;
+      n = reinterpret_cast<Node*>(reinterpret_cast<char*>(pop_) + n->vals[i]);
+    }
+    const uint64_t* k = std::lower_bound(n->keys, n->keys + n->n, key);
+    if (k == n->keys + n->n || *k != key) return nullptr;
+    return &n->vals[k - n->keys];
+  }
+
+  std::string path_;
+  PMEMobjpool* pop_ = nullptr;
+  uint64_t* counters_ = nullptr;
+  Node* nodes_ = nullptr;
+  Node* root_ = nullptr;
+  uint64_t max_nodes_ = 0, used_ = 0;
+  Stripes stripes_;
+};
+
 // ---- runs ----------------------------------------------------------------------------------
 
 void AppendJson(const std::string& file, const std::string& line) {
@@ -259,6 +383,8 @@ void RunMix(const Args& a) {
   std::unique_ptr<System> sys;
   if (a.system == "pmdk") {
     sys = std::make_unique<PmdkSystem>(a);
+  } else if (a.system == "pmdk-btree") {
+    sys = std::make_unique<PmdkBtreeSystem>(a);
   } else if (a.system == "pmrt-tx") {
     sys = std::make_unique<PmrtSystem>(a, /*tx=*/true, /*put=*/true);
   } else if (a.system == "pmrt-epoch") {
@@ -266,7 +392,7 @@ void RunMix(const Args& a) {
   } else if (a.system == "pmrt-word") {
     sys = std::make_unique<PmrtSystem>(a, /*tx=*/true, /*put=*/false);
   } else {
-    Die("--system must be pmrt-tx, pmrt-epoch, pmrt-word or pmdk");
+    Die("--system must be pmrt-tx, pmrt-epoch, pmrt-word, pmdk or pmdk-btree");
   }
   sys->Load(a.keys);
   const pmrt::bench::ScrambledZipfian zipf(a.keys, 0.99);

@@ -303,6 +303,7 @@ def render_txn_reopen(rows):
 
 INDEX_SYSTEMS = [
     ("pmrt-tx", "pmrt: a transaction that puts into a Masstree and increments a counter word"),
+    ("pmdk-btree", "PMDK: libpmemobj transaction on a B+-tree (ordered)"),
     ("pmdk", "PMDK: libpmemobj transaction on a hash map (unordered)"),
     ("pmrt-epoch", "pmrt: the Masstree put on the epoch scope (not durable at return)"),
     ("pmrt-word", "pmrt: the one-word transaction alone (no index update)"),
@@ -317,18 +318,20 @@ def render_index_txbench(rows):
         fences = []
         for d in ("zipf", "uniform"):
             r = next((x for x in tp if x["system"] == sys_ and x["dist"] == d), None)
-            base = next((x for x in tp if x["system"] == "pmdk" and x["dist"] == d), None)
             if r is None:
-                cells += ["–", "–"]
+                cells += ["–", "–", "–"]
                 continue
             cells.append(f"{num(r['ops_per_sec'])} ({num(r['ops_per_cpu_sec'])})")
-            cells.append(f"{r['ops_per_sec'] / base['ops_per_sec']:.2f}×" if base else "–")
+            for base_sys in ("pmdk-btree", "pmdk"):
+                base = next((x for x in tp if x["system"] == base_sys and x["dist"] == d), None)
+                cells.append(f"{r['ops_per_sec'] / base['ops_per_sec']:.2f}×" if base else "–")
             if r.get("fences_per_update") is not None:
                 fences.append(f"{r['fences_per_update']:.3f}")
         cells.append(" / ".join(fences) if fences else "–")
         body.append(cells)
-    lines = table(["system", "Zipfian 0.99: ops/s wall (per process-CPU-s × threads)", "/ PMDK",
-                   "uniform", "/ PMDK", "fences per update (Zipfian / uniform)"], body)
+    lines = table(["system", "Zipfian 0.99: ops/s wall (per process-CPU-s × threads)",
+                   "/ PMDK B+-tree", "/ PMDK hash", "uniform", "/ B+-tree", "/ hash",
+                   "fences per update (Zipfian / uniform)"], body)
     for r in rows:
         if r.get("bench") == "index-restart":
             steps = ""

@@ -9,7 +9,7 @@
 #     --no-charts   JSON and tables only (no gnuplot)
 #     --out DIR     results directory (default $OUT, else bench/results)
 #     --img DIR     where the PNGs go (default docs/img)
-#     --only LIST   comma-separated subset of ycsb,txbench,allocbench,server
+#     --only LIST   comma-separated subset of ycsb,txbench,index-txbench,allocbench,server
 #   environment: PMRT_JOBS (build parallelism, default 2)
 #
 # Suites (each an existing script, with PMEM_IS_PMEM_FORCE=1: pools on /dev/shm model persistent
@@ -18,6 +18,9 @@
 #               0.99, 1M keys, 2 threads, 2M operations per workload and tree; recovery at 1M keys
 #   txbench     bench/txbench.sh: pmrt vs PMDK vs an undo log vs plain stores vs the floor, K = 1/4/16
 #               words, 3 rounds (1 with --quick)
+#   index-txbench  bench/index_txbench.sh: index updates in transactions, pmrt::Runtime vs PMDK
+#               (a B+-tree and a hash map under libpmemobj transactions), YCSB-A-like, 1M keys,
+#               2 threads; the restart after a crash (not with --quick)
 #   allocbench  bench/allocbench.sh: pmrt's heap vs PMDK vs glibc, four allocator benchmarks
 #   server      bench/server_bench.sh (when present): redis-benchmark against `pmrt serve` and
 #               Debian's redis-server (persistence off, and appendonly + appendfsync everysec)
@@ -42,8 +45,8 @@ quick=0
 charts=1
 out=${OUT:-bench/results}
 img=docs/img
-only=ycsb,txbench,allocbench,server
-usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; }
+only=ycsb,txbench,index-txbench,allocbench,server
+usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case $1 in
     --quick) quick=1 ;;
@@ -57,8 +60,9 @@ while (($#)); do
   shift
 done
 for s in ${only//,/ }; do
-  case $s in ycsb | txbench | allocbench | server) ;; *)
-    echo "report.sh: unknown suite '$s' in --only (ycsb, txbench, allocbench, server)" >&2
+  case $s in ycsb | txbench | index-txbench | allocbench | server) ;; *)
+    echo "report.sh: unknown suite '$s' in --only (ycsb, txbench, index-txbench, allocbench," \
+      "server)" >&2
     exit 2 ;;
   esac
 done
@@ -92,6 +96,7 @@ server_script=bench/server_bench.sh
 targets=()
 want ycsb && targets+=(pmrt-ycsb)
 want txbench && targets+=(pmrt-txbench)
+want index-txbench && targets+=(pmrt-index-txbench)
 want allocbench && targets+=(pmrt-allocbench)
 want server && [[ -x $server_script ]] && targets+=(pmrt-cli)
 if ((${#targets[@]})); then
@@ -172,6 +177,16 @@ if want txbench; then
   else
     run_suite txbench env SECONDS_PER_RUN=2 WARMUP=1 STEADY_SECONDS=10 \
       OUT="$out/txbench.jsonl" bench/txbench.sh build/release
+  fi
+fi
+if want index-txbench; then
+  : >"$out/index-txbench.jsonl"
+  if ((quick)); then
+    run_suite index-txbench env KEYS=100000 SECONDS_PER_RUN=0.5 RESTART=0 \
+      OUT="$out/index-txbench.jsonl" bench/index_txbench.sh build/release/bench/pmrt-index-txbench
+  else
+    run_suite index-txbench env OUT="$out/index-txbench.jsonl" \
+      bench/index_txbench.sh build/release/bench/pmrt-index-txbench
   fi
 fi
 if want allocbench; then
