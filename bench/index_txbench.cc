@@ -23,7 +23,7 @@
 //                      [--seconds S] [--threads T] [--dist zipf|uniform] [--dir DIR]
 //                      [--json FILE]
 //   pmrt-index-txbench --restart [--keys N] [--dir DIR] [--json FILE] [--keep FILE]
-//                      [--reopen FILE]
+//                      [--reopen FILE] [--log-budget BYTES]
 //
 // --restart: a child loads N keys through a Runtime, then runs transactional index updates with
 // an epoch boundary every 64 ms (the default interval) and is SIGKILLed 60 ms after one, so that
@@ -71,6 +71,7 @@ struct Args {
   bool restart = false;
   std::string keep;    // --keep FILE: a copy of the crashed pool, before it is opened
   std::string reopen;  // --reopen FILE: no child; the restart opens a copy of FILE
+  size_t log_budget = 0;  // --log-budget BYTES: the child's txn::Options::log_budget (0: auto)
 };
 
 [[noreturn]] void Die(const std::string& what) {
@@ -473,6 +474,7 @@ void KillAChildMidRun(const Args& a, const std::string& path) {
     pmrt::RuntimeOptions o;
     o.create_size = size_t{2} << 30;
     o.epochs.interval = std::chrono::milliseconds(0);  // boundaries by the loop below
+    o.txn.log_budget = a.log_budget;
     auto rt = pmrt::Runtime::Open(path, o);
     if (!rt.ok()) _exit(2);
     pmrt::Index* index = *(*rt)->index("ycsb");
@@ -528,7 +530,9 @@ void RunRestart(const Args& a) {
     std::filesystem::copy_file(path, a.keep, std::filesystem::copy_options::overwrite_existing);
   }
   const auto t0 = std::chrono::steady_clock::now();
-  auto rt = pmrt::Runtime::Open(path, {});
+  pmrt::RuntimeOptions o;
+  o.txn.log_budget = a.log_budget;  // as the child's (the replay's work is the child's log)
+  auto rt = pmrt::Runtime::Open(path, o);
   if (!rt.ok()) Die(rt.status().ToString());
   const double open_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -560,10 +564,12 @@ void RunRestart(const Args& a) {
                 "{\"bench\": \"index-restart\", \"keys\": %lu, \"open_ms\": %.3f, "
                 "\"first_get_ms\": %.3f, \"found\": %s, \"replayed_index_ops\": %lu, "
                 "\"pending_at_first_get\": %lu, \"trial_ms\": %.3f, \"engine_ms\": %.3f, "
-                "\"journal_ms\": %.3f}",
+                "\"journal_ms\": %.3f, \"log_budget\": %lu, \"records_replayed\": %lu}",
                 a.keys, open_ms, first_ms, found ? "true" : "false",
                 static_cast<unsigned long>(s.replayed_index_ops),
-                static_cast<unsigned long>(pending), ms(t.trial), ms(t.engine), s.replay_ms);
+                static_cast<unsigned long>(pending), ms(t.trial), ms(t.engine), s.replay_ms,
+                static_cast<unsigned long>(s.txn.log_budget),
+                static_cast<unsigned long>(s.txn.recovered_records));
   AppendJson(a.json, buf);
   (void)(*rt)->Close();
   ::unlink(path.c_str());
@@ -600,6 +606,8 @@ int main(int argc, char** argv) {
       a.keep = next();
     } else if (f == "--reopen") {
       a.reopen = next();
+    } else if (f == "--log-budget") {
+      a.log_budget = std::strtoull(next().c_str(), nullptr, 10);
     } else {
       Die("unknown flag " + f + " (see the top of bench/index_txbench.cc)");
     }

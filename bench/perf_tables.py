@@ -340,7 +340,11 @@ def render_index_txbench(rows):
                          f"{r['engine_ms']:.1f} ms (journaling the operations "
                          f"{r['journal_ms']:.1f} ms); {num(r['pending_at_first_get'])} still "
                          f"pending at the first answer (applied in the background).")
-            lines.append(Note(f"Restart after a crash with {num(r['keys'])} keys: open "
+            budget = ""
+            if r.get("log_budget"):
+                budget = (f" (transaction log budget {r['log_budget'] / 2**20:g} MiB, "
+                          f"{num(r['records_replayed'])} log records replayed)")
+            lines.append(Note(f"Restart after a crash with {num(r['keys'])} keys{budget}: open "
                       f"{r['open_ms']:.1f} ms, the first answer after {r['first_get_ms']:.1f} ms "
                       f"({'found' if r.get('found') else 'NOT FOUND'}), "
                       f"{num(r['replayed_index_ops'])} index operations of committed "
