@@ -69,8 +69,8 @@ struct Args {
   std::string dir = "/dev/shm";
   std::string json;
   bool restart = false;
-  std::string keep;    // --keep FILE: a copy of the crashed pool, before it is opened
-  std::string reopen;  // --reopen FILE: no child; the restart opens a copy of FILE
+  std::string keep;       // --keep FILE: a copy of the crashed pool, before it is opened
+  std::string reopen;     // --reopen FILE: no child; the restart opens a copy of FILE
   size_t log_budget = 0;  // --log-budget BYTES: the child's txn::Options::log_budget (0: auto)
 };
 
@@ -175,31 +175,63 @@ class PmrtSystem : public System {
 
 // ---- PMDK ----------------------------------------------------------------------------------
 
-struct PmdkSlot {
-  uint64_t key;
-  uint64_t value;
-};
-
-class PmdkSystem : public System {
+// A pmemobj pool whose root object holds the threads' counter words (a line each), then
+// `index_bytes` for the index; and the update both PMDK systems run: value = v and the thread's
+// counter += 1 in one transaction, durable when it returns.
+class PmdkBase : public System {
  public:
-  explicit PmdkSystem(const Args& a) {
-    path_ = a.dir + "/pmdk-index-txbench.pool";
+  PmdkBase(const Args& a, const std::string& name, size_t index_bytes) {
+    path_ = a.dir + "/" + name + "-index-txbench.pool";
     ::unlink(path_.c_str());
-    slots_n_ = 1;
-    while (slots_n_ < 2 * a.keys) slots_n_ <<= 1;
-    const size_t bytes = slots_n_ * sizeof(PmdkSlot) + 64 * 64 * 8;
+    const size_t bytes = 64 * 64 * 8 + index_bytes;
     pop_ = pmemobj_create(path_.c_str(), "pmrt-index-txbench", bytes + (size_t{256} << 20), 0600);
     if (pop_ == nullptr) Die(path_ + ": pmemobj_create: " + pmemobj_errormsg());
     PMEMoid root = pmemobj_root(pop_, bytes);
     if (OID_IS_NULL(root)) Die(std::string("pmemobj_root: ") + pmemobj_errormsg());
     counters_ = static_cast<uint64_t*>(pmemobj_direct(root));
-    slots_ = reinterpret_cast<PmdkSlot*>(counters_ + 64 * 8);
   }
-  ~PmdkSystem() override {
+  ~PmdkBase() override {
     pmemobj_close(pop_);
     ::unlink(path_.c_str());
   }
   bool CountsFences() const override { return false; }
+
+ protected:
+  void* index_area() const { return counters_ + 64 * 8; }
+  bool TxUpdate(int t, uint64_t key, uint64_t* slot, uint64_t value) {
+    uint64_t* counter = &counters_[t * 8];
+    std::lock_guard<std::mutex> l(stripes_.For(key));
+    if (pmemobj_tx_begin(pop_, nullptr, TX_PARAM_NONE) != 0) return false;
+    if (pmemobj_tx_add_range_direct(slot, 8) != 0 || pmemobj_tx_add_range_direct(counter, 8) != 0) {
+      pmemobj_tx_abort(EINVAL);
+      pmemobj_tx_end();
+      return false;
+    }
+    *slot = value;
+    *counter += 1;
+    pmemobj_tx_commit();
+    return pmemobj_tx_end() == 0;
+  }
+
+  PMEMobjpool* pop_ = nullptr;
+
+ private:
+  std::string path_;
+  uint64_t* counters_ = nullptr;
+  Stripes stripes_;
+};
+
+struct PmdkSlot {
+  uint64_t key;
+  uint64_t value;
+};
+
+class PmdkSystem : public PmdkBase {
+ public:
+  explicit PmdkSystem(const Args& a)
+      : PmdkBase(a, "pmdk", SlotsFor(a.keys) * sizeof(PmdkSlot)), slots_n_(SlotsFor(a.keys)) {
+    slots_ = static_cast<PmdkSlot*>(index_area());
+  }
   void Load(uint64_t keys) override {
     for (uint64_t i = 0; i < keys; ++i) {
       const uint64_t k = KeyOf(i);
@@ -211,20 +243,7 @@ class PmdkSystem : public System {
   }
   bool Update(int t, uint64_t key, uint64_t value) override {
     PmdkSlot* s = Find(key, false);
-    if (s == nullptr) return false;
-    uint64_t* counter = &counters_[t * 8];
-    std::lock_guard<std::mutex> l(stripes_.For(key));
-    if (pmemobj_tx_begin(pop_, nullptr, TX_PARAM_NONE) != 0) return false;
-    if (pmemobj_tx_add_range_direct(&s->value, 8) != 0 ||
-        pmemobj_tx_add_range_direct(counter, 8) != 0) {
-      pmemobj_tx_abort(EINVAL);
-      pmemobj_tx_end();
-      return false;
-    }
-    s->value = value;
-    *counter += 1;
-    pmemobj_tx_commit();
-    return pmemobj_tx_end() == 0;
+    return s != nullptr && TxUpdate(t, key, &s->value, value);
   }
   bool Read(uint64_t key, uint64_t* value) override {
     PmdkSlot* s = Find(key, false);
@@ -234,6 +253,11 @@ class PmdkSystem : public System {
   }
 
  private:
+  static uint64_t SlotsFor(uint64_t keys) {
+    uint64_t n = 1;
+    while (n < 2 * keys) n <<= 1;
+    return n;
+  }
   PmdkSlot* Find(uint64_t key, bool insert) {
     for (uint64_t i = pmrt::bench::Scramble(key) & (slots_n_ - 1);; i = (i + 1) & (slots_n_ - 1)) {
       PmdkSlot* s = &slots_[i];
@@ -242,12 +266,8 @@ class PmdkSystem : public System {
     }
   }
 
-  std::string path_;
-  PMEMobjpool* pop_ = nullptr;
-  uint64_t* counters_ = nullptr;
+  uint64_t slots_n_;
   PmdkSlot* slots_ = nullptr;
-  uint64_t slots_n_ = 0;
-  Stripes stripes_;
 };
 
 // PMDK with an ordered index: a B+-tree of 8-byte keys and values in a pmemobj pool, each node
@@ -255,7 +275,7 @@ class PmdkSystem : public System {
 // 3/4 by a bulk load (sorted keys, persisted once, as the hash map's load). The mix changes no
 // structure (updates replace values of loaded keys), so reads take no lock, as with the hash
 // map, and an update is the same transaction: tx_add_range(value), tx_add_range(counter).
-class PmdkBtreeSystem : public System {
+class PmdkBtreeSystem : public PmdkBase {
  public:
   static constexpr int kFan = 64;
   struct Node {
@@ -265,24 +285,11 @@ class PmdkBtreeSystem : public System {
     uint64_t vals[kFan];  // leaf: values; inner: child offsets in the pool
   };
 
-  explicit PmdkBtreeSystem(const Args& a) {
-    path_ = a.dir + "/pmdk-btree-index-txbench.pool";
-    ::unlink(path_.c_str());
-    const uint64_t leaves = (a.keys + kLeafFill - 1) / kLeafFill;
-    max_nodes_ = leaves * 2 + 16;  // every inner level is at most half the one below
-    const size_t bytes = 64 * 64 * 8 + max_nodes_ * sizeof(Node);
-    pop_ = pmemobj_create(path_.c_str(), "pmrt-index-txbench", bytes + (size_t{256} << 20), 0600);
-    if (pop_ == nullptr) Die(path_ + ": pmemobj_create: " + pmemobj_errormsg());
-    PMEMoid root = pmemobj_root(pop_, bytes);
-    if (OID_IS_NULL(root)) Die(std::string("pmemobj_root: ") + pmemobj_errormsg());
-    counters_ = static_cast<uint64_t*>(pmemobj_direct(root));
-    nodes_ = reinterpret_cast<Node*>(counters_ + 64 * 8);
+  // Every inner level is at most half the one below.
+  explicit PmdkBtreeSystem(const Args& a)
+      : PmdkBase(a, "pmdk-btree", MaxNodes(a.keys) * sizeof(Node)), max_nodes_(MaxNodes(a.keys)) {
+    nodes_ = static_cast<Node*>(index_area());
   }
-  ~PmdkBtreeSystem() override {
-    pmemobj_close(pop_);
-    ::unlink(path_.c_str());
-  }
-  bool CountsFences() const override { return false; }
   void Load(uint64_t keys) override {
     std::vector<uint64_t> sorted(keys);
     for (uint64_t i = 0; i < keys; ++i) sorted[i] = KeyOf(i);
@@ -303,8 +310,8 @@ class PmdkBtreeSystem : public System {
         for (size_t j = i; j < std::min(level.size(), i + kLeafFill); ++j) {
           Node* child = &nodes_[level[j]];
           n->keys[n->n] = child->keys[0];
-          n->vals[n->n++] = static_cast<uint64_t>(reinterpret_cast<char*>(child) -
-                                                  reinterpret_cast<char*>(pop_));
+          n->vals[n->n++] =
+              static_cast<uint64_t>(reinterpret_cast<char*>(child) - reinterpret_cast<char*>(pop_));
         }
         up.push_back(static_cast<uint64_t>(n - nodes_));
       }
@@ -315,20 +322,7 @@ class PmdkBtreeSystem : public System {
   }
   bool Update(int t, uint64_t key, uint64_t value) override {
     uint64_t* slot = Find(key);
-    if (slot == nullptr) return false;
-    uint64_t* counter = &counters_[t * 8];
-    std::lock_guard<std::mutex> l(stripes_.For(key));
-    if (pmemobj_tx_begin(pop_, nullptr, TX_PARAM_NONE) != 0) return false;
-    if (pmemobj_tx_add_range_direct(slot, 8) != 0 ||
-        pmemobj_tx_add_range_direct(counter, 8) != 0) {
-      pmemobj_tx_abort(EINVAL);
-      pmemobj_tx_end();
-      return false;
-    }
-    *slot = value;
-    *counter += 1;
-    pmemobj_tx_commit();
-    return pmemobj_tx_end() == 0;
+    return slot != nullptr && TxUpdate(t, key, slot, value);
   }
   bool Read(uint64_t key, uint64_t* value) override {
     uint64_t* slot = Find(key);
@@ -339,6 +333,7 @@ class PmdkBtreeSystem : public System {
 
  private:
   static constexpr uint64_t kLeafFill = kFan * 3 / 4;
+  static uint64_t MaxNodes(uint64_t keys) { return (keys + kLeafFill - 1) / kLeafFill * 2 + 16; }
 
   Node* NewNode(bool leaf) {
     if (used_ == max_nodes_) Die("pmdk-btree: node area full");
@@ -361,13 +356,9 @@ class PmdkBtreeSystem : public System {
     return &n->vals[k - n->keys];
   }
 
-  std::string path_;
-  PMEMobjpool* pop_ = nullptr;
-  uint64_t* counters_ = nullptr;
+  uint64_t max_nodes_, used_ = 0;
   Node* nodes_ = nullptr;
   Node* root_ = nullptr;
-  uint64_t max_nodes_ = 0, used_ = 0;
-  Stripes stripes_;
 };
 
 // ---- runs ----------------------------------------------------------------------------------
