@@ -203,13 +203,18 @@ absl::Status ReplayIndexOps(Pool& pool, epoch::Manager& epochs, alloc::Heap& hea
     } else {
       (void)tree->remove(op.key);  // absent already: the same end state
     }
-    // A journal's entry is marked applied with the change (the operations newer than the
-    // journal are applied after its entries, so none of these may be applied again later).
-    if (op.mark != nullptr) {
-      *op.mark = g.epoch();
-      epochs.RecordDirty(op.mark, sizeof(uint64_t));
-    }
     ++*applied;
+  }
+  // The journal stays: every entry not applied before is marked now, those applied above and
+  // those a newer operation superseded (applied again later, one would overwrite it). A crash
+  // before these marks are durable finds the entries and the newer operations again.
+  if (journal.has_value()) {
+    epoch::Guard g(epochs);
+    for (const runtime_internal::IndexOp& e : journal->entries) {
+      if (runtime_internal::AppliedDurably(epochs, *e.mark)) continue;
+      *e.mark = g.epoch();
+      epochs.RecordDirty(e.mark, sizeof(uint64_t));
+    }
   }
   return absl::OkStatus();
 }

@@ -8,6 +8,7 @@
 // operations is a state a crash can leave. (The crash simulator covers every fence of the same
 // code: tests/runtime/runtime_crash_test.cc.)
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -22,6 +23,7 @@
 #include "runtime/runtime.h"
 #include "tests/util/crash_suite.h"
 #include "tests/util/test_util.h"
+#include "tools/pool_view.h"
 #include "txn/txn.h"
 
 namespace pmrt {
@@ -237,6 +239,46 @@ TEST(LazyReplayTest, ACloseLeavesPendingEntriesForTheNextOpen) {
   auto closed = OpenImage(img, "image-1-closed");
   ASSERT_NE(closed, nullptr);
   EXPECT_EQ(JournalOf(*closed), 0u) << "a close after the last entry frees the journal";
+}
+
+// The inspection tools open a runtime pool's layers themselves (ReplayIndexOps): on a pool
+// whose journal still holds entries, with newer values made durable since and a transaction
+// committed after, they show the same state as a Runtime; a writable view (`pmrt grow`) applies
+// the entries with their marks, so a Runtime opening the pool afterwards agrees.
+TEST(LazyReplayTest, ToolsSeeThePendingJournalAsTheRuntimeDoes) {
+  Image first = CrashedAfterCommits();
+  auto rt = OpenImage(first, "image-1");
+  ASSERT_NE(rt, nullptr);
+  Index* index = *rt->find_index("i");
+  ASSERT_OK(index->put(Key(0), "new0"));
+  ASSERT_OK(rt->sync());
+  ASSERT_OK(txn::Run([&] { return index->put(Key(3), "new3").status(); }));
+  Image crashed(first);
+  rt.reset();
+  pmrt::testing::TempDir dir;
+  const std::string path = dir.File("journaled.pool");
+  {
+    FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(crashed.bytes.get(), 1, kSize, f), kSize);
+    std::fclose(f);
+  }
+  auto expect_state = [&](ds::DurableMasstree& tree) {
+    EXPECT_EQ(tree.get(Key(0)), "new0");
+    EXPECT_EQ(tree.get(Key(3)), "new3");
+    for (int i = 4; i < kKeys - 1; ++i) EXPECT_EQ(tree.get(Key(i)), absl::StrCat("t1-", i)) << i;
+    EXPECT_EQ(tree.get(Key(kKeys - 1)), std::nullopt);
+  };
+  for (bool writable : {false, true}) {
+    auto view = tools::PoolView::Open(path, kLayout, "i", writable);
+    ASSERT_OK(view);
+    ASSERT_NE((*view)->tree(), nullptr);
+    expect_state(*(*view)->tree());
+  }
+  auto reopened = Runtime::Open(path, {});
+  ASSERT_OK(reopened);
+  expect_state((*(*reopened)->find_index("i"))->tree());
+  EXPECT_EQ((*reopened)->pending_index_ops(), 0u) << "the writable view applied and marked them";
 }
 
 TEST(LazyReplayTest, ADamagedJournalIsRefusedNamingIt) {
