@@ -43,7 +43,8 @@
 // process-CPU-second times threads: what the run does with one core per thread, which is what
 // survives other tenants of a small shared machine; it includes the durable tree's advancer
 // thread), p50/p99 latency (sampled: one operation in 8 is timed), and for the durable tree the
-// epoch figures of the timed phase (epochs, lines written back and boundary time per epoch,
+// epoch figures of the timed phase (epochs, lines written back and boundary time per epoch, the
+// boundary's share of an epoch of --epoch-ms (boundary_share_pct; the design goal is <= 2%),
 // external-log entries per epoch, fences per operation). --json FILE appends one JSON object per
 // run: run (the process id: --variant both writes both variants' lines under one run), workload,
 // dist, variant, threads, keys, ops, ops_per_sec, p50_ns, p99_ns, ops_per_cpu_sec, and the epoch

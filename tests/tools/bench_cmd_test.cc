@@ -40,6 +40,9 @@ TEST(BenchCmdTest, BothVariantsWithJson) {
   }
   EXPECT_EQ(d->at("backend"), "msync");
   EXPECT_EQ(t->at("run"), d->at("run"));
+  // The boundary's share of a 64 ms epoch, from its time per epoch (both rounded to 0.001).
+  EXPECT_NEAR(std::stod(d->at("boundary_share_pct")),
+              std::stod(d->at("boundary_ms_per_epoch")) / 64 * 100, 0.01);
 }
 
 TEST(BenchCmdTest, KeptPoolIsAHealthyKeyValuePool) {
