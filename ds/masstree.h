@@ -30,12 +30,15 @@
 #ifndef PMRT_DS_MASSTREE_H_
 #define PMRT_DS_MASSTREE_H_
 
+#include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -111,6 +114,15 @@ class BasicMasstree {
   std::optional<std::string> get(std::string_view key) const;
   // Copies the value under `key` into *value; false when absent (*value untouched).
   bool get(std::string_view key, std::string* value) const;
+  // Copies up to buf.size() bytes of the value under `key` into `buf`; returns the value's whole
+  // length (more than buf.size() when the copy was cut short), or nullopt when absent.
+  std::optional<size_t> get(std::string_view key, std::span<char> buf) const;
+  // Zero-copy read: calls f(value) with a view of the value under `key`, valid only during the
+  // call, which runs under the tree's read guard (keep it short; it must not write this tree
+  // or wait for an epoch). Returns whether the key was found (f is not called when absent).
+  template <class F>
+  requires std::invocable<F&, std::string_view>
+  bool read(std::string_view key, F&& f) const;
   // As get(key, value), comparing the value's checksum first where the tree keeps them (the
   // durable tree, ds/durable_masstree.h): kDataLoss naming the key when it fails (*value
   // untouched). True when found, false when absent.
@@ -265,6 +277,27 @@ bool BasicMasstree<A>::get(std::string_view key, std::string* value) const {
   const ds_internal::ValueObject* v = ds_internal::Lookup(core_, key);
   if (v == nullptr) return false;
   value->assign(v->value());
+  return true;
+}
+
+template <IsNodeAllocator A>
+std::optional<size_t> BasicMasstree<A>::get(std::string_view key, std::span<char> buf) const {
+  Guard g(alloc_);
+  const ds_internal::ValueObject* v = ds_internal::Lookup(core_, key);
+  if (v == nullptr) return std::nullopt;
+  const std::string_view value = v->value();
+  std::memcpy(buf.data(), value.data(), std::min(buf.size(), value.size()));
+  return value.size();
+}
+
+template <IsNodeAllocator A>
+template <class F>
+requires std::invocable<F&, std::string_view>
+bool BasicMasstree<A>::read(std::string_view key, F&& f) const {
+  Guard g(alloc_);
+  const ds_internal::ValueObject* v = ds_internal::Lookup(core_, key);
+  if (v == nullptr) return false;
+  f(v->value());
   return true;
 }
 

@@ -22,6 +22,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -287,6 +288,27 @@ TYPED_TEST(MasstreeTest, EmptyTree) {
   EXPECT_EQ(t.scan("", 10, [](std::string_view, std::string_view) { return true; }), 0u);
   EXPECT_EQ(t.size(), 0u);
   EXPECT_TRUE(t.CheckInvariants().ok());
+}
+
+TYPED_TEST(MasstreeTest, ZeroCopyReadAndBufferGet) {
+  auto& t = this->tree();
+  const std::string long_value(300, 'v');
+  ASSERT_EQ(t.put("short", "abc"), PutResult::kInserted);
+  ASSERT_EQ(t.put("long", long_value), PutResult::kInserted);
+  std::string seen;
+  EXPECT_TRUE(t.read("long", [&](std::string_view v) { seen.assign(v); }));
+  EXPECT_EQ(seen, long_value);
+  int calls = 0;
+  EXPECT_FALSE(t.read("absent", [&](std::string_view) { ++calls; }));
+  EXPECT_EQ(calls, 0) << "not called for an absent key";
+  char buf[8];
+  EXPECT_EQ(t.get("short", std::span<char>(buf)), 3u);
+  EXPECT_EQ(std::string_view(buf, 3), "abc");
+  std::memset(buf, 0, sizeof(buf));
+  EXPECT_EQ(t.get("long", std::span<char>(buf)), 300u) << "the whole length, the copy cut";
+  EXPECT_EQ(std::string_view(buf, 8), "vvvvvvvv");
+  EXPECT_EQ(t.get("absent", std::span<char>(buf)), std::nullopt);
+  EXPECT_EQ(t.get("short", std::span<char>()), 3u) << "an empty buffer asks for the length";
 }
 
 TYPED_TEST(MasstreeTest, PutGetUpdateRemove) {

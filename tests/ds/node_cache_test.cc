@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -39,6 +40,13 @@ TEST(NodeCacheTest, ClassesCoverEverySmallSizeWithTheirAlignment) {
   ASSERT_NE(big, nullptr);
   std::memset(big, 1, NodeCache::kMaxSmall + 1);
   cache.Free(big, NodeCache::kMaxSmall + 1);
+}
+
+TEST(NodeCacheTest, BatchesHoldSixteenKiBOfBlocksWithinBounds) {
+  for (int c = 0; c < NodeCache::kClasses; ++c) {
+    const size_t n = (16 * 1024) / NodeCache::ClassSize(c);
+    EXPECT_EQ(NodeCache::BatchOf(c), std::clamp<size_t>(n, 8, 128)) << c;
+  }
 }
 
 TEST(NodeCacheTest, BlocksAreDistinctAndReusedByTheirThread) {
