@@ -109,6 +109,9 @@ void Recovery::WalkLogs() {
             compact_.push_back(r);
         });
   }
+  // Room for as many records as the blocks could hold (the smallest is a header and one entry):
+  // the vector never grows by copying, and pages it does not reach are never touched.
+  recs_.reserve(size_t{e.store.BlockCount()} * e.store.block_size() / (sizeof(RecordHeader) + 16));
   for (uint32_t s = 0; s < kMaxSlots; ++s) {
     const uint64_t head = dir_->heads[s].load(std::memory_order_acquire);
     if (head == 0) continue;
@@ -209,8 +212,9 @@ absl::Status Recovery::ReplayHeap() {
       if (t == EntryType::kAlloc || t == EntryType::kFree) {
         ops.emplace_back(EntryWord(head) * 8, t, EntryWords(head) * 8);
       } else if (t == EntryType::kLogical) {
-        logical_.push_back({EntryWord(head), r.h->stamp,
-                            std::string(reinterpret_cast<const char*>(values + 1), values[0])});
+        logical_.push_back(
+            {EntryWord(head), r.h->stamp,
+             std::string_view(reinterpret_cast<const char*>(values + 1), values[0])});
       }
     });
   }

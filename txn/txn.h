@@ -87,11 +87,11 @@ class Engine;
 
 // A logical operation of a layer above the engine, as its transaction's commit record holds it
 // (log_logical): the layer's tag (< 2^46), the commit-order stamp of its transaction, and the
-// layer's bytes.
+// layer's bytes, a view of the record in the pool, valid during the replay_logical call.
 struct LogicalOp {
   uint64_t tag;
   uint64_t stamp;
-  std::string bytes;
+  std::string_view bytes;
 };
 
 inline constexpr size_t kAutoLogBudgetMin = size_t{1} << 20;
