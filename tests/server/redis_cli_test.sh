@@ -87,6 +87,25 @@ cli INFO | grep -q '^pool_path:' || fail "INFO has no pool_path"
 cli INFO | grep -q '^heap_used_bytes:' || fail "INFO has no heap_used_bytes"
 cli INFO keyspace | grep -q '^db0:keys=2' || fail "INFO keyspace"
 
+# The string and counter commands.
+expect 1 INCR counter
+expect 11 INCRBY counter 10
+expect 9 DECRBY counter 2
+expect "ERR value is not an integer or out of range" INCRBY counter x
+expect OK SET float 10.50
+expect 10.6 INCRBYFLOAT float 0.1
+expect 5 APPEND greeting Hello
+expect 11 APPEND greeting " World"
+expect World GETRANGE greeting -5 -1
+expect 11 SETRANGE greeting 6 Redis
+expect "Hello Redis" GETSET greeting bye
+expect bye GETDEL greeting
+expect 0 STRLEN greeting
+expect 9 SET counter 0 XX GET
+expect "ERR syntax error" SET counter 0 XX NX
+expect "ERR SET option EX is not supported by pmrt serve (no key expiry)" SET counter 1 EX 10
+expect 2 DEL counter float
+
 # SCAN through redis-cli's own cursor loop, with and without a pattern.
 for i in $(seq 1 300); do echo "SET scan:$i x"; done | cli >/dev/null
 n=$(cli --scan | grep -c '^scan:') || true

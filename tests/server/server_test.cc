@@ -14,8 +14,12 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "epoch/persist.h"
 #include "gmock/gmock.h"
@@ -92,7 +96,6 @@ TEST_F(ServerTest, EveryCommand) {
   EXPECT_EQ(Call(c, {"SET", "k2", "v2", "nx"}), "+OK");
   EXPECT_EQ(Call(c, {"SETNX", "k2", "x"}), ":0");
   EXPECT_EQ(Call(c, {"SETNX", "k3", "v3"}), ":1");
-  EXPECT_THAT(Call(c, {"SET", "k1", "v", "XX"}), HasSubstr("not supported"));
   EXPECT_THAT(Call(c, {"SET", "k1", "v", "EX", "10"}), HasSubstr("not supported"));
   EXPECT_EQ(Call(c, {"SET", "k1", "v", "bogus"}), "-ERR syntax error");
   EXPECT_EQ(Call(c, {"MSET", "a", "1", "b", "2"}), "+OK");
@@ -134,6 +137,317 @@ TEST_F(ServerTest, EveryCommand) {
   EXPECT_EQ(Call(c, {"DBSIZE"}), ":0");
   EXPECT_EQ(Call(c, {"QUIT"}), "+OK");
   EXPECT_TRUE(c.WaitClosed());
+}
+
+constexpr char kNotInteger[] = "-ERR value is not an integer or out of range";
+constexpr char kNotFloat[] = "-ERR value is not a valid float";
+
+TEST_F(ServerTest, IncrDecrCountFromZeroAndRefuseNonIntegers) {
+  Client c = Connect();
+  EXPECT_EQ(Call(c, {"INCR", "n"}), ":1");
+  EXPECT_EQ(Call(c, {"incr", "n"}), ":2");
+  EXPECT_EQ(Call(c, {"INCRBY", "n", "10"}), ":12");
+  EXPECT_EQ(Call(c, {"DECR", "n"}), ":11");
+  EXPECT_EQ(Call(c, {"DECRBY", "n", "20"}), ":-9");
+  EXPECT_EQ(Call(c, {"GET", "n"}), "\"-9\"");
+  EXPECT_EQ(Call(c, {"DECR", "fresh"}), ":-1");
+  EXPECT_EQ(Call(c, {"DECRBY", "fresh2", "-5"}), ":5");
+  EXPECT_EQ(Call(c, {"SET", "zero", "0"}), "+OK");
+  EXPECT_EQ(Call(c, {"INCRBY", "zero", "0"}), ":0");
+  // Redis's strict form, for an argument and for a stored value alike.
+  for (const char* bad : {"", "abc", " 1", "1 ", "+1", "01", "-0", "-", "1.0", "1e3", "0x10",
+                          "9223372036854775808", "-9223372036854775809", "99999999999999999999"}) {
+    EXPECT_EQ(Call(c, {"INCRBY", "n", bad}), kNotInteger) << "'" << bad << "'";
+    EXPECT_EQ(Call(c, {"DECRBY", "n", bad}), kNotInteger) << "'" << bad << "'";
+    EXPECT_EQ(Call(c, {"SET", "bad", bad}), "+OK");
+    EXPECT_EQ(Call(c, {"INCR", "bad"}), kNotInteger) << "'" << bad << "'";
+    EXPECT_EQ(Call(c, {"DECR", "bad"}), kNotInteger) << "'" << bad << "'";
+    EXPECT_EQ(Call(c, {"GET", "bad"}), "\"" + std::string(bad) + "\"");
+  }
+  EXPECT_EQ(Call(c, {"GET", "n"}), "\"-9\"");
+  EXPECT_EQ(Call(c, {"INCRBY", "n", "-9223372036854775799"}), ":-9223372036854775808");
+  EXPECT_EQ(Call(c, {"INCR"}), "-ERR wrong number of arguments for 'incr' command");
+  EXPECT_EQ(Call(c, {"INCRBY", "n"}), "-ERR wrong number of arguments for 'incrby' command");
+  EXPECT_THAT(Call(c, {"INCR", std::string(70000, 'k')}), HasSubstr("key too long"));
+}
+
+TEST_F(ServerTest, IncrDecrOverflowEdges) {
+  Client c = Connect();
+  constexpr char kOverflow[] = "-ERR increment or decrement would overflow";
+  EXPECT_EQ(Call(c, {"SET", "max", "9223372036854775807"}), "+OK");
+  EXPECT_EQ(Call(c, {"INCRBY", "max", "1"}), kOverflow);
+  EXPECT_EQ(Call(c, {"INCR", "max"}), kOverflow);
+  EXPECT_EQ(Call(c, {"DECRBY", "max", "-1"}), kOverflow);
+  EXPECT_EQ(Call(c, {"GET", "max"}), "\"9223372036854775807\"");  // unchanged
+  EXPECT_EQ(Call(c, {"INCRBY", "max", "0"}), ":9223372036854775807");
+  EXPECT_EQ(Call(c, {"DECRBY", "max", "9223372036854775807"}), ":0");
+  EXPECT_EQ(Call(c, {"SET", "min", "-9223372036854775808"}), "+OK");
+  EXPECT_EQ(Call(c, {"DECR", "min"}), kOverflow);
+  EXPECT_EQ(Call(c, {"INCRBY", "min", "-1"}), kOverflow);
+  EXPECT_EQ(Call(c, {"INCRBY", "min", "9223372036854775807"}), ":-1");
+  EXPECT_EQ(Call(c, {"INCRBY", "min", "-9223372036854775807"}), ":-9223372036854775808");
+  // Negating INT64_MIN is itself out of range: Redis 7's own error, whatever the key holds.
+  EXPECT_EQ(Call(c, {"DECRBY", "min", "-9223372036854775808"}), "-ERR decrement would overflow");
+  EXPECT_EQ(Call(c, {"DECRBY", "none", "-9223372036854775808"}), "-ERR decrement would overflow");
+  EXPECT_EQ(Call(c, {"EXISTS", "none"}), ":0");
+  EXPECT_EQ(Call(c, {"INCRBY", "none", "-9223372036854775808"}), ":-9223372036854775808");
+}
+
+TEST_F(ServerTest, IncrByFloatFormatsAsRedis) {
+  Client c = Connect();
+  EXPECT_EQ(Call(c, {"SET", "f", "10.50"}), "+OK");
+  EXPECT_EQ(Call(c, {"INCRBYFLOAT", "f", "0.1"}), "\"10.6\"");
+  EXPECT_EQ(Call(c, {"INCRBYFLOAT", "f", "-5"}), "\"5.6\"");
+  EXPECT_EQ(Call(c, {"GET", "f"}), "\"5.6\"");
+  EXPECT_EQ(Call(c, {"SET", "e", "5.0e3"}), "+OK");
+  EXPECT_EQ(Call(c, {"INCRBYFLOAT", "e", "2.0e2"}), "\"5200\"");
+  EXPECT_EQ(Call(c, {"INCRBYFLOAT", "new", "3"}), "\"3\"");
+  EXPECT_EQ(Call(c, {"INCRBYFLOAT", "new", "-3"}), "\"0\"");
+  EXPECT_EQ(Call(c, {"INCRBYFLOAT", "new", "-0.5"}), "\"-0.5\"");
+  EXPECT_EQ(Call(c, {"INCRBYFLOAT", "new", "0x10"}), "\"15.5\"");  // strtold's hex form
+  EXPECT_EQ(Call(c, {"SET", "i", "7"}), "+OK");
+  EXPECT_EQ(Call(c, {"INCRBYFLOAT", "i", "1e2"}), "\"107\"");
+  EXPECT_EQ(Call(c, {"INCR", "i"}), ":108");
+  EXPECT_EQ(Call(c, {"INCR", "f"}), kNotInteger);
+  for (const char* bad : {"", "abc", " 1", "1 ", "1.5x", "nan", "1e5000"}) {
+    EXPECT_EQ(Call(c, {"INCRBYFLOAT", "f", bad}), kNotFloat) << "'" << bad << "'";
+    EXPECT_EQ(Call(c, {"SET", "bad", bad}), "+OK");
+    EXPECT_EQ(Call(c, {"INCRBYFLOAT", "bad", "1"}), kNotFloat) << "'" << bad << "'";
+  }
+  EXPECT_EQ(Call(c, {"INCRBYFLOAT", "f", "inf"}), "-ERR increment would produce NaN or Infinity");
+  EXPECT_EQ(Call(c, {"SET", "inf", "inf"}), "+OK");
+  EXPECT_EQ(Call(c, {"INCRBYFLOAT", "inf", "-inf"}),
+            "-ERR increment would produce NaN or Infinity");
+  EXPECT_EQ(Call(c, {"GET", "f"}), "\"5.6\"");
+}
+
+TEST_F(ServerTest, AppendStrlenGetRange) {
+  Client c = Connect();
+  EXPECT_EQ(Call(c, {"APPEND", "a", "Hello"}), ":5");
+  EXPECT_EQ(Call(c, {"APPEND", "a", " World"}), ":11");
+  EXPECT_EQ(Call(c, {"APPEND", "a", ""}), ":11");
+  EXPECT_EQ(Call(c, {"GET", "a"}), "\"Hello World\"");
+  EXPECT_EQ(Call(c, {"STRLEN", "a"}), ":11");
+  EXPECT_EQ(Call(c, {"STRLEN", "missing"}), ":0");
+  EXPECT_EQ(Call(c, {"APPEND", "empty", ""}), ":0");
+  EXPECT_EQ(Call(c, {"EXISTS", "empty"}), ":1");  // as in Redis: an empty string is a value
+  EXPECT_EQ(Call(c, {"STRLEN", "empty"}), ":0");
+  EXPECT_EQ(Call(c, {"SET", "s", "This is a string"}), "+OK");
+  const std::vector<std::tuple<const char*, const char*, const char*>> cases = {
+      {"0", "3", "This"},
+      {"-3", "-1", "ing"},
+      {"0", "-1", "This is a string"},
+      {"10", "100", "string"},
+      {"5", "3", ""},
+      {"-1", "-5", ""},
+      {"-100", "2", "Thi"},
+      {"-100", "-100", "T"},
+      {"100", "200", ""},
+      {"15", "15", "g"},
+      {"16", "16", ""},
+      {"0", "0", "T"},
+      {"3", "-14", ""},
+      {"-16", "-16", "T"},
+      {"0", "-100", "T"},
+      {"-9223372036854775808", "9223372036854775807", "This is a string"},
+  };
+  for (const auto& [start, end, want] : cases) {
+    EXPECT_EQ(Call(c, {"GETRANGE", "s", start, end}), absl::StrCat("\"", want, "\""))
+        << start << " " << end;
+  }
+  EXPECT_EQ(Call(c, {"SUBSTR", "s", "0", "3"}), "\"This\"");
+  EXPECT_EQ(Call(c, {"GETRANGE", "missing", "0", "-1"}), "\"\"");
+  EXPECT_EQ(Call(c, {"GETRANGE", "empty", "0", "-1"}), "\"\"");
+  EXPECT_EQ(Call(c, {"GETRANGE", "empty", "-1", "-5"}), "\"\"");
+  EXPECT_EQ(Call(c, {"GETRANGE", "s", "x", "1"}), kNotInteger);
+  EXPECT_EQ(Call(c, {"GETRANGE", "s", "0", "1.5"}), kNotInteger);
+  EXPECT_EQ(Call(c, {"GETRANGE", "s", "0"}),
+            "-ERR wrong number of arguments for 'getrange' command");
+}
+
+TEST_F(ServerTest, SetRangePadsWithZerosAndChecksItsLimits) {
+  Client c = Connect();
+  EXPECT_EQ(Call(c, {"SET", "k", "Hello World"}), "+OK");
+  EXPECT_EQ(Call(c, {"SETRANGE", "k", "6", "Redis"}), ":11");
+  EXPECT_EQ(Call(c, {"GET", "k"}), "\"Hello Redis\"");
+  EXPECT_EQ(Call(c, {"SETRANGE", "k", "9", "xyz"}), ":12");
+  EXPECT_EQ(Call(c, {"GET", "k"}), "\"Hello Redxyz\"");
+  EXPECT_EQ(Call(c, {"SETRANGE", "k", "14", "!"}), ":15");
+  EXPECT_EQ(Call(c, {"GET", "k"}), "\"Hello Redxyz" + std::string(2, '\0') + "!\"");
+  EXPECT_EQ(Call(c, {"SETRANGE", "pad", "5", "x"}), ":6");
+  EXPECT_EQ(Call(c, {"GET", "pad"}), "\"" + std::string(5, '\0') + "x\"");
+  // An empty value changes nothing: a missing key stays missing, an existing one keeps its length.
+  EXPECT_EQ(Call(c, {"SETRANGE", "nothing", "3", ""}), ":0");
+  EXPECT_EQ(Call(c, {"SETRANGE", "nothing", "600000000", ""}), ":0");
+  EXPECT_EQ(Call(c, {"EXISTS", "nothing"}), ":0");
+  EXPECT_EQ(Call(c, {"SETRANGE", "k", "100", ""}), ":15");
+  EXPECT_EQ(Call(c, {"SETRANGE", "k", "-1", "x"}), "-ERR offset is out of range");
+  EXPECT_EQ(Call(c, {"SETRANGE", "k", "-1", ""}), "-ERR offset is out of range");
+  EXPECT_EQ(Call(c, {"SETRANGE", "k", "x", "x"}), kNotInteger);
+  // Past proto-max-bulk-len (512 MiB by default), as Redis 7 replies; nothing is written.
+  constexpr char kTooLong[] = "-ERR string exceeds maximum allowed size (proto-max-bulk-len)";
+  EXPECT_EQ(Call(c, {"SETRANGE", "k", "536870912", "x"}), kTooLong);
+  EXPECT_EQ(Call(c, {"SETRANGE", "k", "536870911", "xy"}), kTooLong);
+  EXPECT_EQ(Call(c, {"SETRANGE", "new", "536870911", "xy"}), kTooLong);
+  EXPECT_EQ(Call(c, {"SETRANGE", "k", "9223372036854775807", "x"}), kTooLong);
+  EXPECT_EQ(Call(c, {"EXISTS", "new"}), ":0");
+  EXPECT_EQ(Call(c, {"STRLEN", "k"}), ":15");
+}
+
+TEST(ServerLimits, AppendAndSetRangeStopAtTheBulkLimit) {
+  pmrt::testing::TempDir dir;
+  auto kv = tools::KvStore::Open(dir.File("kv.pool"), testing::CreatePoolOf(32 << 20));
+  ASSERT_THAT(kv, pmrt::testing::IsOk());
+  ServerOptions opt;
+  opt.port = 0;
+  opt.threads = 1;
+  opt.limits.max_bulk = 1024;
+  auto server = Server::Create(**kv, opt);
+  ASSERT_THAT(server, pmrt::testing::IsOk());
+  ASSERT_THAT((*server)->Start(), pmrt::testing::IsOk());
+  Client c((*server)->port());
+  constexpr char kTooLong[] = "-ERR string exceeds maximum allowed size (proto-max-bulk-len)";
+  auto call = [&](const std::vector<std::string>& argv) {
+    auto r = c.Call(argv);
+    return r ? r->ToString() : "(no reply)";
+  };
+  EXPECT_EQ(call({"SET", "k", std::string(1000, 'a')}), "+OK");
+  EXPECT_EQ(call({"APPEND", "k", std::string(25, 'b')}), kTooLong);
+  EXPECT_EQ(call({"APPEND", "k", std::string(24, 'b')}), ":1024");
+  EXPECT_EQ(call({"APPEND", "k", "c"}), kTooLong);
+  EXPECT_EQ(call({"SETRANGE", "k", "1024", "c"}), kTooLong);
+  EXPECT_EQ(call({"SETRANGE", "k", "1023", "c"}), ":1024");
+  EXPECT_EQ(call({"SETRANGE", "new", "1000", std::string(25, 'x')}), kTooLong);
+  EXPECT_EQ(call({"SETRANGE", "new", "1000", std::string(24, 'x')}), ":1024");
+  EXPECT_EQ(call({"STRLEN", "k"}), ":1024");
+  (*server)->Stop();
+  EXPECT_THAT((*kv)->tree().CheckInvariants(), pmrt::testing::IsOk());
+  EXPECT_THAT((*kv)->Close(), pmrt::testing::IsOk());
+}
+
+TEST_F(ServerTest, GetSetAndGetDel) {
+  Client c = Connect();
+  EXPECT_EQ(Call(c, {"GETSET", "k", "v1"}), "(nil)");
+  EXPECT_EQ(Call(c, {"GET", "k"}), "\"v1\"");
+  EXPECT_EQ(Call(c, {"GETSET", "k", "v2"}), "\"v1\"");
+  EXPECT_EQ(Call(c, {"GET", "k"}), "\"v2\"");
+  EXPECT_EQ(Call(c, {"GETDEL", "k"}), "\"v2\"");
+  EXPECT_EQ(Call(c, {"GETDEL", "k"}), "(nil)");
+  EXPECT_EQ(Call(c, {"EXISTS", "k"}), ":0");
+  EXPECT_EQ(Call(c, {"GETDEL", "never"}), "(nil)");
+  EXPECT_EQ(Call(c, {"GETSET", "k"}), "-ERR wrong number of arguments for 'getset' command");
+}
+
+TEST_F(ServerTest, SetNxXxGetCombinations) {
+  Client c = Connect();
+  EXPECT_EQ(Call(c, {"SET", "k", "v1", "XX"}), "(nil)");
+  EXPECT_EQ(Call(c, {"EXISTS", "k"}), ":0");
+  EXPECT_EQ(Call(c, {"SET", "k", "v1", "NX"}), "+OK");
+  EXPECT_EQ(Call(c, {"SET", "k", "v2", "NX"}), "(nil)");
+  EXPECT_EQ(Call(c, {"SET", "k", "v2", "xx"}), "+OK");
+  EXPECT_EQ(Call(c, {"GET", "k"}), "\"v2\"");
+  EXPECT_EQ(Call(c, {"SET", "k", "v3", "GET"}), "\"v2\"");
+  EXPECT_EQ(Call(c, {"SET", "g", "v", "get"}), "(nil)");
+  EXPECT_EQ(Call(c, {"GET", "g"}), "\"v\"");
+  // With GET the reply is the old value whether NX/XX let the write happen or not.
+  EXPECT_EQ(Call(c, {"SET", "k", "v4", "NX", "GET"}), "\"v3\"");
+  EXPECT_EQ(Call(c, {"GET", "k"}), "\"v3\"");
+  EXPECT_EQ(Call(c, {"SET", "k", "v5", "GET", "XX"}), "\"v3\"");
+  EXPECT_EQ(Call(c, {"GET", "k"}), "\"v5\"");
+  EXPECT_EQ(Call(c, {"SET", "p", "v", "NX", "GET"}), "(nil)");
+  EXPECT_EQ(Call(c, {"GET", "p"}), "\"v\"");
+  EXPECT_EQ(Call(c, {"SET", "q", "v", "XX", "GET"}), "(nil)");
+  EXPECT_EQ(Call(c, {"EXISTS", "q"}), ":0");
+  EXPECT_EQ(Call(c, {"SET", "k", "v6", "NX", "NX"}), "(nil)");
+  EXPECT_EQ(Call(c, {"SET", "k", "v", "NX", "XX"}), "-ERR syntax error");
+  EXPECT_EQ(Call(c, {"SET", "k", "v", "XX", "NX"}), "-ERR syntax error");
+  EXPECT_EQ(Call(c, {"SET", "k", "v", "XX", "GET", "NX"}), "-ERR syntax error");
+  EXPECT_EQ(Call(c, {"SET", "k", "v", "bogus"}), "-ERR syntax error");
+  EXPECT_EQ(Call(c, {"GET", "k"}), "\"v5\"");
+}
+
+TEST_F(ServerTest, ExpiryOptionsAreRefusedByName) {
+  Client c = Connect();
+  for (const auto& [opt, arg] : std::vector<std::pair<std::string, std::string>>{
+           {"EX", "10"}, {"px", "100"}, {"ExAt", "1"}, {"PXAT", "1"}, {"keepttl", ""}}) {
+    std::vector<std::string> argv = {"SET", "k", "v", opt};
+    if (!arg.empty()) argv.push_back(arg);
+    EXPECT_EQ(Call(c, argv), absl::StrCat("-ERR SET option ", absl::AsciiStrToUpper(opt),
+                                          " is not supported by pmrt serve (no key expiry)"));
+  }
+  EXPECT_EQ(Call(c, {"SET", "k", "v", "NX", "EX", "10"}),
+            "-ERR SET option EX is not supported by pmrt serve (no key expiry)");
+  EXPECT_EQ(Call(c, {"SETEX", "k", "10", "v"}),
+            "-ERR SETEX is not supported by pmrt serve (no key expiry)");
+  EXPECT_EQ(Call(c, {"psetex", "k", "10", "v"}),
+            "-ERR PSETEX is not supported by pmrt serve (no key expiry)");
+  EXPECT_EQ(Call(c, {"EXISTS", "k"}), ":0");
+}
+
+// Read-modify-write commands are atomic against every other write of their key: concurrent
+// INCRs lose no increment, a GETSET draining the counter takes each increment exactly once, and
+// concurrent APPENDs lose no byte.
+TEST(ServerConcurrency, IncrAppendAndGetSetLoseNothing) {
+  pmrt::testing::TempDir dir;
+  auto kv = tools::KvStore::Open(dir.File("kv.pool"), testing::CreatePoolOf(64 << 20));
+  ASSERT_THAT(kv, pmrt::testing::IsOk());
+  ServerOptions opt;
+  opt.port = 0;
+  opt.threads = 4;
+  auto server = Server::Create(**kv, opt);
+  ASSERT_THAT(server, pmrt::testing::IsOk());
+  ASSERT_THAT((*server)->Start(), pmrt::testing::IsOk());
+  const int port = (*server)->port();
+  constexpr int kThreads = 8, kOps = 2000;
+  std::atomic<int> errors{0};
+  std::atomic<int64_t> drained{0};
+  std::atomic<bool> incrs_done{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      Client c(port);
+      const std::string key = t % 2 == 0 ? "counter" : "drained";
+      for (int i = 0; i < kOps; ++i) {
+        auto r = c.Call({"INCR", key});
+        if (!r || r->type != ':') ++errors;
+      }
+    });
+  }
+  threads.emplace_back([&] {  // APPENDs of one byte to another key, two clients
+    Client c(port), d(port);
+    for (int i = 0; i < kOps; ++i) {
+      auto r1 = c.Call({"APPEND", "log", "a"});
+      auto r2 = d.Call({"APPEND", "log", "b"});
+      if (!r1 || !r2 || r1->type != ':' || r2->type != ':') ++errors;
+    }
+  });
+  std::thread drainer([&] {  // takes the "drained" counter's value, leaving 0, until INCRs end
+    Client c(port);
+    for (bool last = false; !last;) {
+      last = incrs_done.load();
+      auto r = c.Call({"GETSET", "drained", "0"});
+      int64_t v = 0;
+      if (!r || (!r->null && !absl::SimpleAtoi(r->str, &v))) ++errors;
+      drained += v;
+    }
+  });
+  for (std::thread& th : threads) th.join();
+  incrs_done = true;
+  drainer.join();
+  Client c(port);
+  auto counter = c.Call({"GET", "counter"});
+  ASSERT_TRUE(counter);
+  EXPECT_EQ(counter->str, std::to_string(kThreads / 2 * kOps));
+  auto rest = c.Call({"GET", "drained"});
+  ASSERT_TRUE(rest);
+  EXPECT_EQ(drained.load() + std::stoll(rest->str), kThreads / 2 * kOps);
+  auto log = c.Call({"STRLEN", "log"});
+  ASSERT_TRUE(log);
+  EXPECT_EQ(log->integer, 2 * kOps);
+  EXPECT_EQ(errors.load(), 0);
+  (*server)->Stop();
+  EXPECT_THAT((*kv)->tree().CheckInvariants(), pmrt::testing::IsOk());
+  EXPECT_THAT((*kv)->Close(), pmrt::testing::IsOk());
 }
 
 TEST_F(ServerTest, ScanVisitsEveryKeyOnceInOrder) {
@@ -427,6 +741,15 @@ TEST_F(ServerTest, SyncReportsTheFailedMode) {
   EXPECT_THAT(Call(c, {"SET", "z", "3"}), StartsWith("-ERR writes refused: "));
   EXPECT_THAT(Call(c, {"SET", "z", "3"}), HasSubstr("kv.pool: the pool is in its failed mode"));
   EXPECT_THAT(Call(c, {"DEL", "x"}), StartsWith("-ERR writes refused: "));
+  for (const std::vector<std::string>& write :
+       std::vector<std::vector<std::string>>{{"INCR", "x"},
+                                             {"APPEND", "x", "a"},
+                                             {"SETRANGE", "x", "0", "a"},
+                                             {"GETSET", "x", "a"},
+                                             {"GETDEL", "x"},
+                                             {"SET", "x", "a", "GET"}}) {
+    EXPECT_THAT(Call(c, write), StartsWith("-ERR writes refused: ")) << write[0];
+  }
   EXPECT_EQ(Call(c, {"GET", "x"}), "\"1\"");
   server_->Stop();
   server_.reset();

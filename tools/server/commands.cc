@@ -186,16 +186,31 @@ Executor::Executor(tools::KvStore& kv, const ServerOptions& options, const Serve
        0xffffffffull)
           << 16 |
       1;
+  using enum Access;
   commands_ = {
       {"ping", {&Executor::Ping, -1}},
       {"echo", {&Executor::Echo, 2}},
-      {"set", {&Executor::Set, -3, true}},
-      {"setnx", {&Executor::SetNx, 3, true}},
+      {"set", {&Executor::Set, -3, kWriteKey}},
+      {"setnx", {&Executor::SetNx, 3, kWriteKey}},
+      {"getset", {&Executor::GetSet, 3, kWriteKey}},
+      {"getdel", {&Executor::GetDel, 2, kWriteKey}},
+      {"incr", {&Executor::Incr, 2, kWriteKey}},
+      {"decr", {&Executor::Decr, 2, kWriteKey}},
+      {"incrby", {&Executor::IncrBy, 3, kWriteKey}},
+      {"decrby", {&Executor::DecrBy, 3, kWriteKey}},
+      {"incrbyfloat", {&Executor::IncrByFloat, 3, kWriteKey}},
+      {"append", {&Executor::Append, 3, kWriteKey}},
+      {"setrange", {&Executor::SetRange, 4, kWriteKey}},
+      {"strlen", {&Executor::StrLen, 2}},
+      {"getrange", {&Executor::GetRange, 4}},
+      {"substr", {&Executor::GetRange, 4}},
+      {"setex", {&Executor::Unsupported, 4}},  // refused: no key expiry (writes nothing)
+      {"psetex", {&Executor::Unsupported, 4}},
       {"get", {&Executor::Get, 2}},
-      {"del", {&Executor::Del, -2, true}},
-      {"unlink", {&Executor::Del, -2, true}},
+      {"del", {&Executor::Del, -2, kWriteKeys}},
+      {"unlink", {&Executor::Del, -2, kWriteKeys}},
       {"exists", {&Executor::Exists, -2}},
-      {"mset", {&Executor::MSet, -3, true}},
+      {"mset", {&Executor::MSet, -3, kWritePairs}},
       {"mget", {&Executor::MGet, -2}},
       {"dbsize", {&Executor::DbSize, 1}},
       {"scan", {&Executor::Scan, -2}},
@@ -206,8 +221,8 @@ Executor::Executor(tools::KvStore& kv, const ServerOptions& options, const Serve
       {"pmrt.sync", {&Executor::Sync, 1}},
       {"quit", {&Executor::Quit, -1}},
       {"select", {&Executor::Select, 2}},
-      {"flushall", {&Executor::FlushAll, -1, true}},
-      {"flushdb", {&Executor::FlushAll, -1, true}},
+      {"flushall", {&Executor::FlushAll, -1, kWriteEach}},
+      {"flushdb", {&Executor::FlushAll, -1, kWriteEach}},
   };
   struct stat st;
   if (!kv_.pool().path().empty() && stat(kv_.pool().path().c_str(), &st) == 0) {
@@ -252,16 +267,36 @@ After Executor::Execute(std::vector<std::string>& argv, std::string* out, uint64
     WrongArity(*out, name);
     return After::kNone;
   }
-  if (it->second.write) {
-    WatchPoolFile();
-    if (kv_.pool().failed()) {
-      // Nothing written now could become durable: refused, as Redis refuses writes it cannot
-      // persist (MISCONF).
-      AppendError(*out, absl::StrCat("ERR writes refused: ", kv_.pool().health().message()));
-      return After::kNone;
-    }
+  if (it->second.access == Access::kRead) return (this->*it->second.fn)(argv, *out, sync_epoch);
+  WatchPoolFile();
+  if (kv_.pool().failed()) {
+    // Nothing written now could become durable: refused, as Redis refuses writes it cannot
+    // persist (MISCONF).
+    AppendError(*out, absl::StrCat("ERR writes refused: ", kv_.pool().health().message()));
+    return After::kNone;
   }
-  return (this->*it->second.fn)(argv, *out, sync_epoch);
+  return RunWrite(it->second, argv, *out, sync_epoch);
+}
+
+After Executor::RunWrite(const Spec& spec, Args& a, std::string& out, uint64_t* sync_epoch) {
+  // The stripes are taken here, outside every epoch guard (KeyLocks invariant 2), and the
+  // handler's reads and writes of its keys all run under them.
+  size_t step = 1;
+  switch (spec.access) {
+    case Access::kWriteKey:
+      step = a.size();  // argv[1] only
+      break;
+    case Access::kWriteKeys:
+      break;
+    case Access::kWritePairs:
+      step = 2;
+      break;
+    case Access::kRead:
+    case Access::kWriteEach:
+      return (this->*spec.fn)(a, out, sync_epoch);
+  }
+  KeyLocks::Held held = locks_.Lock(a, /*first=*/1, step);
+  return (this->*spec.fn)(a, out, sync_epoch);
 }
 
 bool Executor::KeyOk(std::string_view key, std::string& out) const {
@@ -299,58 +334,6 @@ After Executor::Echo(Args& a, std::string& out, uint64_t*) {
   return After::kNone;
 }
 
-After Executor::Set(Args& a, std::string& out, uint64_t*) {
-  bool nx = false;
-  for (size_t i = 3; i < a.size(); ++i) {
-    const std::string opt = Lower(a[i]);
-    if (opt == "nx") {
-      nx = true;
-    } else if (opt == "xx" || opt == "get" || opt == "ex" || opt == "px" || opt == "exat" ||
-               opt == "pxat" || opt == "keepttl") {
-      // XX and GET would need a conditional put the tree does not offer atomically; keys never
-      // expire. Refusing is better than an answer that is not what Redis means.
-      AppendError(out, absl::StrCat("ERR SET option ", Quote(a[i]), " is not supported by pmrt"));
-      return After::kNone;
-    } else {
-      AppendError(out, "ERR syntax error");
-      return After::kNone;
-    }
-  }
-  if (!KeyOk(a[1], out)) return After::kNone;
-  if (nx) {
-    switch (kv_.tree().insert_if_absent(a[1], a[2])) {
-      case ds::InsertResult::kInserted:
-        AppendSimple(out, "OK");
-        break;
-      case ds::InsertResult::kExists:
-        AppendNullBulk(out);
-        break;
-      case ds::InsertResult::kNoMemory:
-        Oom(a[2].size(), out);
-        break;
-    }
-    return After::kNone;
-  }
-  if (Put(a[1], a[2], out)) AppendSimple(out, "OK");
-  return After::kNone;
-}
-
-After Executor::SetNx(Args& a, std::string& out, uint64_t*) {
-  if (!KeyOk(a[1], out)) return After::kNone;
-  switch (kv_.tree().insert_if_absent(a[1], a[2])) {
-    case ds::InsertResult::kInserted:
-      AppendInteger(out, 1);
-      break;
-    case ds::InsertResult::kExists:
-      AppendInteger(out, 0);
-      break;
-    case ds::InsertResult::kNoMemory:
-      Oom(a[2].size(), out);
-      break;
-  }
-  return After::kNone;
-}
-
 After Executor::Get(Args& a, std::string& out, uint64_t*) {
   if (!KeyOk(a[1], out)) return After::kNone;
   std::string value;
@@ -358,20 +341,25 @@ After Executor::Get(Args& a, std::string& out, uint64_t*) {
   return After::kNone;
 }
 
+Executor::Read Executor::ReadValue(std::string_view key, std::string* value,
+                                   std::string& out) const {
+  if (!options_.verify_reads) return kv_.tree().get(key, value) ? Read::kFound : Read::kAbsent;
+  const absl::StatusOr<bool> found = kv_.tree().get_verified(key, value);
+  if (found.ok()) return *found ? Read::kFound : Read::kAbsent;
+  AppendError(out, absl::StrCat("ERR ", CorruptValue(key).message()));
+  return Read::kFailed;
+}
+
 void Executor::AppendRead(std::string_view key, std::string& value, std::string& out) const {
-  if (options_.verify_reads) {
-    const absl::StatusOr<bool> found = kv_.tree().get_verified(key, &value);
-    if (!found.ok()) {
-      AppendError(out, absl::StrCat("ERR ", CorruptValue(key).message()));
-    } else if (*found) {
+  switch (ReadValue(key, &value, out)) {
+    case Read::kFound:
       AppendBulk(out, value);
-    } else {
+      break;
+    case Read::kAbsent:
       AppendNullBulk(out);
-    }
-  } else if (kv_.tree().get(key, &value)) {
-    AppendBulk(out, value);
-  } else {
-    AppendNullBulk(out);
+      break;
+    case Read::kFailed:
+      break;
   }
 }
 
@@ -722,6 +710,7 @@ After Executor::FlushAll(Args& a, std::string& out, uint64_t*) {
   // survive (not atomic).
   (void)SlicedScan(kv_.tree(), std::string(), {}, /*values=*/false, /*verify=*/false,
                    [&](std::string_view k, std::string_view) {
+                     KeyLocks::Held held = locks_.LockOne(k);  // as DEL k
                      kv_.tree().remove(k);
                      return true;
                    });

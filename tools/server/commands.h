@@ -8,7 +8,9 @@
 //   if (exec.Execute(argv, &out, &sync_epoch) == Executor::After::kSync) { ...wait... }
 //
 // Thread safety: Execute may run concurrently from every worker (the tree is concurrent; the
-// SCAN cursor table has its own mutex).
+// SCAN cursor table has its own mutex). Each write command holds the KeyLocks stripes of its
+// keys for its whole run (key_locks.h), so a read-modify-write (INCR, APPEND, SET ... GET) is
+// atomic against every other write to its key; reads take no lock.
 #ifndef PMRT_TOOLS_SERVER_COMMANDS_H_
 #define PMRT_TOOLS_SERVER_COMMANDS_H_
 
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "tools/kv_store.h"
+#include "tools/server/key_locks.h"
 #include "tools/server/options.h"
 
 namespace pmrt::server {
@@ -50,19 +53,48 @@ class Executor {
  private:
   using Args = std::vector<std::string>;
   using Handler = After (Executor::*)(Args&, std::string&, uint64_t*);
+  // Whether a command writes, and which of its arguments are the keys whose stripes it holds.
+  // Every write is refused while the pool is in its failed mode.
+  enum class Access : uint8_t {
+    kRead,        // no lock
+    kWriteKey,    // argv[1]
+    kWriteKeys,   // argv[1], argv[2], ... (DEL)
+    kWritePairs,  // argv[1], argv[3], ... (MSET)
+    kWriteEach,   // the handler locks each key it writes, one at a time (FLUSHALL)
+  };
   struct Spec {
     Handler fn;
     int arity;  // Redis convention: n means exactly n arguments (with the name), -n at least n
-    bool write = false;  // refused while the pool is in its failed mode
+    Access access = Access::kRead;
   };
+  // Runs a write command's handler under the stripes of its keys (Spec::access).
+  After RunWrite(const Spec& spec, Args& a, std::string& out, uint64_t* sync_epoch);
   // Whether the pool's file is still the one opened (not removed or replaced), looked at no
   // more than once a second; a file gone puts the pool in its failed mode (writes refused).
   void WatchPoolFile();
 
   After Ping(Args& a, std::string& out, uint64_t*);
   After Echo(Args& a, std::string& out, uint64_t*);
+  // The string and counter commands (string_commands.cc).
   After Set(Args& a, std::string& out, uint64_t*);
   After SetNx(Args& a, std::string& out, uint64_t*);
+  After GetSet(Args& a, std::string& out, uint64_t*);
+  After GetDel(Args& a, std::string& out, uint64_t*);
+  After Incr(Args& a, std::string& out, uint64_t*);
+  After Decr(Args& a, std::string& out, uint64_t*);
+  After IncrBy(Args& a, std::string& out, uint64_t*);
+  After DecrBy(Args& a, std::string& out, uint64_t*);
+  After IncrByFloat(Args& a, std::string& out, uint64_t*);
+  After Append(Args& a, std::string& out, uint64_t*);
+  After StrLen(Args& a, std::string& out, uint64_t*);
+  After GetRange(Args& a, std::string& out, uint64_t*);
+  After SetRange(Args& a, std::string& out, uint64_t*);
+  After Unsupported(Args& a, std::string& out, uint64_t*);
+  // Adds `delta` to the integer under `key` (0 when absent) and replies with the sum.
+  void AddToInteger(std::string_view key, int64_t delta, std::string& out);
+  // False (with an -ERR reply appended) when a string of base + added bytes would be longer
+  // than a bulk string may be (--max-bulk, Redis's proto-max-bulk-len).
+  bool LengthOk(uint64_t base, uint64_t added, std::string& out) const;
   After Get(Args& a, std::string& out, uint64_t*);
   After Del(Args& a, std::string& out, uint64_t*);
   After Exists(Args& a, std::string& out, uint64_t*);
@@ -85,6 +117,14 @@ class Executor {
 
   // False (with an -ERR reply appended) when a key is longer than options_.max_key.
   bool KeyOk(std::string_view key, std::string& out) const;
+  // What ReadValue found.
+  enum class Read : uint8_t {
+    kFound,   // *value holds the value
+    kAbsent,  // *value untouched
+    kFailed,  // --verify-reads: the value fails its checksum; an -ERR reply is appended
+  };
+  // Copies the value of `key` into *value, checking it first with --verify-reads.
+  Read ReadValue(std::string_view key, std::string* value, std::string& out) const;
   // Appends the value of `key` as a bulk string, a null bulk when absent, or with
   // --verify-reads an error when the value fails its checksum. `value` is scratch.
   void AppendRead(std::string_view key, std::string& value, std::string& out) const;
@@ -102,6 +142,7 @@ class Executor {
   const ServerOptions& options_;
   const ServerCounters& counters_;
   std::unordered_map<std::string, Spec> commands_;
+  KeyLocks locks_;
   // The pool file's identity at start (st_dev, st_ino), and the last look (steady-clock ns).
   uint64_t pool_dev_ = 0, pool_ino_ = 0;
   bool watch_file_ = false;

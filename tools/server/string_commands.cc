@@ -1,0 +1,348 @@
+// The string and counter commands of the Executor (commands.h): SET and its options, SETNX,
+// GETSET, GETDEL, INCR/DECR/INCRBY/DECRBY/INCRBYFLOAT, APPEND, STRLEN, GETRANGE, SETRANGE, with
+// Redis 7's replies and error strings. Each write here runs under the stripe of its key
+// (Executor::RunWrite), so its read of the old value and its write of the new one are one step
+// to every other writer of that key. A value is never edited in place: the tree replaces it, so
+// APPEND and SETRANGE write the whole new value (time proportional to its length).
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "tools/server/commands.h"
+#include "tools/server/resp.h"
+
+namespace pmrt::server {
+namespace {
+
+using After = Executor::After;
+
+constexpr char kNotInteger[] = "ERR value is not an integer or out of range";
+constexpr char kNotFloat[] = "ERR value is not a valid float";
+
+// A 64-bit signed decimal in Redis's strict form (string2ll): an optional '-', then "0" alone
+// or a digit 1-9 and more digits, nothing else (no '+', blanks or leading zeros; "-0" is not
+// one), within [INT64_MIN, INT64_MAX].
+bool ParseI64(std::string_view s, int64_t* out) {
+  if (s == "0") {
+    *out = 0;
+    return true;
+  }
+  const bool negative = !s.empty() && s[0] == '-';
+  if (negative) s.remove_prefix(1);
+  if (s.empty() || s.size() > 19 || s[0] < '1' || s[0] > '9') return false;
+  uint64_t v = 0;  // 19 digits cannot overflow 64 bits
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  constexpr uint64_t kMax = std::numeric_limits<int64_t>::max();
+  if (v > kMax + (negative ? 1 : 0)) return false;
+  // Two's complement conversion (defined in C++20): 2^63 negated is INT64_MIN.
+  *out = negative ? static_cast<int64_t>(0 - v) : static_cast<int64_t>(v);
+  return true;
+}
+
+// A long double as Redis's string2ld reads it (strtold): no leading blank, every byte used, not
+// NaN, no overflow to infinity or underflow to zero. "inf" and hexadecimal forms are accepted.
+bool ParseLongDouble(std::string_view s, long double* out) {
+  constexpr size_t kMaxChars = 5 * 1024;  // Redis's MAX_LONG_DOUBLE_CHARS
+  if (s.empty() || s.size() >= kMaxChars || absl::ascii_isspace(s[0])) return false;
+  const std::string buf(s);  // NUL-terminated for strtold
+  char* end;
+  errno = 0;
+  const long double v = std::strtold(buf.c_str(), &end);
+  if (end != buf.data() + buf.size() || std::isnan(v)) return false;
+  if (errno == ERANGE && (std::isinf(v) || std::fpclassify(v) == FP_ZERO)) return false;
+  *out = v;
+  return true;
+}
+
+// Redis's human-friendly long double (ld2string, LD_STR_HUMAN): "%.17Lf" with the trailing
+// zeros of the fraction and then a trailing '.' removed, "-0" as "0". REQUIRES: v is finite.
+std::string FormatLongDouble(long double v) {
+  char buf[5 * 1024];  // the largest finite long double has 4933 integer digits
+  const int n = std::snprintf(buf, sizeof(buf), "%.17Lf", v);
+  std::string s(buf, static_cast<size_t>(std::max(n, 0)));
+  if (s.find('.') != std::string::npos) {
+    while (s.back() == '0') s.pop_back();
+    if (s.back() == '.') s.pop_back();
+  }
+  if (s == "-0") s = "0";
+  return s;
+}
+
+}  // namespace
+
+bool Executor::LengthOk(uint64_t base, uint64_t added, std::string& out) const {
+  const uint64_t max = options_.limits.max_bulk;
+  if (added <= max && base <= max - added) return true;
+  AppendError(out, "ERR string exceeds maximum allowed size (proto-max-bulk-len)");
+  return false;
+}
+
+After Executor::Set(Args& a, std::string& out, uint64_t*) {
+  bool nx = false, xx = false, get = false;
+  for (size_t i = 3; i < a.size(); ++i) {
+    const std::string opt = absl::AsciiStrToUpper(a[i]);
+    if (opt == "NX" && !xx) {
+      nx = true;
+    } else if (opt == "XX" && !nx) {
+      xx = true;
+    } else if (opt == "GET") {
+      get = true;
+    } else if (opt == "EX" || opt == "PX" || opt == "EXAT" || opt == "PXAT" || opt == "KEEPTTL") {
+      AppendError(out, absl::StrCat("ERR SET option ", opt,
+                                    " is not supported by pmrt serve (no key expiry)"));
+      return After::kNone;
+    } else {
+      AppendError(out, "ERR syntax error");
+      return After::kNone;
+    }
+  }
+  if (!KeyOk(a[1], out)) return After::kNone;
+  if (!nx && !xx && !get) {
+    if (Put(a[1], a[2], out)) AppendSimple(out, "OK");
+    return After::kNone;
+  }
+  std::string old;
+  const Read read = ReadValue(a[1], &old, out);
+  if (read == Read::kFailed) return After::kNone;
+  const bool found = read == Read::kFound;
+  // As in Redis: with GET the reply is the old value (or nil) whether or not NX/XX let the
+  // write happen; without it, a write NX/XX prevents is a nil reply.
+  const bool write = !(nx && found) && !(xx && !found);
+  if (write && !Put(a[1], a[2], out)) return After::kNone;
+  if (!get) {
+    if (write) {
+      AppendSimple(out, "OK");
+    } else {
+      AppendNullBulk(out);
+    }
+  } else if (found) {
+    AppendBulk(out, old);
+  } else {
+    AppendNullBulk(out);
+  }
+  return After::kNone;
+}
+
+After Executor::SetNx(Args& a, std::string& out, uint64_t*) {
+  if (!KeyOk(a[1], out)) return After::kNone;
+  switch (kv_.tree().insert_if_absent(a[1], a[2])) {
+    case ds::InsertResult::kInserted:
+      AppendInteger(out, 1);
+      break;
+    case ds::InsertResult::kExists:
+      AppendInteger(out, 0);
+      break;
+    case ds::InsertResult::kNoMemory:
+      Oom(a[2].size(), out);
+      break;
+  }
+  return After::kNone;
+}
+
+After Executor::GetSet(Args& a, std::string& out, uint64_t*) {
+  if (!KeyOk(a[1], out)) return After::kNone;
+  std::string old;
+  const Read read = ReadValue(a[1], &old, out);
+  if (read == Read::kFailed || !Put(a[1], a[2], out)) return After::kNone;
+  if (read == Read::kFound) {
+    AppendBulk(out, old);
+  } else {
+    AppendNullBulk(out);
+  }
+  return After::kNone;
+}
+
+After Executor::GetDel(Args& a, std::string& out, uint64_t*) {
+  if (!KeyOk(a[1], out)) return After::kNone;
+  std::string old;
+  switch (ReadValue(a[1], &old, out)) {
+    case Read::kFound:
+      kv_.tree().remove(a[1]);
+      AppendBulk(out, old);
+      break;
+    case Read::kAbsent:
+      AppendNullBulk(out);
+      break;
+    case Read::kFailed:
+      break;
+  }
+  return After::kNone;
+}
+
+void Executor::AddToInteger(std::string_view key, int64_t delta, std::string& out) {
+  if (!KeyOk(key, out)) return;
+  std::string old;
+  int64_t value = 0;  // a missing key counts from 0
+  switch (ReadValue(key, &old, out)) {
+    case Read::kFound:
+      if (!ParseI64(old, &value)) {
+        AppendError(out, kNotInteger);
+        return;
+      }
+      break;
+    case Read::kAbsent:
+      break;
+    case Read::kFailed:
+      return;
+  }
+  int64_t sum;
+  if (__builtin_add_overflow(value, delta, &sum)) {
+    AppendError(out, "ERR increment or decrement would overflow");
+    return;
+  }
+  if (Put(key, std::to_string(sum), out)) AppendInteger(out, sum);
+}
+
+After Executor::Incr(Args& a, std::string& out, uint64_t*) {
+  AddToInteger(a[1], 1, out);
+  return After::kNone;
+}
+
+After Executor::Decr(Args& a, std::string& out, uint64_t*) {
+  AddToInteger(a[1], -1, out);
+  return After::kNone;
+}
+
+After Executor::IncrBy(Args& a, std::string& out, uint64_t*) {
+  int64_t delta;
+  if (!ParseI64(a[2], &delta)) {
+    AppendError(out, kNotInteger);
+  } else {
+    AddToInteger(a[1], delta, out);
+  }
+  return After::kNone;
+}
+
+After Executor::DecrBy(Args& a, std::string& out, uint64_t*) {
+  int64_t delta;
+  if (!ParseI64(a[2], &delta)) {
+    AppendError(out, kNotInteger);
+  } else if (delta == std::numeric_limits<int64_t>::min()) {
+    AppendError(out, "ERR decrement would overflow");  // Redis 7: -delta does not exist
+  } else {
+    AddToInteger(a[1], -delta, out);
+  }
+  return After::kNone;
+}
+
+After Executor::IncrByFloat(Args& a, std::string& out, uint64_t*) {
+  if (!KeyOk(a[1], out)) return After::kNone;
+  std::string old;
+  long double value = 0, delta;
+  const Read read = ReadValue(a[1], &old, out);
+  if (read == Read::kFailed) return After::kNone;
+  if ((read == Read::kFound && !ParseLongDouble(old, &value)) || !ParseLongDouble(a[2], &delta)) {
+    AppendError(out, kNotFloat);
+    return After::kNone;
+  }
+  value += delta;
+  if (std::isnan(value) || std::isinf(value)) {
+    AppendError(out, "ERR increment would produce NaN or Infinity");
+    return After::kNone;
+  }
+  const std::string result = FormatLongDouble(value);
+  if (Put(a[1], result, out)) AppendBulk(out, result);
+  return After::kNone;
+}
+
+After Executor::Append(Args& a, std::string& out, uint64_t*) {
+  if (!KeyOk(a[1], out)) return After::kNone;
+  std::string value;
+  switch (ReadValue(a[1], &value, out)) {
+    case Read::kFound:
+      if (!LengthOk(value.size(), a[2].size(), out)) return After::kNone;
+      value.append(a[2]);
+      break;
+    case Read::kAbsent:
+      value = std::move(a[2]);
+      break;
+    case Read::kFailed:
+      return After::kNone;
+  }
+  if (Put(a[1], value, out)) AppendInteger(out, static_cast<int64_t>(value.size()));
+  return After::kNone;
+}
+
+After Executor::StrLen(Args& a, std::string& out, uint64_t*) {
+  std::string value;
+  if (a[1].size() > options_.max_key) {
+    AppendInteger(out, 0);  // cannot be in the tree
+    return After::kNone;
+  }
+  const Read read = ReadValue(a[1], &value, out);
+  if (read != Read::kFailed) AppendInteger(out, static_cast<int64_t>(value.size()));
+  return After::kNone;
+}
+
+After Executor::GetRange(Args& a, std::string& out, uint64_t*) {
+  int64_t start, end;
+  if (!ParseI64(a[2], &start) || !ParseI64(a[3], &end)) {
+    AppendError(out, kNotInteger);
+    return After::kNone;
+  }
+  std::string value;  // a missing key reads as the empty string
+  if (a[1].size() <= options_.max_key && ReadValue(a[1], &value, out) == Read::kFailed) {
+    return After::kNone;
+  }
+  // Redis's rules: negative indexes count from the end; both are then clamped to the string;
+  // an empty range (start past end, or both negative with start > end) is the empty string.
+  const int64_t len = static_cast<int64_t>(value.size());
+  if (start < 0 && end < 0 && start > end) {
+    AppendBulk(out, "");
+    return After::kNone;
+  }
+  if (start < 0) start = std::max<int64_t>(len + start, 0);
+  if (end < 0) end = std::max<int64_t>(len + end, 0);
+  if (end >= len) end = len - 1;
+  if (len == 0 || start > end) {
+    AppendBulk(out, "");
+  } else {
+    AppendBulk(out, std::string_view(value).substr(start, end - start + 1));
+  }
+  return After::kNone;
+}
+
+After Executor::SetRange(Args& a, std::string& out, uint64_t*) {
+  int64_t offset;
+  if (!ParseI64(a[2], &offset)) {
+    AppendError(out, kNotInteger);
+    return After::kNone;
+  }
+  if (offset < 0) {
+    AppendError(out, "ERR offset is out of range");
+    return After::kNone;
+  }
+  if (!KeyOk(a[1], out)) return After::kNone;
+  std::string value;
+  const Read read = ReadValue(a[1], &value, out);
+  if (read == Read::kFailed) return After::kNone;
+  // Writing nothing changes nothing: a missing key stays missing (reply 0).
+  if (a[3].empty()) {
+    AppendInteger(out, static_cast<int64_t>(value.size()));
+    return After::kNone;
+  }
+  const uint64_t at = static_cast<uint64_t>(offset);
+  if (!LengthOk(at, a[3].size(), out)) return After::kNone;
+  if (value.size() < at + a[3].size()) value.resize(at + a[3].size(), '\0');  // zero padding
+  value.replace(at, a[3].size(), a[3]);
+  if (Put(a[1], value, out)) AppendInteger(out, static_cast<int64_t>(value.size()));
+  return After::kNone;
+}
+
+After Executor::Unsupported(Args& a, std::string& out, uint64_t*) {
+  AppendError(out, absl::StrCat("ERR ", absl::AsciiStrToUpper(a[0]),
+                                " is not supported by pmrt serve (no key expiry)"));
+  return After::kNone;
+}
+
+}  // namespace pmrt::server
