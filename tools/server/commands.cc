@@ -351,7 +351,12 @@ Executor::Read Executor::ReadValue(std::string_view key, std::string* value,
 }
 
 void Executor::AppendRead(std::string_view key, std::string& value, std::string& out) const {
-  switch (ReadValue(key, &value, out)) {
+  const Read found = ReadValue(key, &value, out);  // (before `value` is viewed)
+  AppendReadReply(found, value, out);
+}
+
+void Executor::AppendReadReply(Read found, std::string_view value, std::string& out) {
+  switch (found) {
     case Read::kFound:
       AppendBulk(out, value);
       break;

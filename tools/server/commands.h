@@ -128,6 +128,9 @@ class Executor {
   // Appends the value of `key` as a bulk string, a null bulk when absent, or with
   // --verify-reads an error when the value fails its checksum. `value` is scratch.
   void AppendRead(std::string_view key, std::string& value, std::string& out) const;
+  // The reply for what ReadValue found: `value` as a bulk string, a null bulk, or nothing more
+  // (kFailed: its error is appended already).
+  static void AppendReadReply(Read found, std::string_view value, std::string& out);
   // Writes `value` under `key`; false with an -OOM reply when the heap is full.
   bool Put(std::string_view key, std::string_view value, std::string& out);
   // The OOM error of a write the pool has no room for (pool path and size, value size).

@@ -165,17 +165,9 @@ After Executor::GetSet(Args& a, std::string& out, uint64_t*) {
 After Executor::GetDel(Args& a, std::string& out, uint64_t*) {
   if (!KeyOk(a[1], out)) return After::kNone;
   std::string old;
-  switch (ReadValue(a[1], &old, out)) {
-    case Read::kFound:
-      kv_.tree().remove(a[1]);
-      AppendBulk(out, old);
-      break;
-    case Read::kAbsent:
-      AppendNullBulk(out);
-      break;
-    case Read::kFailed:
-      break;
-  }
+  const Read found = ReadValue(a[1], &old, out);
+  if (found == Read::kFound) kv_.tree().remove(a[1]);
+  AppendReadReply(found, old, out);
   return After::kNone;
 }
 
