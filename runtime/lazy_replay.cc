@@ -113,33 +113,48 @@ absl::Status Runtime::StartPendingReplay(bool background) {
 // one guard, so that both are durable with the same epoch. Returns once the entry is applied
 // (by whichever thread claimed it). No lock is held across the tree operation: readers keep
 // answering from the journal meanwhile, and the key leaves by_key only once the tree holds it.
+// A claim is held only across that one operation (never across a wait for a boundary), so a
+// thread waiting for another's claim, even inside its own guard, waits a bounded time.
 absl::Status Runtime::ApplyEntry(size_t i) {
   PendingReplay& p = *pending_;
-  EntryState expected = EntryState::kPending;
-  if (!p.state[i].compare_exchange_strong(expected, EntryState::kApplying,
-                                          std::memory_order_acquire)) {
-    while (p.state[i].load(std::memory_order_acquire) == EntryState::kApplying) {
-      std::this_thread::yield();  // the claimer's one tree operation
-    }
-    if (p.state[i].load(std::memory_order_acquire) == EntryState::kApplied) {
-      return absl::OkStatus();
-    }
-    return ApplyEntry(i);  // the claimer failed (no room): try it here
-  }
   const IndexOp& e = p.journal.entries[i];
   Index* index = p.index_of.at(e.id);
+  for (int attempt = 0;; ++attempt) {
+    EntryState expected = EntryState::kPending;
+    if (!p.state[i].compare_exchange_strong(expected, EntryState::kApplying,
+                                            std::memory_order_acquire)) {
+      while (p.state[i].load(std::memory_order_acquire) == EntryState::kApplying) {
+        std::this_thread::yield();  // the claimer's one tree operation
+      }
+      if (p.state[i].load(std::memory_order_acquire) == EntryState::kApplied) {
+        return absl::OkStatus();
+      }
+      continue;  // the claimer found no room and gave the entry back: try here
+    }
+    if (TryApplyClaimed(i)) return absl::OkStatus();
+    p.state[i].store(EntryState::kPending, std::memory_order_release);
+    // Room comes back at the next boundaries, which a thread inside its own guard cannot wait
+    // for (nor can a full pool be helped by them for long).
+    if (epochs_->LocalSlot().depth > 0 || attempt == 2 || !epochs_->Sync().ok()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("index ", index->name(), ": the replay of a ", e.remove ? "remove" : "put",
+                       " found no room (the pool or the undo log is full); it stays pending"));
+    }
+  }
+}
+
+bool Runtime::TryApplyClaimed(size_t i) {
+  PendingReplay& p = *pending_;
+  const IndexOp& e = p.journal.entries[i];
   {
     epoch::Guard g(*epochs_);
-    if (!e.remove) {
-      if (index->tree().put(e.key, e.value) == ds::PutResult::kNoMemory) {
-        p.state[i].store(EntryState::kPending, std::memory_order_release);
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "index ", index->name(),
-            ": the replay of a put found no room (the pool is full); it stays pending"));
-      }
-    } else {
-      (void)index->tree().remove(e.key);  // absent already: the same end state
-    }
+    ds::DurableMasstree& tree = p.index_of.at(e.id)->tree();
+    // Under this guard a write cannot wait for room: a full undo log or heap fails it with the
+    // tree unchanged (a remove then returns false too, hence the lookup: only an absent key is
+    // the same end state).
+    const bool done = e.remove ? !tree.get(e.key).has_value() || tree.remove(e.key)
+                               : tree.put(e.key, e.value) != ds::PutResult::kNoMemory;
+    if (!done) return false;
     *e.mark = g.epoch();
     if (!mutation::Swapped(runtime_internal::kUnrecordedMarkMutant)) {
       epochs_->RecordDirty(e.mark, sizeof(uint64_t));
@@ -154,7 +169,7 @@ absl::Status Runtime::ApplyEntry(size_t i) {
     }
   }
   p.state[i].store(EntryState::kApplied, std::memory_order_release);
-  return absl::OkStatus();
+  return true;
 }
 
 bool Runtime::PendingGet(uint64_t id, std::string_view key, std::optional<std::string>* value) {

@@ -195,7 +195,9 @@ absl::Status ReplayIndexOps(Pool& pool, epoch::Manager& epochs, alloc::Heap& hea
       }
       tree = std::move(*t);
     }
-    epoch::Guard g(epochs);
+    // Outside a guard of its own, a write waits for room at the boundary instead of failing;
+    // the marks below may then fall in a later epoch, which only means that a crash before they
+    // are durable applies the same entries again (before the newer operations, as here).
     if (!op.remove) {
       if (tree->put(op.key, op.value) == ds::PutResult::kNoMemory) {
         return NoRoom("replay of a put", entry.name);

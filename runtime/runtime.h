@@ -265,6 +265,9 @@ class Runtime {
   absl::Status Materialize(uint64_t id, std::string_view key);
   absl::Status ApplyPending(size_t max_entries, size_t* left);
   absl::Status ApplyEntry(size_t i);
+  // Applies entry i, claimed by the calling thread; false (nothing changed) when the tree found
+  // no room under the application's guard.
+  bool TryApplyClaimed(size_t i);
   void FinishReplayForRead();
   absl::Status RetireJournal();
   void StopReplay();

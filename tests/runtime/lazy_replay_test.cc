@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "epoch/pool.h"
@@ -279,6 +280,34 @@ TEST(LazyReplayTest, ToolsSeeThePendingJournalAsTheRuntimeDoes) {
   ASSERT_OK(reopened);
   expect_state((*(*reopened)->find_index("i"))->tree());
   EXPECT_EQ((*reopened)->pending_index_ops(), 0u) << "the writable view applied and marked them";
+}
+
+// An application finds no room under its guard (the heap filled by the caller, inside its own
+// guard): there the write reports kResourceExhausted and the entry stays pending; once the
+// filler is freed, finish_replay's first try still finds no room (frees come back after the
+// boundaries), gives the entry back, runs the boundaries outside any guard and applies it.
+TEST(LazyReplayTest, NoRoomUnderTheGuardWaitsForTheBoundaryOrReports) {
+  Image img = CrashedAfterCommits();
+  auto rt = OpenImage(img, "image-1");
+  ASSERT_NE(rt, nullptr);
+  Index* index = *rt->find_index("i");
+  std::vector<void*> filler;
+  {
+    epoch::Guard g(rt->epochs());
+    for (size_t size : {size_t{64} << 10, size_t{4} << 10, size_t{256}, size_t{16}}) {
+      while (void* p = rt->heap().Allocate(size)) filler.push_back(p);
+    }
+    auto refused = index->put(Key(0), "inside");
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  }
+  EXPECT_EQ(rt->pending_index_ops(), uint64_t{kKeys});
+  for (void* p : filler) ASSERT_OK(rt->heap().Free(p));
+  const uint64_t advances = rt->epochs().stats().advances;
+  ASSERT_OK(rt->finish_replay());
+  EXPECT_GT(rt->epochs().stats().advances, advances) << "the boundaries ran for room";
+  EXPECT_EQ(rt->pending_index_ops(), 0u);
+  for (int i = 0; i < kKeys - 1; ++i) EXPECT_EQ(index->get(Key(i)), absl::StrCat("t1-", i));
+  ASSERT_OK(index->tree().CheckInvariants());
 }
 
 TEST(LazyReplayTest, ADamagedJournalIsRefusedNamingIt) {
