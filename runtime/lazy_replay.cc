@@ -260,8 +260,10 @@ absl::Status Runtime::RetireJournal() {
   const uint64_t offset = h.journal;
   h.journal = 0;
   if (offset != 0) RETURN_IF_ERROR(heap_->Free(pool_->at(offset)));
-  p.journal = {};
-  p.by_key.clear();
+  // The entries' DRAM records stay until the runtime closes: a thread that found an entry in
+  // by_key before this may still be about to see it applied (ApplyEntry reads it unlocked);
+  // their views of the freed block are never read again (every state is kApplied).
+  p.journal.offset = 0;
   p.retire_due = false;
   return absl::OkStatus();
 }
