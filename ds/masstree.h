@@ -286,7 +286,8 @@ std::optional<size_t> BasicMasstree<A>::get(std::string_view key, std::span<char
   const ds_internal::ValueObject* v = ds_internal::Lookup(core_, key);
   if (v == nullptr) return std::nullopt;
   const std::string_view value = v->value();
-  std::memcpy(buf.data(), value.data(), std::min(buf.size(), value.size()));
+  const size_t n = std::min(buf.size(), value.size());
+  if (n > 0) std::memcpy(buf.data(), value.data(), n);  // (an empty span's data may be null)
   return value.size();
 }
 

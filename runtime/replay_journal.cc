@@ -163,8 +163,9 @@ absl::StatusOr<uint64_t> WriteJournal(Pool& pool, epoch::Manager& epochs, alloc:
     std::memcpy(p, &tag, 8);
     std::memcpy(p + 8, &klen, 4);
     std::memcpy(p + 12, &vlen, 4);
-    std::memcpy(p + kEntryHead, o.key.data(), klen);
-    std::memcpy(p + kEntryHead + klen, o.value.data(), vlen);
+    // (An empty view's data may be null, which memcpy may not be given even for 0 bytes.)
+    if (klen > 0) std::memcpy(p + kEntryHead, o.key.data(), klen);
+    if (vlen > 0) std::memcpy(p + kEntryHead + klen, o.value.data(), vlen);
     const size_t len = Padded(size_t{klen} + vlen);
     std::memset(p + kEntryHead + klen + vlen, 0, len - klen - vlen);
     p += kEntryHead + len;
