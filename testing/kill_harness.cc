@@ -31,7 +31,7 @@ absl::Status RunKillLoop(const KillLoopOptions& options,
     const uint64_t bound = !options.wait_ready && wait_ready && options.ready_max_delay_us != 0
                                ? options.ready_max_delay_us
                                : options.max_delay_us;
-    const bool aimed = options.aim_every > 0 && i % options.aim_every == 0 && !wait_ready;
+    const bool aimed = options.aim_every > 0 && i % options.aim_every == 0;
     const uint64_t delay_us = aimed        ? rng() % (options.aim_max_delay_us + 1)
                               : bound == 0 ? 0
                                            : rng() % (bound + 1);

@@ -52,9 +52,10 @@ struct KillLoopOptions {
   uint64_t ready_max_delay_us = 0;
   // Aimed kills: every aim_every-th kill (iterations 0, aim_every, 2 * aim_every, ...; 0: none)
   // waits, spinning, until the child has stored at least aim_value in progress.user[aim_slot]
-  // (a phase it reports before a step the test wants killed), then comes a random time in
-  // [0, aim_max_delay_us] after. A timed kill from the fork lands in a short step only by
-  // chance, and how often depends on the machine; an aimed one lands there or just after.
+  // (a phase it reports before a step the test wants killed, or an event it counts), after the
+  // child is ready when wait_ready, then comes a random time in [0, aim_max_delay_us] after. A
+  // timed kill from the fork lands in a short step only by chance, and how often depends on the
+  // machine; an aimed one lands there or just after.
   int aim_every = 0;
   int aim_slot = 0;
   uint64_t aim_value = 0;

@@ -102,6 +102,13 @@ absl::Status RunKills(int kills, bool planted, KillTally& tally, size_t pool_siz
   KillLoopOptions o;
   o.kills = kills;
   o.max_delay_us = 4000;
+  // Every other kill comes within 2 ms of the child's second full heap or growth (it counts
+  // them in progress.user[0]), so that the pool reaches its largest size and fills there: a
+  // timed kill alone gets there only where children run fast enough.
+  o.aim_every = 2;
+  o.aim_slot = 0;
+  o.aim_value = 2;
+  o.aim_max_delay_us = 2000;
   std::set<uint64_t> model;  // live blocks before the current child started
   uint64_t& total_ops = tally.total_ops;
   uint64_t& leaked = tally.leaked;
@@ -128,6 +135,7 @@ absl::Status RunKills(int kills, bool planted, KillTally& tally, size_t pool_siz
             void* p = r->heap->Allocate(size);
             if (p == nullptr) {  // full: free half, then fill again
               log->full_heaps.fetch_add(1);
+              progress.user[0].fetch_add(1);
               drain_to = live.size() / 2;
               continue;
             }
@@ -139,6 +147,10 @@ absl::Status RunKills(int kills, bool planted, KillTally& tally, size_t pool_siz
             if (!r->heap->Free(r->pool->at(live[k])).ok()) _exit(5);
             live[k] = live.back();
             live.pop_back();
+          }
+          if (r->pool->growths() != 0 &&
+              log->growths.load() != growths_before + r->pool->growths()) {
+            progress.user[0].fetch_add(1);
           }
           log->growths.store(growths_before + r->pool->growths());
           log->records[log->ops.load()] = rec;
