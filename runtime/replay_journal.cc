@@ -177,7 +177,7 @@ absl::StatusOr<uint64_t> WriteJournal(Pool& pool, epoch::Manager& epochs, alloc:
   h->crc = JournalCrc(*h, base + sizeof(JournalHeader) + ops.size() * 8);
   // A fresh block of this epoch: its allocation and its bytes become durable together at the
   // epoch's boundary, and a crash before rolls the allocation back (nothing points to it yet).
-  epochs.RecordDirty(base, bytes);
+  if (!mutation::Swapped(kUnrecordedJournalMutant)) epochs.RecordDirty(base, bytes);
   return pool.offset_of(base);
 }
 

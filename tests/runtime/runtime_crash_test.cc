@@ -472,6 +472,8 @@ TEST(RuntimeCrashTest, MutationGateKillsTheLogicMutants) {
       {runtime_internal::kReplayOrderMutant.id, runtime_internal::kReplayOrderMutant.name},
       {runtime_internal::kNoUndoMutant.id, runtime_internal::kNoUndoMutant.name},
       {runtime_internal::kUnrecordedMarkMutant.id, runtime_internal::kUnrecordedMarkMutant.name},
+      {runtime_internal::kUnrecordedJournalMutant.id,
+       runtime_internal::kUnrecordedJournalMutant.name},
       {txn_internal::kDropLogicalMutant.id, txn_internal::kDropLogicalMutant.name}};
   const auto survivors = pmrt::testing::RunMutationGate(
       mutants,
