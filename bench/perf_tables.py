@@ -182,6 +182,68 @@ def render_ycsb(rows):
     return lines
 
 
+def render_masstree_ab(rows):
+    """bench/ycsb_ab.sh: each tree of the new build against the same tree of the base build."""
+    tp = [r for r in rows if r.get("mode") != "load" and "variant" in r and "build" in r]
+    loads = [r for r in rows if r.get("mode") == "load" and "build" in r]
+    if not tp:
+        return ["No A/B records in this file."]
+
+    def runs(build, variant, w, d, keys, threads):
+        return [r for r in tp if r["build"] == build and r["variant"] == variant
+                and r["workload"] == w and r["dist"] == d and r["keys"] == keys
+                and r["threads"] == threads]
+
+    def by_rep(rs):
+        return {r.get("rep", 1): r for r in rs}
+
+    body = []
+    for keys in sorted({r["keys"] for r in tp}):
+        for threads in sorted({r["threads"] for r in tp}):
+            for w in "abce":
+                for d in ("uniform", "zipf"):
+                    nt, bt = runs("new", "transient", w, d, keys, threads), runs(
+                        "base", "transient", w, d, keys, threads)
+                    nd, bd = runs("new", "durable", w, d, keys, threads), runs(
+                        "base", "durable", w, d, keys, threads)
+                    if not (nt and bt and nd and bd):
+                        continue
+                    m = lambda rs: med(r["ops_per_sec"] for r in rs) / 1e6
+                    own = [a["ops_per_sec"] / b["ops_per_sec"] for a, b in
+                           ((by_rep(nd)[i], by_rep(nt)[i]) for i in by_rep(nd)
+                            if i in by_rep(nt))]
+                    body.append([
+                        f"{keys / 1e6:g}M", threads, w.upper(), d,
+                        f"{m(bt):.3f} → {m(nt):.3f}",
+                        ratio(paired(by_rep(nt), by_rep(bt), "ops_per_sec")),
+                        f"{m(bd):.3f} → {m(nd):.3f}",
+                        ratio(paired(by_rep(nd), by_rep(bd), "ops_per_sec")),
+                        ratio(own, times=False),
+                        f"{med(r.get('boundary_share_pct') for r in nd) or 0:.2f}"])
+    lines = table(["keys", "threads", "workload", "dist", "transient M ops/s, base → new",
+                   "new / base", "durable M ops/s, base → new", "new / base",
+                   "durable / transient (new)", "boundary % of epoch (new)"], body)
+    load_rows = []
+    for keys in sorted({r["keys"] for r in loads}):
+        for threads in sorted({r["threads"] for r in loads}):
+            for variant in ("transient", "durable"):
+                sel = lambda b: [r for r in loads if r["build"] == b and r["keys"] == keys
+                                 and r["threads"] == threads and r["variant"] == variant]
+                nb, bb = sel("new"), sel("base")
+                if nb and bb:
+                    n, b = med(r["ops_per_sec"] for r in nb), med(r["ops_per_sec"] for r in bb)
+                    load_rows.append([f"{keys / 1e6:g}M", threads, variant,
+                                      f"{b / 1e6:.3f} → {n / 1e6:.3f}", f"{n / b:.2f}×"])
+    if load_rows:
+        lines += [""] + table(["keys", "threads", "load", "M inserts/s, base → new",
+                               "new / base"], load_rows)
+    reps = len({r.get("rep") for r in tp})
+    lines.append(Note("Wall-clock throughput; each process runs both trees in interleaved "
+                      "chunks, the two builds alternate per configuration" +
+                      (f"; medians over {reps} repetitions (min–max)." if reps > 1 else ".")))
+    return lines
+
+
 def render_ycsb_recovery(rows):
     rec = [r for r in rows if r.get("mode") == "recovery"]
     if not rec:
@@ -659,6 +721,9 @@ TABLES = {
         "ycsb-like-for-like.jsonl", None, render_ycsb,
         "KEYS=1000000 OPS=2000000 REPEAT=1 RECOVERY=0 OUT=bench/results/ycsb-like-for-like.jsonl "
         "bench/ycsb.sh build/release/bench/pmrt-ycsb"),
+    "masstree-ab": (
+        "masstree-ab.jsonl", None, render_masstree_ab,
+        "OUT=bench/results/masstree-ab.jsonl bench/ycsb_ab.sh --build-base BASE"),
     "value-checksums-ab": (
         "value-checksums-ab.jsonl", None, render_value_checksums,
         "OUT=bench/results/value-checksums-ab.jsonl bench/value_checksums_ab.sh "
@@ -842,7 +907,17 @@ def main(argv):
                     help="write nothing; exit 1 when the page's tables differ from the results")
     ap.add_argument("--results", default=os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--page", default=os.path.join(ROOT, "docs", "performance.md"))
+    ap.add_argument("--render", nargs=2, metavar=("TABLE", "FILE"),
+                    help="print TABLE's table from the JSON-lines FILE and exit")
     args = ap.parse_args(argv)
+    if args.render:
+        name, path = args.render
+        if name not in TABLES:
+            print(f"perf_tables.py: unknown table {name}", file=sys.stderr)
+            return 2
+        rows = latest_run(read_jsonl(path) or [])
+        print("\n".join(TABLES[name][2](rows)))
+        return 0
 
     meta = {}
     summary = os.path.join(args.results, "summary.json")

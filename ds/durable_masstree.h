@@ -51,10 +51,13 @@ class PoolNodeAllocator {
 
   class Guard {
    public:
-    explicit Guard(PoolNodeAllocator& a) : g_(*a.epochs_) {}
+    explicit Guard(PoolNodeAllocator& a) : epochs_(a.epochs_), g_(*a.epochs_) {}
     uint64_t epoch() const { return g_.epoch(); }
+    // True when an advance waits for this guard (the tree's Batch then ends and renews it).
+    bool stale() const { return g_.Stale(*epochs_); }
 
    private:
+    epoch::Manager* epochs_;
     epoch::Guard g_;
   };
 

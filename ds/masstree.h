@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <concepts>
 #include <cstddef>
+#include <new>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -42,6 +43,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -177,6 +179,9 @@ class BasicMasstree {
   A& allocator() { return alloc_; }
   const Policy& policy() const { return core_.policy; }
 
+  // A run of operations by one thread under one read-side critical section (below).
+  class Batch;
+
  protected:
   using Guard = typename A::Guard;
   using Writer = ds_internal::Writer<A, Policy>;
@@ -205,6 +210,121 @@ class BasicMasstree {
   ds_internal::TreeCore<Policy> core_;
   // Keys when the tree was created or opened (kUnknownCount: a reopened tree not yet counted).
   mutable std::atomic<int64_t> base_count_{0};
+};
+
+// Batch: the calling thread's operations on one tree under one allocator guard, as the original
+// Masstree's threads run between quiescent points: entering and leaving the guard (for the
+// transient tree an announcement with a full fence) is paid once per batch, not per operation.
+//
+//   ds::Masstree::Batch batch(tree);
+//   for (...) batch.put(key, value), batch.get(other);
+//
+// Each operation first asks the guard whether it holds anything up (the allocator guard's
+// stale(): the transient tree's reclamation has advanced past it, or an epoch boundary of the
+// durable tree is waiting for it) and then renews it (a durable renewal waits out the
+// boundary). So a boundary waits for at most the one operation a thread of a batch is running,
+// plus whatever the caller does between two operations of its batch: hold a Batch only across
+// a run of operations, never while the thread waits or sleeps (as a guard). The operations
+// have the tree's own semantics; a write that finds no room under the batch's guard (the
+// durable tree's undo log or heap) leaves it, retries as the tree's operation does, and
+// renews it. Not thread-safe: one thread uses a Batch, and while it lives that thread holds
+// a guard (nesting as guards do).
+template <IsNodeAllocator A>
+class BasicMasstree<A>::Batch {
+ public:
+  explicit Batch(BasicMasstree& tree) : tree_(tree) { Take(); }
+  ~Batch() { Drop(); }
+  Batch(const Batch&) = delete;
+  Batch& operator=(const Batch&) = delete;
+
+  std::optional<std::string> get(std::string_view key) {
+    Step();
+    return tree_.get(key);
+  }
+  bool get(std::string_view key, std::string* value) {
+    Step();
+    return tree_.get(key, value);
+  }
+  std::optional<size_t> get(std::string_view key, std::span<char> buf) {
+    Step();
+    return tree_.get(key, buf);
+  }
+  template <class F>
+  requires std::invocable<F&, std::string_view>
+  bool read(std::string_view key, F&& f) {
+    Step();
+    return tree_.read(key, std::forward<F>(f));
+  }
+  template <class T>
+  requires std::is_trivially_copyable_v<T> std::optional<T> get_as(std::string_view key) {
+    Step();
+    return tree_.template get_as<T>(key);
+  }
+  PutResult put(std::string_view key, std::string_view value, std::string* previous = nullptr) {
+    return Retried(PutResult::kNoMemory, [&] { return tree_.put(key, value, previous); });
+  }
+  template <class T>
+  requires std::is_trivially_copyable_v<T> PutResult put_as(std::string_view key, const T& value) {
+    return put(key, std::string_view(reinterpret_cast<const char*>(&value), sizeof(T)));
+  }
+  InsertResult insert_if_absent(std::string_view key, std::string_view value) {
+    return Retried(InsertResult::kNoMemory, [&] { return tree_.insert_if_absent(key, value); });
+  }
+  bool remove(std::string_view key) {
+    // The tree's remove() says false both for an absent key and for a full undo log under a
+    // guard: the outcome tells them apart.
+    const auto removed = ds_internal::WriteOutcome::kRemoved;
+    return Retried(ds_internal::WriteOutcome::kNoMemory, [&] {
+             return tree_.Write([&](Writer& w) { return ds_internal::RemoveKey(w, key); });
+           }) == removed;
+  }
+  size_t scan(std::string_view from, size_t count, ScanCallback cb) {
+    Step();
+    return tree_.scan(from, count, cb);
+  }
+  size_t range(std::string_view lo, std::string_view hi, ScanCallback cb) {
+    Step();
+    return tree_.range(lo, hi, cb);
+  }
+  // A quiescent point: ends the guard and takes a new one (a durable one in the open epoch).
+  void quiesce() {
+    Drop();
+    Take();
+  }
+
+ private:
+  // The guard lives in guard_ between Take and Drop (always, outside quiesce and Retried).
+  Guard& guard() { return *std::launder(reinterpret_cast<Guard*>(guard_)); }
+  void Take() { new (guard_) Guard(tree_.alloc_); }
+  void Drop() { guard().~Guard(); }
+  void Step() {
+    if constexpr (requires(const Guard& g) {
+                    { g.stale() } -> std::same_as<bool>;
+                  }) {
+      if (!guard().stale()) return;
+    }
+    quiesce();
+  }
+  // Runs a write; a no-room result under the batch's guard (nothing changed) is retried once
+  // outside it, where the tree's operation can wait for room.
+  template <class R, class Op>
+  R Retried(R no_room, Op&& op) {
+    Step();
+    R r = op();
+    if (r != no_room) return r;
+    Drop();
+    try {
+      r = op();
+    } catch (...) {
+      Take();
+      throw;
+    }
+    Take();
+    return r;
+  }
+
+  BasicMasstree& tree_;
+  alignas(Guard) std::byte guard_[sizeof(Guard)];
 };
 
 using Masstree = BasicMasstree<CachingNodeAllocator>;

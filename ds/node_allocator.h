@@ -32,6 +32,10 @@ namespace pmrt::ds {
 //   AllocateValue(size): `size` bytes, 16-byte aligned, or nullptr.
 //   RetireValue(p, size): as RetireNode, for AllocateValue memory.
 //   Guard: constructible from the allocator; the read-side critical section. Nests.
+//       Optionally `bool stale() const`: true when the guard holds up the reclamation (or the
+//       epoch boundary) that a new guard would not; BasicMasstree::Batch keeps one guard across
+//       its operations and renews it then. Without it a Batch renews its guard at every
+//       operation.
 // All members may be called concurrently from any thread.
 template <class A>
 concept IsNodeAllocator = requires(A& a, void* p, size_t n) {
@@ -50,6 +54,8 @@ class EbrAllocatorGuard {
     ds_internal::Ebr::Global().Enter();
   }
   ~EbrAllocatorGuard() { ds_internal::Ebr::Global().Exit(); }
+  // True when the guard holds up reclamation (BasicMasstree::Batch then renews it).
+  bool stale() const { return ds_internal::Ebr::Global().Stale(); }
   EbrAllocatorGuard(const EbrAllocatorGuard&) = delete;
   EbrAllocatorGuard& operator=(const EbrAllocatorGuard&) = delete;
 };

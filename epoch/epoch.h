@@ -262,6 +262,13 @@ class Guard {
   uint64_t epoch() const { return slot_->epoch.load(std::memory_order_relaxed); }
   // True when this guard is the calling thread's guard of `m` (slots belong to one manager).
   bool Of(Manager& m) const { return slot_ == &m.LocalSlot(); }
+  // True when the epoch this guard holds is no longer the open one: an advance is closing it
+  // and waits for the guard to end. A holder that can end its guard at will between two steps
+  // of its work (ds::BasicMasstree::Batch) ends it then; a new guard waits out the advance.
+  // One relaxed load of the manager's epoch word. REQUIRES: `m` is this guard's manager.
+  bool Stale(const Manager& m) const {
+    return m.global_.load(std::memory_order_relaxed) != epoch();
+  }
 
   // The same guard without an object, for a holder that keeps the slot and knows when it holds
   // one (a transaction: begin enters, its end exits; no guard object to construct, mark engaged

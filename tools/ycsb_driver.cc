@@ -129,6 +129,7 @@ const char kOptionsHelp[] =
     "  --pool PATH               pool file (/dev/shm/pmrt-ycsb-<pid>.pool, removed after)\n"
     "  --keep-pool               keep the pool file\n"
     "  --no-value-checksums      the durable tree's values without checksums (layout 1)\n"
+    "  --per-op-guards           each operation in its own guard (default: a Batch per thread)\n"
     "  --json FILE               append one JSON object per run to FILE\n"
     "  --epoch-ms N --seed N --rounds R   epoch length (64), seed (1), rounds of both (10)\n"
     "  --recovery [--repeat K] [--pool-size BYTES]   time recovery after a SIGKILL instead\n";
@@ -143,6 +144,8 @@ absl::StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
       o.value_checksums = false;
     } else if (a == "--recovery") {
       o.recovery = true;
+    } else if (a == "--per-op-guards") {
+      o.per_op_guards = true;
     } else if (a == "--workload" || a == "--dist" || a == "--variant" || a == "--backend" ||
                a == "--json" || a == "--pool" || a == "--seconds" || a == "--keys" ||
                a == "--ops" || a == "--threads" || a == "--epoch-ms" || a == "--seed" ||
@@ -252,49 +255,81 @@ ThreadResult Worker(Tree& tree, const Options& o, const Zipfian* zipf, int t, ui
   r.samples.reserve(std::min<uint64_t>(ops / 8 + 1, uint64_t{1} << 20));
   Rng rng{Scramble(o.seed * 1000 + static_cast<uint64_t>(t)) | 1};
   const int update_pct = o.workload == 'a' ? 50 : o.workload == 'b' ? 5 : 0;
-  uint64_t i = 0;
-  for (; i < ops; ++i) {
-    if ((i & 255) == 0 && deadline.has_value() && Clock::now() >= *deadline) break;
-    if ((i & (kProgressBatch - 1)) == 0 && i > 0) {
-      g_done.fetch_add(kProgressBatch, std::memory_order_relaxed);  // read by Progress only
+  // One guard per run of operations (Tree::Batch), or the tree's own guard per operation.
+  std::unique_ptr<typename Tree::Batch> batch;
+  if (!o.per_op_guards) batch = std::make_unique<typename Tree::Batch>(tree);
+  auto run = [&](auto& target) {
+    uint64_t i = 0;
+    for (; i < ops; ++i) {
+      if ((i & 255) == 0 && deadline.has_value() && Clock::now() >= *deadline) break;
+      if ((i & (kProgressBatch - 1)) == 0 && i > 0) {
+        g_done.fetch_add(kProgressBatch, std::memory_order_relaxed);  // read by Progress only
+      }
+      const uint64_t item = zipf != nullptr ? zipf->Next(rng) : rng.Next() % o.keys;
+      const ds::U64Key key = KeyOf(item);
+      const bool timed = (i & 7) == 0;
+      const Clock::time_point start = timed ? Clock::now() : Clock::time_point();
+      if (o.workload == 'e') {
+        r.scanned += target.scan(key, 10, [](std::string_view, std::string_view) { return true; });
+      } else if (static_cast<int>(rng.Next() % 100) < update_pct) {
+        target.put_as(key, i);
+      } else if (!target.template get_as<uint64_t>(key).has_value()) {
+        ++r.misses;
+      }
+      if (timed) {
+        r.samples.push_back(static_cast<uint32_t>(std::min<int64_t>(
+            UINT32_MAX,
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count())));
+      }
     }
-    const uint64_t item = zipf != nullptr ? zipf->Next(rng) : rng.Next() % o.keys;
-    const ds::U64Key key = KeyOf(item);
-    const bool timed = (i & 7) == 0;
-    const Clock::time_point start = timed ? Clock::now() : Clock::time_point();
-    if (o.workload == 'e') {
-      r.scanned += tree.scan(key, 10, [](std::string_view, std::string_view) { return true; });
-    } else if (static_cast<int>(rng.Next() % 100) < update_pct) {
-      tree.put_as(key, i);
-    } else if (!tree.template get_as<uint64_t>(key).has_value()) {
-      ++r.misses;
-    }
-    if (timed) {
-      r.samples.push_back(static_cast<uint32_t>(std::min<int64_t>(
-          UINT32_MAX,
-          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count())));
-    }
-  }
-  r.ops = i;
+    return i;
+  };
+  r.ops = batch != nullptr ? run(*batch) : run(tree);
   return r;
 }
 
+double ProcessCpuSeconds();
+
+// Inserts the keys with o.threads threads; reports the load's throughput.
 template <class Tree>
 void Load(Tree& tree, const Options& o, const char* variant) {
-  Progress progress(o, absl::StrCat("loading the ", variant, " tree"), o.keys);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < o.threads; ++t) {
-    threads.emplace_back([&, t] {
-      const uint64_t lo = o.keys * t / o.threads, hi = o.keys * (t + 1) / o.threads;
-      for (uint64_t i = lo; i < hi; ++i) {
-        if (tree.put_as(KeyOf(i), i) == ds::PutResult::kNoMemory) Die("load: out of memory");
-        if (((i - lo + 1) & (kProgressBatch - 1)) == 0) {
-          g_done.fetch_add(kProgressBatch, std::memory_order_relaxed);  // read by Progress only
+  const double cpu0 = ProcessCpuSeconds();
+  const Clock::time_point start = Clock::now();
+  {
+    Progress progress(o, absl::StrCat("loading the ", variant, " tree"), o.keys);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < o.threads; ++t) {
+      threads.emplace_back([&, t] {
+        const uint64_t lo = o.keys * t / o.threads, hi = o.keys * (t + 1) / o.threads;
+        std::unique_ptr<typename Tree::Batch> batch;
+        if (!o.per_op_guards) batch = std::make_unique<typename Tree::Batch>(tree);
+        for (uint64_t i = lo; i < hi; ++i) {
+          const ds::PutResult r =
+              batch != nullptr ? batch->put_as(KeyOf(i), i) : tree.put_as(KeyOf(i), i);
+          if (r == ds::PutResult::kNoMemory) Die("load: out of memory");
+          if (((i - lo + 1) & (kProgressBatch - 1)) == 0) {
+            g_done.fetch_add(kProgressBatch, std::memory_order_relaxed);  // read by Progress only
+          }
         }
-      }
-    });
+      });
+    }
+    for (auto& th : threads) th.join();
   }
-  for (auto& th : threads) th.join();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const double cpu = ProcessCpuSeconds() - cpu0;
+  std::printf("load %-9s %lu keys, %d threads: %.3f M inserts/s (%.2f s, %.2f CPU s)\n", variant,
+              o.keys, o.threads, static_cast<double>(o.keys) / seconds / 1e6, seconds, cpu);
+  std::fflush(stdout);
+  if (o.json.empty()) return;
+  FILE* out = std::fopen(o.json.c_str(), "a");
+  if (out == nullptr) Die("cannot open " + o.json);
+  std::fprintf(out,
+               "{\"run\":%d,\"mode\":\"load\",\"variant\":\"%s\",\"threads\":%d,\"keys\":%lu,"
+               "\"ops_per_sec\":%.1f,\"seconds\":%.3f,\"cpu_seconds\":%.3f,\"guards\":\"%s\"}\n",
+               static_cast<int>(getpid()), variant, o.threads, o.keys,
+               static_cast<double>(o.keys) / seconds, seconds, cpu,
+               o.per_op_guards ? "per-op" : "batch");
+  std::fclose(out);
 }
 
 double ProcessCpuSeconds() {
@@ -414,14 +449,15 @@ void Report(const Options& o, const RunResult& r, const EpochFigures& f) {
                "\"lines_flushed_per_epoch\":%.1f,\"boundary_ms_per_epoch\":%.3f,"
                "\"boundary_share_pct\":%.3f,"
                "\"flush_ms_per_epoch\":%.3f,\"log_entries_per_epoch\":%.2f,"
-               "\"fences_per_op\":%.6f,\"value_checksums\":%s}\n",
+               "\"fences_per_op\":%.6f,\"value_checksums\":%s,\"guards\":\"%s\"}\n",
                static_cast<int>(getpid()), o.workload, dist, variant, o.threads, o.keys, r.ops,
                ops_per_sec, r.p50, r.p99, ops_per_cpu_sec, r.cpu_seconds, r.seconds,
                o.durable ? std::string(BackendName(o.backend)).c_str() : "none", f.epochs,
                f.lines * per_epoch, f.boundary_ms * per_epoch, BoundarySharePct(o, f, per_epoch),
                f.flush_ms * per_epoch, f.log_entries * per_epoch,
                static_cast<double>(f.fences) / static_cast<double>(std::max<uint64_t>(1, r.ops)),
-               o.durable && o.value_checksums ? "true" : "false");
+               o.durable && o.value_checksums ? "true" : "false",
+               o.per_op_guards ? "per-op" : "batch");
   std::fclose(out);
 }
 

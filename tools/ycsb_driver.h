@@ -105,6 +105,7 @@ struct Options {
   int rounds = 10;
   size_t pool_size = 0;         // 0: by the key count
   bool value_checksums = true;  // the durable tree's values carry checksums
+  bool per_op_guards = false;   // each operation takes its own guard (no Tree::Batch)
   ProgressMode progress = ProgressMode::kNone;
   std::string program = "pmrt-ycsb";  // prefix of error messages
 };

@@ -14,6 +14,9 @@ struct EbrThreadHandle {
   Ebr::Record* record = nullptr;
   ~EbrThreadHandle() {
     if (record != nullptr) Ebr::Global().Release(record);
+    // A guard entered later on this exiting thread takes a record of its own.
+    record = nullptr;
+    Ebr::tls_record_ = nullptr;
   }
 };
 
@@ -21,13 +24,11 @@ namespace {
 thread_local EbrThreadHandle tls_handle;
 }  // namespace
 
-Ebr& Ebr::Global() {
-  static Ebr* const instance = new Ebr();  // intentionally leaked: outlives every thread
-  return *instance;
-}
-
 Ebr::Record* Ebr::LocalRecord() {
-  if (tls_handle.record == nullptr) tls_handle.record = Acquire();
+  if (tls_handle.record == nullptr) {
+    tls_handle.record = Acquire();
+    tls_record_ = tls_handle.record;
+  }
   return tls_handle.record;
 }
 
@@ -69,7 +70,7 @@ void Ebr::Release(Record* r) {
   r->in_use.store(false, std::memory_order_release);
 }
 
-void Ebr::Enter() {
+void Ebr::EnterOutermost() {
   Record* r = LocalRecord();
   if (r->depth++ > 0) return;
   uint64_t e = global_.load(std::memory_order_seq_cst);
@@ -81,14 +82,6 @@ void Ebr::Enter() {
     if (again == e) return;
     e = again;
   }
-}
-
-void Ebr::Exit() {
-  Record* r = LocalRecord();
-  if (--r->depth > 0) return;
-  // Release: every access the guard made happens-before an advancer that reads 0 here (acquire
-  // in TryAdvance), and therefore before the free that follows the advance.
-  r->announced.store(0, std::memory_order_release);
 }
 
 void Ebr::Retire(void* p, Deleter deleter, size_t size) {

@@ -39,10 +39,35 @@ class Ebr {
   using Deleter = void (*)(void* p, size_t size);
 
   // The process-wide instance (never destroyed, so thread exit can always reach it).
-  static Ebr& Global();
+  static Ebr& Global() {
+    static Ebr* const instance = new Ebr();  // intentionally leaked: outlives every thread
+    return *instance;
+  }
 
-  void Enter();
-  void Exit();
+  // A nested guard only counts; the outermost one announces (EnterOutermost).
+  void Enter() {
+    Record* r = tls_record_;
+    if (r != nullptr && r->depth > 0) {
+      ++r->depth;
+      return;
+    }
+    EnterOutermost();
+  }
+  void Exit() {
+    Record* r = tls_record_;  // set by the Enter this Exit matches
+    if (--r->depth > 0) return;
+    // Release: every access the guard made happens-before an advancer that reads 0 here
+    // (acquire in TryAdvance), and therefore before the free that follows the advance.
+    r->announced.store(0, std::memory_order_release);
+  }
+  // True when the calling thread's guard announced an epoch older than the global one: the
+  // advance it allows has happened, and a holder that can end its guard at will
+  // (ds::BasicMasstree::Batch) re-announces, so that the next advance is not held up by it.
+  // REQUIRES: the calling thread is inside a guard.
+  bool Stale() const {
+    return (tls_record_->announced.load(std::memory_order_relaxed) >> 1) !=
+           global_.load(std::memory_order_relaxed);
+  }
   // Frees `p` with `deleter(p, size)` once no guard that could have seen it remains.
   // REQUIRES: p is unreachable for guards that start after this call.
   void Retire(void* p, Deleter deleter, size_t size);
@@ -73,6 +98,7 @@ class Ebr {
 
  private:
   Ebr() = default;
+  void EnterOutermost();
   Record* LocalRecord();
   Record* Acquire();
   void Release(Record* r);
@@ -85,6 +111,8 @@ class Ebr {
   std::atomic<size_t> orphans_size_{0};
   std::mutex orphans_mu_;
   std::vector<Retired> orphans_;
+  // The calling thread's record (EbrThreadHandle owns it), for the inline guard paths.
+  static inline thread_local Record* tls_record_ = nullptr;
 };
 
 // RAII guard on Ebr::Global().

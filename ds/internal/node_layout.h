@@ -150,6 +150,10 @@ struct alignas(kCacheLine) LeafNode {
   }
   // Sorted position of the first key >= `k` under `p`; *found when that key equals `k`.
   int LowerBound(KeyPos k, LeafPermuter p, bool* found) const;
+  // The slot holding `k` under `p`, or -1: an exact-match search for readers, linear in sorted
+  // order (independent loads, one predictable branch per key, and it stops at the first larger
+  // key).
+  int FindSlot(KeyPos k, LeafPermuter p) const;
   // Writes slot `slot` (free, so no reader looks at it).
   void WriteSlot(int slot, uint64_t slice, uint8_t kx, uint64_t lv_bits) {
     ikey[slot].store(slice, std::memory_order_relaxed);
@@ -177,18 +181,16 @@ struct alignas(kCacheLine) InteriorNode {
   const NodeVersion& version() const { return header.version; }
   int size() const { return static_cast<int>(nkeys.load(std::memory_order_relaxed)); }
   // Index of the child whose range holds `slice`: the number of separators <= slice, for the
-  // first `n` separators.
+  // first `n` separators. Counted over every separator slot with no branch: the loads are
+  // independent (the node's lines were prefetched) and there is no misprediction to pay, where
+  // a binary search over 15 keys mispredicts about half of its four steps.
   int ChildIndex(uint64_t slice, int n) const {
-    int lo = 0, hi = n;
-    while (lo < hi) {
-      const int mid = (lo + hi) / 2;
-      if (ikey[mid].load(std::memory_order_relaxed) <= slice) {
-        lo = mid + 1;
-      } else {
-        hi = mid;
-      }
+    int count = 0;
+    for (int i = 0; i < kInteriorWidth; ++i) {
+      count += static_cast<int>(i < n) &
+               static_cast<int>(ikey[i].load(std::memory_order_relaxed) <= slice);
     }
-    return lo;
+    return count;
   }
 };
 
@@ -232,6 +234,29 @@ inline int LeafNode::LowerBound(KeyPos k, LeafPermuter p, bool* found) const {
   }
   *found = lo < p.size() && PosAt(p[lo]) == k;
   return lo;
+}
+
+inline int LeafNode::FindSlot(KeyPos k, LeafPermuter p) const {
+  const int n = p.size();
+  for (int i = 0; i < n; ++i) {
+    const int slot = p[i];
+    const uint64_t slice = ikey[slot].load(std::memory_order_relaxed);
+    if (slice < k.slice) continue;
+    if (slice > k.slice) return -1;
+    const uint8_t cls = ClassOf(keylenx[slot].load(std::memory_order_relaxed));
+    if (cls == k.cls) return slot;
+    if (cls > k.cls) return -1;
+  }
+  return -1;
+}
+
+// Asks for every line of a node (both kinds are five lines) before its first field is read: a
+// descent then waits for one memory latency per node rather than one per line that its search
+// touches in turn (the version and permutation, the keys, the link or value).
+inline void PrefetchNode(const void* node) {
+  static_assert(sizeof(LeafNode) == sizeof(InteriorNode));
+  const char* p = static_cast<const char*>(node);
+  for (size_t off = 0; off < sizeof(LeafNode); off += kCacheLine) __builtin_prefetch(p + off);
 }
 
 // The durable layout depends on these placements (docs/masstree.md, "Node layouts").

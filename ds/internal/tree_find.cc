@@ -12,6 +12,7 @@ template <class P>
 LeafAndVersion FindLeaf(const P& p, NodeHeader* entry, uint64_t slice) {
 retry:
   NodeHeader* n = entry;
+  PrefetchNode(n);
   p.Ready(n);
   uint64_t v = n->version.Stable();
   if (NodeVersion::IsDeleted(v)) return {nullptr, 0};
@@ -33,6 +34,7 @@ retry:
     NodeHeader* child = in->child[in->ChildIndex(slice, nkeys)].Load(p, std::memory_order_acquire);
     uint64_t child_version = 0;
     if (child != nullptr) {
+      PrefetchNode(child);
       p.Ready(child);
       child_version = child->version.Stable();
     }
@@ -66,6 +68,7 @@ LeafAndVersion Advance(const P& p, LeafNode* leaf, uint64_t slice) {
       return {leaf, v};
     }
     leaf = next;
+    PrefetchNode(leaf);
     p.Ready(HeaderOf(leaf));
     v = leaf->version().Stable();
   }
@@ -113,14 +116,14 @@ const ValueObject* Lookup(const TreeCore<P>& tree, std::string_view key) {
     while (lv.leaf != nullptr) {
       LeafNode* leaf = lv.leaf;
       const LeafPermuter perm = leaf->perm();
-      bool found;
-      const int pos = leaf->LowerBound(k.pos(), perm, &found);
+      const int slot = leaf->FindSlot(k.pos(), perm);
+      const bool found = slot >= 0;
       uint8_t kx = 0;
       uint64_t bits = 0;
       if (found) {
-        kx = leaf->keylenx[perm[pos]].load(std::memory_order_relaxed);
+        kx = leaf->keylenx[slot].load(std::memory_order_relaxed);
         // Acquire pairs with the release store that installed the value (its bytes are visible).
-        bits = leaf->lv[perm[pos]].load(std::memory_order_acquire);
+        bits = leaf->lv[slot].load(std::memory_order_acquire);
       }
       if (leaf->version().HasChanged(lv.version)) {
         lv = Advance(p, leaf, k.slice());

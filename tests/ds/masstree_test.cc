@@ -1369,5 +1369,207 @@ TYPED_TEST(MasstreeConcurrentTest, RangeChurnWithScans) {
   ExpectSameAsModel(t, all);
 }
 
+// ---- Batch ------------------------------------------------------------------------------------
+
+// Every operation of a Batch against the model, interleaved with the tree's own operations.
+TYPED_TEST(MasstreeTest, BatchMatchesTheModel) {
+  auto& t = this->tree();
+  using Tree = std::remove_reference_t<decltype(t)>;
+  Model model;
+  KeyGen keys(21);
+  std::mt19937_64& rng = keys.rng();
+  for (int round = 0; round < 20; ++round) {
+    typename Tree::Batch b(t);
+    for (int i = 0; i < Scaled(300); ++i) {
+      const std::string k = keys.Next();
+      const std::string v = std::to_string(rng() % 100000);
+      const auto it = model.find(k);
+      const bool existed = it != model.end();
+      switch (rng() % 8) {
+        case 0: {
+          std::string prev;
+          ASSERT_EQ(b.put(k, v, &prev), existed ? PutResult::kUpdated : PutResult::kInserted);
+          if (existed) {
+            EXPECT_EQ(prev, it->second);
+          }
+          model[k] = v;
+          break;
+        }
+        case 1:
+          ASSERT_EQ(b.insert_if_absent(k, v),
+                    existed ? InsertResult::kExists : InsertResult::kInserted);
+          model.emplace(k, v);
+          break;
+        case 2:
+          ASSERT_EQ(b.remove(k), existed);
+          model.erase(k);
+          break;
+        case 3: {
+          const std::optional<std::string> got = b.get(k);
+          ASSERT_EQ(got.has_value(), existed);
+          if (existed) {
+            EXPECT_EQ(*got, it->second);
+          }
+          break;
+        }
+        case 4: {
+          char buf[4];
+          const std::optional<size_t> n = b.get(k, std::span<char>(buf));
+          ASSERT_EQ(n.has_value(), existed);
+          if (existed) {
+            ASSERT_EQ(*n, it->second.size());
+            EXPECT_EQ(std::string_view(buf, std::min<size_t>(*n, 4)),
+                      std::string_view(it->second).substr(0, 4));
+          }
+          break;
+        }
+        case 5: {
+          std::string seen;
+          ASSERT_EQ(b.read(k, [&](std::string_view val) { seen = val; }), existed);
+          if (existed) {
+            EXPECT_EQ(seen, it->second);
+          }
+          break;
+        }
+        case 6: {
+          auto m = model.lower_bound(k);
+          b.scan(k, 5, [&](std::string_view sk, std::string_view sv) {
+            EXPECT_NE(m, model.end());
+            if (m == model.end()) return false;
+            EXPECT_EQ(sk, m->first);
+            EXPECT_EQ(sv, m->second);
+            ++m;
+            return true;
+          });
+          break;
+        }
+        default:
+          ASSERT_EQ(t.put(k, v), existed ? PutResult::kUpdated : PutResult::kInserted);
+          model[k] = v;
+          break;
+      }
+      if (i % 50 == 0) b.quiesce();
+    }
+  }
+  ExpectSameAsModel(t, model);
+}
+
+// A thread that holds a Batch does not hold up the transient tree's reclamation: each of its
+// operations re-announces the epoch when it has moved on.
+TEST(TransientMasstreeTest, BatchDoesNotHoldUpReclamation) {
+  Masstree t;
+  ASSERT_EQ(t.put("k", "v"), PutResult::kInserted);
+  ds_internal::Ebr& ebr = ds_internal::Ebr::Global();
+  ebr_freed = 0;
+  std::atomic<int> requested{0}, done{0};
+  std::thread reader([&] {
+    Masstree::Batch b(t);
+    for (int op = 1; op <= 20; ++op) {
+      while (requested.load() < op) std::this_thread::yield();
+      EXPECT_EQ(b.get("k"), "v");
+      done = op;
+    }
+    while (requested.load() <= 20) std::this_thread::yield();  // still inside the batch
+  });
+  requested = 1;
+  while (done.load() < 1) std::this_thread::yield();
+  int object = 0;
+  ebr.Retire(&object, &CountFree, sizeof(object));
+  for (int i = 0; i < 5; ++i) ebr.Collect();
+  EXPECT_EQ(ebr_freed.load(), 0) << "freed under a guard that could see it";
+  int ops = 1;
+  while (ebr_freed.load() == 0 && ops < 20) {
+    requested = ++ops;
+    while (done.load() < ops) std::this_thread::yield();
+    ebr.Collect();
+  }
+  EXPECT_EQ(ebr_freed.load(), 1) << "the batch held up reclamation for " << ops << " operations";
+  EXPECT_LE(ops, 4);
+  requested = 21;
+  reader.join();
+}
+
+// A boundary that starts while a thread holds a Batch waits for at most that thread's next
+// operation: the operation sees the closing epoch, ends the batch's guard and runs after the
+// boundary in the next epoch.
+TEST(DurableMasstreeTest, BatchLetsTheBoundaryThroughAtItsNextOperation) {
+  DurableRuntime rt(TempPoolPath("batchboundary"));
+  ASSERT_TRUE(rt.Open().ok());  // no clock: only the Advance below
+  auto t = DurableMasstree::Create(rt.pool(), rt.epochs(), rt.heap());
+  ASSERT_TRUE(t.ok());
+  ASSERT_EQ((*t)->put("k", "v"), PutResult::kInserted);
+  ASSERT_TRUE(rt.epochs().Sync().ok());
+  epoch::Manager& m = rt.epochs();
+  std::atomic<int> stage{0};
+  std::atomic<uint64_t> first_epoch{0}, second_epoch{0};
+  std::thread worker([&] {
+    DurableMasstree::Batch b(**t);
+    EXPECT_EQ(b.put("k", "w"), PutResult::kUpdated);
+    first_epoch = m.LocalSlot().epoch.load();
+    stage = 1;
+    while (stage.load() != 2) std::this_thread::yield();  // between two operations
+    EXPECT_EQ(b.get("k"), "w");
+    second_epoch = m.LocalSlot().epoch.load();
+    stage = 3;
+    while (stage.load() != 4) std::this_thread::yield();  // still inside the batch
+  });
+  while (stage.load() != 1) std::this_thread::yield();
+  const uint64_t e = m.current();
+  EXPECT_EQ(first_epoch.load(), e);
+  absl::Status advanced;
+  std::thread advancer([&] { advanced = m.Advance(); });
+  // The advance has closed e and waits for the batch's guard.
+  while (m.current() == e) std::this_thread::yield();
+  EXPECT_EQ(m.completed() + 2, m.current()) << "the boundary waits for the batch";
+  stage = 2;  // one operation
+  advancer.join();
+  EXPECT_TRUE(advanced.ok()) << advanced;
+  while (stage.load() != 3) std::this_thread::yield();
+  EXPECT_EQ(second_epoch.load(), e + 1) << "the operation ran after the boundary";
+  EXPECT_EQ(m.completed(), e);
+  // The batch keeps working across more boundaries (each waits for one of its operations).
+  stage = 4;
+  worker.join();
+  EXPECT_FALSE(rt.pool().failed());
+}
+
+// Writes of a Batch that find the undo log full leave its guard and wait for the boundary, as
+// the tree's own writes do (the tree's writes inside a caller's guard report kNoMemory).
+TEST(DurableMasstreeTest, BatchWritesWaitForAFullUndoLog) {
+  DurableRuntime rt(TempPoolPath("batchfulllog"), 64 << 20, 256 << 10);
+  ASSERT_TRUE(rt.Open().ok());
+  auto t = DurableMasstree::Create(rt.pool(), rt.epochs(), rt.heap());
+  ASSERT_TRUE(t.ok());
+  Model model;
+  std::mt19937_64 rng(6);
+  {
+    DurableMasstree::Batch b(**t);
+    for (int i = 0; i < 20000; ++i) {
+      const std::string k(U64Key(rng()).view());
+      ASSERT_EQ(b.put(k, "a"), PutResult::kInserted);
+      model[k] = "a";
+    }
+  }
+  ASSERT_TRUE(rt.epochs().Sync().ok());
+  const uint64_t advances_before = rt.epochs().stats().advances;
+  {
+    DurableMasstree::Batch b(**t);
+    int i = 0;
+    for (auto it = model.begin(); it != model.end(); ++i) {
+      if (i % 2 == 0) {  // removes and inserts: splits and merges of older nodes copy them
+        ASSERT_TRUE(b.remove(it->first)) << i;
+        it = model.erase(it);
+      } else {
+        const std::string k(U64Key(rng()).view());
+        ASSERT_NE(b.insert_if_absent(k, "b"), InsertResult::kNoMemory) << i;
+        model.emplace(k, "b");
+        ++it;
+      }
+    }
+  }
+  EXPECT_GT(rt.epochs().stats().advances, advances_before) << "the log filled and was waited for";
+  ExpectSameAsModel(**t, model);
+}
+
 }  // namespace
 }  // namespace pmrt::ds
