@@ -25,10 +25,21 @@ TEST(BenchCmdTest, BothVariantsWithJson) {
   EXPECT_THAT(r.out, Not(HasSubstr("\r"))) << "no in-place progress line off a terminal";
   EXPECT_FALSE(ReadFile(pool).has_value()) << "the pool is removed without --keep-pool";
 
+  // The two loads (transient first), then the run of each tree.
   const std::vector<std::string> lines = Lines(ReadFile(json).value_or(""));
-  ASSERT_EQ(lines.size(), 2u);
-  const auto t = ParseJson(lines[0]), d = ParseJson(lines[1]);
-  ASSERT_TRUE(t.has_value() && d.has_value()) << lines[0] << "\n" << lines[1];
+  ASSERT_EQ(lines.size(), 4u);
+  for (int i = 0; i < 2; ++i) {
+    const auto load = ParseJson(lines[i]);
+    ASSERT_TRUE(load.has_value()) << lines[i];
+    EXPECT_EQ(load->at("mode"), "load");
+    EXPECT_EQ(load->at("variant"), i == 0 ? "transient" : "durable");
+    EXPECT_EQ(load->at("keys"), "3000");
+    EXPECT_EQ(load->at("guards"), "batch");
+    EXPECT_GT(std::stod(load->at("ops_per_sec")), 0);
+  }
+  EXPECT_THAT(r.out, HasSubstr("load transient 3000 keys, 2 threads:"));
+  const auto t = ParseJson(lines[2]), d = ParseJson(lines[3]);
+  ASSERT_TRUE(t.has_value() && d.has_value()) << lines[2] << "\n" << lines[3];
   EXPECT_EQ(t->at("variant"), "transient");
   EXPECT_EQ(d->at("variant"), "durable");
   for (const auto* j : {&*t, &*d}) {
@@ -68,10 +79,23 @@ TEST(BenchCmdTest, SecondsInsteadOfOps) {
   const ToolResult r = RunTool({"bench", "--keys", "1000", "--seconds", "0.3", "--threads", "1",
                                 "--variant", "transient", "--workload", "c", "--json", json});
   ASSERT_EQ(r.status, 0) << r.out << r.err;
-  const auto j = ParseJson(Lines(ReadFile(json).value_or("")).at(0));
+  const auto j = ParseJson(Lines(ReadFile(json).value_or("")).at(1));  // after the load's
   ASSERT_TRUE(j.has_value());
   EXPECT_GT(std::stoull(j->at("ops")), 0u);
   EXPECT_EQ(j->at("workload"), "c");
+}
+
+TEST(BenchCmdTest, PerOperationGuards) {
+  TempDir dir;
+  const std::string json = dir.File("out.json");
+  const ToolResult r = RunTool({"bench", "--keys", "1000", "--ops", "5000", "--threads", "2",
+                                "--variant", "transient", "--per-op-guards", "--json", json});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  for (const std::string& line : Lines(ReadFile(json).value_or(""))) {
+    const auto j = ParseJson(line);
+    ASSERT_TRUE(j.has_value()) << line;
+    EXPECT_EQ(j->at("guards"), "per-op");
+  }
 }
 
 TEST(BenchCmdTest, UsageErrors) {
