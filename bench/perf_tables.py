@@ -183,64 +183,65 @@ def render_ycsb(rows):
 
 
 def render_masstree_ab(rows):
-    """bench/ycsb_ab.sh: each tree of the new build against the same tree of the base build."""
+    """bench/ycsb_ab.sh: each tree of the new build against the same tree of the base build, per
+    workload (rows) and key and thread count (columns), and the new durable tree against the new
+    transient one; then the loads."""
     tp = [r for r in rows if r.get("mode") != "load" and "variant" in r and "build" in r]
     loads = [r for r in rows if r.get("mode") == "load" and "build" in r]
     if not tp:
         return ["No A/B records in this file."]
+    configs = sorted({(r["keys"], r["threads"]) for r in tp})
 
-    def runs(build, variant, w, d, keys, threads):
-        return [r for r in tp if r["build"] == build and r["variant"] == variant
-                and r["workload"] == w and r["dist"] == d and r["keys"] == keys
-                and r["threads"] == threads]
+    def sel(rs, **kw):
+        return [r for r in rs if all(r.get(k) == v for k, v in kw.items())]
 
     def by_rep(rs):
         return {r.get("rep", 1): r for r in rs}
 
+    def label(keys, threads):
+        return f"{keys / 1e6:g}M keys, {threads} thr."
+
     body = []
-    for keys in sorted({r["keys"] for r in tp}):
-        for threads in sorted({r["threads"] for r in tp}):
-            for w in "abce":
-                for d in ("uniform", "zipf"):
-                    nt, bt = runs("new", "transient", w, d, keys, threads), runs(
-                        "base", "transient", w, d, keys, threads)
-                    nd, bd = runs("new", "durable", w, d, keys, threads), runs(
-                        "base", "durable", w, d, keys, threads)
-                    if not (nt and bt and nd and bd):
-                        continue
-                    m = lambda rs: med(r["ops_per_sec"] for r in rs) / 1e6
-                    own = [a["ops_per_sec"] / b["ops_per_sec"] for a, b in
-                           ((by_rep(nd)[i], by_rep(nt)[i]) for i in by_rep(nd)
-                            if i in by_rep(nt))]
-                    body.append([
-                        f"{keys / 1e6:g}M", threads, w.upper(), d,
-                        f"{m(bt):.3f} → {m(nt):.3f}",
-                        ratio(paired(by_rep(nt), by_rep(bt), "ops_per_sec")),
-                        f"{m(bd):.3f} → {m(nd):.3f}",
-                        ratio(paired(by_rep(nd), by_rep(bd), "ops_per_sec")),
-                        ratio(own, times=False),
-                        f"{med(r.get('boundary_share_pct') for r in nd) or 0:.2f}"])
-    lines = table(["keys", "threads", "workload", "dist", "transient M ops/s, base → new",
-                   "new / base", "durable M ops/s, base → new", "new / base",
-                   "durable / transient (new)", "boundary % of epoch (new)"], body)
+    for w in "abce":
+        for d in ("uniform", "zipf"):
+            row, own = [WORKLOADS[w] if d == "uniform" else w.upper(), d], []
+            for keys, threads in configs:
+                cell = []
+                for variant in ("transient", "durable"):
+                    kw = dict(workload=w, dist=d, keys=keys, threads=threads, variant=variant)
+                    new, base = by_rep(sel(tp, build="new", **kw)), by_rep(sel(tp, build="base", **kw))
+                    xs = paired(new, base, "ops_per_sec")
+                    cell.append(f"{med(xs):.2f}" if xs else "–")
+                nd = by_rep(sel(tp, build="new", variant="durable", workload=w, dist=d, keys=keys,
+                                threads=threads))
+                nt = by_rep(sel(tp, build="new", variant="transient", workload=w, dist=d,
+                                keys=keys, threads=threads))
+                own += paired(nd, nt, "ops_per_sec")
+                row.append(" / ".join(cell))
+            row.append(ratio(own, times=False))
+            body.append(row)
+    lines = table(["workload", "dist"] + [label(k, t) + ": transient / durable, new ÷ base"
+                                          for k, t in configs]
+                  + ["durable ÷ transient (new), median (min–max) over the columns"], body)
     load_rows = []
-    for keys in sorted({r["keys"] for r in loads}):
-        for threads in sorted({r["threads"] for r in loads}):
-            for variant in ("transient", "durable"):
-                sel = lambda b: [r for r in loads if r["build"] == b and r["keys"] == keys
-                                 and r["threads"] == threads and r["variant"] == variant]
-                nb, bb = sel("new"), sel("base")
-                if nb and bb:
-                    n, b = med(r["ops_per_sec"] for r in nb), med(r["ops_per_sec"] for r in bb)
-                    load_rows.append([f"{keys / 1e6:g}M", threads, variant,
-                                      f"{b / 1e6:.3f} → {n / 1e6:.3f}", f"{n / b:.2f}×"])
+    for keys, threads in sorted({(r["keys"], r["threads"]) for r in loads}):
+        row = [label(keys, threads)]
+        for variant in ("transient", "durable"):
+            n = med(r["ops_per_sec"] for r in sel(loads, build="new", keys=keys, threads=threads,
+                                                  variant=variant))
+            b = med(r["ops_per_sec"] for r in sel(loads, build="base", keys=keys, threads=threads,
+                                                  variant=variant))
+            row.append(f"{b / 1e6:.2f} → {n / 1e6:.2f} ({n / b:.2f}×)" if n and b
+                       else (f"{n / 1e6:.2f}" if n else "–"))
+        load_rows.append(row)
     if load_rows:
-        lines += [""] + table(["keys", "threads", "load", "M inserts/s, base → new",
-                               "new / base"], load_rows)
+        lines += [""] + table(["load", "transient M inserts/s, base → new",
+                               "durable M inserts/s, base → new"], load_rows)
     reps = len({r.get("rep") for r in tp})
-    lines.append(Note("Wall-clock throughput; each process runs both trees in interleaved "
-                      "chunks, the two builds alternate per configuration" +
-                      (f"; medians over {reps} repetitions (min–max)." if reps > 1 else ".")))
+    lines.append(Note("Wall-clock throughput ratios; each process runs both trees in "
+                      "interleaved chunks, the two builds alternate per configuration" +
+                      (f"; medians over {reps} repetitions." if reps > 1 else ".") +
+                      " A load without a base figure: the base build did not report its load."))
     return lines
 
 

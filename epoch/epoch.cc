@@ -382,7 +382,9 @@ absl::Status Manager::Advance() {
     // In the failed mode nothing more can be recorded complete: the epoch stays as it is (its
     // guards never wait) and the error is returned at once.
     if (pool_.failed()) return pool_.health();
-    const auto start = std::chrono::steady_clock::now();
+    AdvanceTimes times;
+    times.start = std::chrono::steady_clock::now();
+    const auto start = times.start;
     // 1. Close e: new guards wait until step 5. Epochs never overlap, so every change made in
     //    e+1 sees e complete and durable; a crash then fails at most the one epoch that ran.
     const uint64_t e = global_.load(std::memory_order_relaxed);
@@ -393,10 +395,11 @@ absl::Status Manager::Advance() {
     if (AsymmetricFences()) syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
     std::vector<ThreadSlot*> slots = Slots();
     if (!WaitForGuards(e, slots, start + options_.max_guard_wait)) return pool_.health();
+    times.guard_wait = std::chrono::steady_clock::now() - start;
     if (closing_hook_) closing_hook_(e);
     // 3. Write back everything dirtied in e.
     std::vector<Range> ranges;
-    const auto flush_time = WriteBackEpoch(e, slots, ranges);
+    WriteBackEpoch(e, slots, ranges, times);
     // 4. e is complete, durably. Before this fence a crash rolls back e; after it, e is kept.
     //    In the pool's failed mode (a flush of this boundary or an earlier one failed) e is
     //    not recorded complete: the next open rolls it back, and needs e's log blocks and the
@@ -405,10 +408,13 @@ absl::Status Manager::Advance() {
     failed = pool_.health();
     // 5. Open e+1, having released e's log blocks and collected its retired objects.
     OpenNextEpoch(e, slots, failed, reclaim);
+    const auto opened = std::chrono::steady_clock::now();
+    times.stall = opened - start;
     // 6. Run the reclaimers, still under advance_mu_: when an Advance returns, no reclaimer of
     //    an earlier advance is still running (an owner may then safely go away).
     for (auto& [obj, deleter] : reclaim) deleter(obj);
-    CountAdvance(ranges, reclaim.size(), flush_time, start);
+    times.reclaim = std::chrono::steady_clock::now() - opened;
+    CountAdvance(ranges, reclaim.size(), times);
   }
   return failed;
 }
@@ -434,9 +440,8 @@ bool Manager::WaitForGuards(uint64_t e, const std::vector<ThreadSlot*>& slots,
   return true;
 }
 
-std::chrono::steady_clock::duration Manager::WriteBackEpoch(uint64_t e,
-                                                            const std::vector<ThreadSlot*>& slots,
-                                                            std::vector<Range>& ranges) {
+void Manager::WriteBackEpoch(uint64_t e, const std::vector<ThreadSlot*>& slots,
+                             std::vector<Range>& ranges, AdvanceTimes& times) {
   // No guard is open, so no list is being appended. A thread that tried to enter a guard
   // meanwhile may have claimed its own list and be writing it back (HelpFlush); every other
   // list is claimed and written back here.
@@ -450,8 +455,10 @@ std::chrono::steady_clock::duration Manager::WriteBackEpoch(uint64_t e,
     ranges.insert(ranges.end(), d.begin(), d.end());
     d.clear();
   }
+  const auto sources_start = std::chrono::steady_clock::now();
   for (auto& [id, source] : flush_sources_) source(e, ranges);
   const auto flush_start = std::chrono::steady_clock::now();
+  times.sources = flush_start - sources_start;
   FlushRanges(ranges);
   // The helpers' lines are durable once each has fenced its own flushes (a fence orders
   // only the calling thread's flushes); flush_done's release pairs with this acquire.
@@ -460,8 +467,7 @@ std::chrono::steady_clock::duration Manager::WriteBackEpoch(uint64_t e,
       if (spins > 64) std::this_thread::yield();
     }
   }
-  const auto flush_end = std::chrono::steady_clock::now();
-  return flush_end - flush_start;
+  times.flush = std::chrono::steady_clock::now() - flush_start;
 }
 
 void Manager::OpenNextEpoch(uint64_t e, const std::vector<ThreadSlot*>& slots,
@@ -482,8 +488,7 @@ void Manager::OpenNextEpoch(uint64_t e, const std::vector<ThreadSlot*>& slots,
 }
 
 void Manager::CountAdvance(const std::vector<Range>& ranges, size_t reclaimed,
-                           std::chrono::steady_clock::duration flush_time,
-                           std::chrono::steady_clock::time_point start) {
+                           const AdvanceTimes& times) {
   uint64_t lines = 0;
   for (const Range& r : ranges) {
     auto a = reinterpret_cast<uintptr_t>(r.addr);
@@ -493,8 +498,11 @@ void Manager::CountAdvance(const std::vector<Range>& ranges, size_t reclaimed,
   ++stats_.advances;
   stats_.lines_flushed += lines;
   stats_.ranges_flushed += ranges.size();
-  stats_.flush_time += flush_time;
-  stats_.boundary_time += std::chrono::steady_clock::now() - start;
+  stats_.boundary_time += times.stall;
+  stats_.guard_wait_time += times.guard_wait;
+  stats_.source_time += times.sources;
+  stats_.flush_time += times.flush;
+  stats_.reclaim_time += times.reclaim;
   stats_.reclaimed += reclaimed;
 }
 

@@ -78,8 +78,12 @@ struct ManagerStats {
   uint64_t advances = 0;
   uint64_t lines_flushed = 0;  // dirty lines written back at boundaries
   uint64_t ranges_flushed = 0;
-  std::chrono::nanoseconds boundary_time{0};  // total time in steps 2-5
-  std::chrono::nanoseconds flush_time{0};     // total time in step 3
+  // Boundary time: steps 1-5 of Manager::Advance, the time new guards wait; its parts below.
+  std::chrono::nanoseconds boundary_time{0};
+  std::chrono::nanoseconds guard_wait_time{0};  // step 2: the closing epoch's guards ending
+  std::chrono::nanoseconds source_time{0};      // step 3: the flush sources (the heap's bitmaps)
+  std::chrono::nanoseconds flush_time{0};       // step 3: writing the dirty lines back
+  std::chrono::nanoseconds reclaim_time{0};     // step 6, after the next epoch opened
   uint64_t log_entries = 0;                   // external log entries written
   uint64_t log_entries_replayed = 0;          // at the last open
   uint64_t log_blocks_scanned = 0;            // block headers read at the last open
@@ -203,20 +207,22 @@ class Manager : public EpochView {
   // `give_up` (ManagerOptions::max_guard_wait): e is reopened and the pool is in its failed mode.
   bool WaitForGuards(uint64_t e, const std::vector<ThreadSlot*>& slots,
                      std::chrono::steady_clock::time_point give_up);
+  // The times of one advance's steps, for ManagerStats.
+  struct AdvanceTimes {
+    std::chrono::steady_clock::time_point start;  // step 1
+    std::chrono::steady_clock::duration guard_wait{}, sources{}, flush{}, stall{}, reclaim{};
+  };
   // Step 3: claims every dirty list of e that its owner has not claimed (HelpFlush), appends it
   // and the flush sources' ranges to `ranges`, writes them back and waits for the owners'
-  // write-backs. Returns the time the write-back took.
-  std::chrono::steady_clock::duration WriteBackEpoch(uint64_t e,
-                                                     const std::vector<ThreadSlot*>& slots,
-                                                     std::vector<Range>& ranges);
+  // write-backs. Sets times.sources (the flush sources) and times.flush (the write-back).
+  void WriteBackEpoch(uint64_t e, const std::vector<ThreadSlot*>& slots,
+                      std::vector<Range>& ranges, AdvanceTimes& times);
   // Step 5: unless `failed`, releases e's log blocks and moves the objects retired in e to
   // `reclaim`; then opens e+1 and wakes the guards waiting for it.
   void OpenNextEpoch(uint64_t e, const std::vector<ThreadSlot*>& slots, const absl::Status& failed,
                      std::vector<std::pair<void*, std::function<void(void*)>>>& reclaim);
-  // Step 6's accounting: one advance, its write-back and its reclaimed objects in stats_.
-  void CountAdvance(const std::vector<Range>& ranges, size_t reclaimed,
-                    std::chrono::steady_clock::duration flush_time,
-                    std::chrono::steady_clock::time_point start);
+  // Step 6's accounting: one advance, its write-back, its times and its reclaimed objects.
+  void CountAdvance(const std::vector<Range>& ranges, size_t reclaimed, const AdvanceTimes& times);
 
   Pool& pool_;
   ManagerOptions options_;

@@ -402,7 +402,8 @@ RunResult Run(Tree& tree, const Options& o, const Zipfian* zipf,
 struct EpochFigures {
   bool durable = false;
   uint64_t epochs = 0, lines = 0, log_entries = 0, fences = 0, flushes = 0;
-  double boundary_ms = 0, flush_ms = 0;
+  // Per run: the boundaries (the time new guards wait) and three of their parts.
+  double boundary_ms = 0, guard_wait_ms = 0, source_ms = 0, flush_ms = 0;
 };
 
 // The share of an epoch (--epoch-ms) its boundary takes: the design goal is <= 2%.
@@ -431,9 +432,11 @@ void Report(const Options& o, const RunResult& r, const EpochFigures& f) {
   if (f.durable) {
     std::printf(
         "; %lu epochs: %.0f lines written back, %.2f ms boundary (%.2f%% of %d ms; %.2f ms "
-        "flushing), %.1f log entries per epoch; %.4f fences/op",
+        "waiting for guards, %.2f ms flush sources, %.2f ms flushing), %.1f log entries per "
+        "epoch; %.4f fences/op",
         f.epochs, f.lines * per_epoch, f.boundary_ms * per_epoch, BoundarySharePct(o, f, per_epoch),
-        o.epoch_ms, f.flush_ms * per_epoch, f.log_entries * per_epoch,
+        o.epoch_ms, f.guard_wait_ms * per_epoch, f.source_ms * per_epoch, f.flush_ms * per_epoch,
+        f.log_entries * per_epoch,
         static_cast<double>(f.fences) / static_cast<double>(r.ops));
   }
   std::printf("\n");
@@ -447,14 +450,14 @@ void Report(const Options& o, const RunResult& r, const EpochFigures& f) {
                "\"ops_per_cpu_sec\":%.1f,\"cpu_seconds\":%.3f,"
                "\"seconds\":%.3f,\"backend\":\"%s\",\"epochs\":%lu,"
                "\"lines_flushed_per_epoch\":%.1f,\"boundary_ms_per_epoch\":%.3f,"
-               "\"boundary_share_pct\":%.3f,"
-               "\"flush_ms_per_epoch\":%.3f,\"log_entries_per_epoch\":%.2f,"
+               "\"boundary_share_pct\":%.3f,\"guard_wait_ms_per_epoch\":%.3f,"
+               "\"source_ms_per_epoch\":%.3f,\"flush_ms_per_epoch\":%.3f,\"log_entries_per_epoch\":%.2f,"
                "\"fences_per_op\":%.6f,\"value_checksums\":%s,\"guards\":\"%s\"}\n",
                static_cast<int>(getpid()), o.workload, dist, variant, o.threads, o.keys, r.ops,
                ops_per_sec, r.p50, r.p99, ops_per_cpu_sec, r.cpu_seconds, r.seconds,
                o.durable ? std::string(BackendName(o.backend)).c_str() : "none", f.epochs,
                f.lines * per_epoch, f.boundary_ms * per_epoch, BoundarySharePct(o, f, per_epoch),
-               f.flush_ms * per_epoch, f.log_entries * per_epoch,
+               f.guard_wait_ms * per_epoch, f.source_ms * per_epoch, f.flush_ms * per_epoch, f.log_entries * per_epoch,
                static_cast<double>(f.fences) / static_cast<double>(std::max<uint64_t>(1, r.ops)),
                o.durable && o.value_checksums ? "true" : "false",
                o.per_op_guards ? "per-op" : "batch");
@@ -554,7 +557,12 @@ EpochFigures Figures(const epoch::ManagerStats& a, const epoch::ManagerStats& b,
   f.log_entries = b.log_entries - a.log_entries;
   f.boundary_ms =
       std::chrono::duration<double, std::milli>(b.boundary_time - a.boundary_time).count();
-  f.flush_ms = std::chrono::duration<double, std::milli>(b.flush_time - a.flush_time).count();
+  const auto ms = [](std::chrono::nanoseconds d) {
+    return std::chrono::duration<double, std::milli>(d).count();
+  };
+  f.flush_ms = ms(b.flush_time - a.flush_time);
+  f.guard_wait_ms = ms(b.guard_wait_time - a.guard_wait_time);
+  f.source_ms = ms(b.source_time - a.source_time);
   f.fences = pb.fences - pa.fences;
   f.flushes = pb.flushes - pa.flushes;
   return f;
@@ -665,6 +673,10 @@ void RunBoth(const Options& opts, const Zipfian* zipf) {
         b_sum.boundary_time += b.boundary_time;
         a_sum.flush_time += a.flush_time;
         b_sum.flush_time += b.flush_time;
+        a_sum.guard_wait_time += a.guard_wait_time;
+        b_sum.guard_wait_time += b.guard_wait_time;
+        a_sum.source_time += a.source_time;
+        b_sum.source_time += b.source_time;
         pa_sum += pa;
         pb_sum += pb;
       }

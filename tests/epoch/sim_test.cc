@@ -355,7 +355,7 @@ using testing::EnvOr;
 
 TEST(ToyCrashTest, CorrectProtocolPassesEveryImage) {
   ToyConfig cfg;
-  cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 100000);
+  cfg.target_images = pmrt::testing::MainImages(100000);
   ToyOutcome r = RunToy(cfg);
   ASSERT_TRUE(r.failures.empty()) << r.failures[0].ToString();
   EXPECT_GE(r.stats.images, cfg.target_images);

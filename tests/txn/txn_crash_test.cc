@@ -432,7 +432,7 @@ Outcome RunOnPmem(RecordWrites writes, uint64_t seed, const char* label,
   Config cfg = PmemConfig(writes);
   cfg.threads = 2;
   cfg.options.seed = EnvOr("PMRT_TXN_SEED", seed);
-  cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 60000) / 2;
+  cfg.target_images = pmrt::testing::MainImages(60000) / 2;
   cfg.options.max_images_per_point = pmrt::testing::kMainImagesPerPoint;
   const Outcome r = RunCrash(cfg);
   pmrt::testing::ExpectFinishedRun(r, cfg.target_images,
@@ -502,7 +502,7 @@ Config FastLinesConfig() {
 TEST(TxnCrashTest, TwoThreadsWithFastLines) {
   Config cfg = FastLinesConfig();
   cfg.options.seed = EnvOr("PMRT_TXN_SEED", 9);
-  cfg.target_images = EnvOr("PMRT_SIM_IMAGES", 60000) / 2;
+  cfg.target_images = pmrt::testing::MainImages(60000) / 2;
   const Outcome r = RunCrash(cfg);
   ASSERT_NO_FATAL_FAILURE(pmrt::testing::ExpectFinishedRun(
       r, cfg.target_images, [](const Outcome& o) { Report("txn, 2 threads, fast lines", o); }));

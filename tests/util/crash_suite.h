@@ -46,16 +46,26 @@ struct CrashConfig {
 // then a seeded sample of the per-line versions and random subsets).
 inline constexpr uint64_t kMainImagesPerPoint = 32;
 
+// The image count of a main test whose own count is `images`: PMRT_SIM_IMAGES when set, else
+// PMRT_SIM_PERCENT percent of `images` (default 100; the test presets scale the suites to the
+// CI's time), never below min(images, kMinMainImages): the count at which every main test
+// still reaches each path its coverage checks ask for.
+inline constexpr uint64_t kMinMainImages = 20000;
+inline uint64_t MainImages(uint64_t images) {
+  const uint64_t scaled = images * EnvOr("PMRT_SIM_PERCENT", 100) / 100;
+  return EnvOr("PMRT_SIM_IMAGES", std::max(scaled, std::min(images, kMinMainImages)));
+}
+
 // The configuration of a suite's main tests: `threads` workers, the simulator's `seed`, half of
-// PMRT_SIM_IMAGES (default `images`) as the image target, and kMainImagesPerPoint. A finished
-// run therefore has at least target / kMainImagesPerPoint crash points (ExpectFinishedRun).
+// MainImages(images) as the image target, and kMainImagesPerPoint. A finished run therefore has
+// at least target / kMainImagesPerPoint crash points (ExpectFinishedRun).
 template <typename Config>
 Config MainRunConfig(int threads, uint64_t seed, uint64_t images) {
   Config cfg;
   cfg.threads = threads;
   cfg.options.seed = seed;
   cfg.options.max_images_per_point = EnvOr("PMRT_SIM_IMAGES_PER_POINT", kMainImagesPerPoint);
-  cfg.target_images = EnvOr("PMRT_SIM_IMAGES", images) / 2;
+  cfg.target_images = MainImages(images) / 2;
   return cfg;
 }
 
