@@ -139,49 +139,6 @@ WORKLOADS = {"a": "A (50% update)", "b": "B (5% update)", "c": "C (read only)",
              "e": "E (95% scan)"}
 
 
-def ycsb_rows(rows):
-    tp = [r for r in rows if r.get("mode") != "recovery" and "variant" in r]
-    out = []
-    for w in "abce":
-        for d in ("uniform", "zipf"):
-            t = [r for r in tp if r["workload"] == w and r["dist"] == d
-                 and r["variant"] == "transient"]
-            u = [r for r in tp if r["workload"] == w and r["dist"] == d
-                 and r["variant"] == "durable"]
-            if not t or not u:
-                continue
-            # Pairs of one process (--variant both: the chunks of both trees interleaved).
-            by_run = {r.get("run"): r for r in t}
-            pairs = [(r, by_run[r.get("run")]) for r in u if r.get("run") in by_run]
-            rw = [a["ops_per_sec"] / b["ops_per_sec"] for a, b in pairs]
-            rc = [a["ops_per_cpu_sec"] / b["ops_per_cpu_sec"] for a, b in pairs]
-            m = lambda rs, k: med(r.get(k) for r in rs)
-            out.append([
-                WORKLOADS[w] if d == "uniform" else w.upper(), d,
-                f"{m(t, 'ops_per_sec') / 1e6:.3f}", f"{m(u, 'ops_per_sec') / 1e6:.3f}",
-                ratio(rw, times=False), ratio(rc, times=False),
-                f"{num(m(u, 'p50_ns'))} / {num(m(u, 'p99_ns'))}",
-                num(m(u, "lines_flushed_per_epoch")),
-                f"{m(u, 'boundary_ms_per_epoch'):.2f}", f"{m(u, 'fences_per_op'):.4f}"])
-    return out
-
-
-def render_ycsb(rows):
-    body = ycsb_rows(rows)
-    if not body:
-        return ["No durable/transient pairs in this file."]
-    lines = table(["workload", "dist", "transient M ops/s", "durable M ops/s",
-                   "durable / transient, wall", "… process CPU", "durable p50 / p99 ns",
-                   "lines written back per epoch", "boundary ms per epoch", "fences / op"],
-                  body)
-    reps = max(len({r.get("run") for r in rows if r.get("dist") == d and "variant" in r})
-               for d in ("uniform", "zipf"))
-    lines.append(Note("Wall-clock throughput, 2 threads. Each ratio compares the two trees within "
-                      "one process (their chunks interleaved)" +
-                      (f"; the median over {reps} repetitions (min–max)." if reps > 1 else ".")))
-    return lines
-
-
 def render_masstree_ab(rows):
     """bench/ycsb_ab.sh: each tree of the new build against the same tree of the base build, per
     workload (rows) and key and thread count (columns), and the new durable tree against the new
@@ -223,25 +180,24 @@ def render_masstree_ab(rows):
     lines = table(["workload", "dist"] + [label(k, t) + ": transient / durable, new ÷ base"
                                           for k, t in configs]
                   + ["durable ÷ transient (new), median (min–max) over the columns"], body)
-    load_rows = []
+    load_parts = []
     for keys, threads in sorted({(r["keys"], r["threads"]) for r in loads}):
-        row = [label(keys, threads)]
+        part = []
         for variant in ("transient", "durable"):
             n = med(r["ops_per_sec"] for r in sel(loads, build="new", keys=keys, threads=threads,
                                                   variant=variant))
             b = med(r["ops_per_sec"] for r in sel(loads, build="base", keys=keys, threads=threads,
                                                   variant=variant))
-            row.append(f"{b / 1e6:.2f} → {n / 1e6:.2f} ({n / b:.2f}×)" if n and b
-                       else (f"{n / 1e6:.2f}" if n else "–"))
-        load_rows.append(row)
-    if load_rows:
-        lines += [""] + table(["load", "transient M inserts/s, base → new",
-                               "durable M inserts/s, base → new"], load_rows)
+            part.append("–" if n is None else f"{n / 1e6:.2f}" +
+                        (f" ({n / b:.2f}× base)" if b else ""))
+        load_parts.append(f"{label(keys, threads)} {' / '.join(part)}")
     reps = len({r.get("rep") for r in tp})
     lines.append(Note("Wall-clock throughput ratios; each process runs both trees in "
                       "interleaved chunks, the two builds alternate per configuration" +
-                      (f"; medians over {reps} repetitions." if reps > 1 else ".") +
-                      " A load without a base figure: the base build did not report its load."))
+                      (f"; medians over {reps} repetitions." if reps > 1 else ".")))
+    if load_parts:
+        lines.append(Note("The load phase, M inserts/s, transient / durable (new build): " +
+                          "; ".join(load_parts) + "."))
     return lines
 
 
@@ -718,10 +674,6 @@ def render_gbench(rows):
 FORCE = "PMEM_IS_PMEM_FORCE=1 "
 TABLES = {
     "ycsb-recovery": ("ycsb.jsonl", "ycsb", render_ycsb_recovery, "bench/report.sh --only ycsb"),
-    "ycsb-like-for-like": (
-        "ycsb-like-for-like.jsonl", None, render_ycsb,
-        "KEYS=1000000 OPS=2000000 REPEAT=1 RECOVERY=0 OUT=bench/results/ycsb-like-for-like.jsonl "
-        "bench/ycsb.sh build/release/bench/pmrt-ycsb"),
     "masstree-ab": (
         "masstree-ab.jsonl", None, render_masstree_ab,
         "OUT=bench/results/masstree-ab.jsonl bench/ycsb_ab.sh --build-base BASE"),
@@ -782,12 +734,11 @@ FILE_NOTES = {
     "ycsb.jsonl": ("913816d4fabb", None,
                    "The transient tree of this run allocated its nodes and values from glibc "
                    "(before the transient twin's per-thread node cache), which favours the "
-                   "durable tree; the like-for-like table above is the comparison to read.",
+                   "durable tree; the A/B table's durable ÷ transient is the comparison to read.",
                    {"ycsb"}),
     "txbench.jsonl": ("d79d850244f8", None,
                       "In this run the floor's one-word records were not padded to their cache "
                       "line (pmrt's are, on this processor)."),
-    "ycsb-like-for-like.jsonl": ("604d5ca66715", _EPYC, None),
     "txbench-like-for-like.jsonl": ("442699a6e4fa", _EPYC, None),
     "allocbench-equal-durability.jsonl": ("71fc56f66119", _EPYC, None),
     "allocbench-shared.jsonl": ("c4bd5fa4165d", _EPYC, None),
