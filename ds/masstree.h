@@ -33,11 +33,11 @@
 #include <algorithm>
 #include <concepts>
 #include <cstddef>
-#include <new>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <optional>
 #include <span>
 #include <string>

@@ -84,9 +84,9 @@ struct ManagerStats {
   std::chrono::nanoseconds source_time{0};      // step 3: the flush sources (the heap's bitmaps)
   std::chrono::nanoseconds flush_time{0};       // step 3: writing the dirty lines back
   std::chrono::nanoseconds reclaim_time{0};     // step 6, after the next epoch opened
-  uint64_t log_entries = 0;                   // external log entries written
-  uint64_t log_entries_replayed = 0;          // at the last open
-  uint64_t log_blocks_scanned = 0;            // block headers read at the last open
+  uint64_t log_entries = 0;                     // external log entries written
+  uint64_t log_entries_replayed = 0;            // at the last open
+  uint64_t log_blocks_scanned = 0;              // block headers read at the last open
   uint64_t retired = 0, reclaimed = 0;
   uint64_t helped_flushes = 0;      // dirty lists written back by their own thread (HelpFlush)
   uint64_t requested_advances = 0;  // advances the advancer started early (RequestAdvance)
@@ -215,8 +215,8 @@ class Manager : public EpochView {
   // Step 3: claims every dirty list of e that its owner has not claimed (HelpFlush), appends it
   // and the flush sources' ranges to `ranges`, writes them back and waits for the owners'
   // write-backs. Sets times.sources (the flush sources) and times.flush (the write-back).
-  void WriteBackEpoch(uint64_t e, const std::vector<ThreadSlot*>& slots,
-                      std::vector<Range>& ranges, AdvanceTimes& times);
+  void WriteBackEpoch(uint64_t e, const std::vector<ThreadSlot*>& slots, std::vector<Range>& ranges,
+                      AdvanceTimes& times);
   // Step 5: unless `failed`, releases e's log blocks and moves the objects retired in e to
   // `reclaim`; then opens e+1 and wakes the guards waiting for it.
   void OpenNextEpoch(uint64_t e, const std::vector<ThreadSlot*>& slots, const absl::Status& failed,

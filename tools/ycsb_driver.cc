@@ -436,31 +436,31 @@ void Report(const Options& o, const RunResult& r, const EpochFigures& f) {
         "epoch; %.4f fences/op",
         f.epochs, f.lines * per_epoch, f.boundary_ms * per_epoch, BoundarySharePct(o, f, per_epoch),
         o.epoch_ms, f.guard_wait_ms * per_epoch, f.source_ms * per_epoch, f.flush_ms * per_epoch,
-        f.log_entries * per_epoch,
-        static_cast<double>(f.fences) / static_cast<double>(r.ops));
+        f.log_entries * per_epoch, static_cast<double>(f.fences) / static_cast<double>(r.ops));
   }
   std::printf("\n");
   std::fflush(stdout);
   if (o.json.empty()) return;
   FILE* out = std::fopen(o.json.c_str(), "a");
   if (out == nullptr) Die("cannot open " + o.json);
-  std::fprintf(out,
-               "{\"run\":%d,\"workload\":\"%c\",\"dist\":\"%s\",\"variant\":\"%s\",\"threads\":%d,"
-               "\"keys\":%lu,\"ops\":%lu,\"ops_per_sec\":%.1f,\"p50_ns\":%lu,\"p99_ns\":%lu,"
-               "\"ops_per_cpu_sec\":%.1f,\"cpu_seconds\":%.3f,"
-               "\"seconds\":%.3f,\"backend\":\"%s\",\"epochs\":%lu,"
-               "\"lines_flushed_per_epoch\":%.1f,\"boundary_ms_per_epoch\":%.3f,"
-               "\"boundary_share_pct\":%.3f,\"guard_wait_ms_per_epoch\":%.3f,"
-               "\"source_ms_per_epoch\":%.3f,\"flush_ms_per_epoch\":%.3f,\"log_entries_per_epoch\":%.2f,"
-               "\"fences_per_op\":%.6f,\"value_checksums\":%s,\"guards\":\"%s\"}\n",
-               static_cast<int>(getpid()), o.workload, dist, variant, o.threads, o.keys, r.ops,
-               ops_per_sec, r.p50, r.p99, ops_per_cpu_sec, r.cpu_seconds, r.seconds,
-               o.durable ? std::string(BackendName(o.backend)).c_str() : "none", f.epochs,
-               f.lines * per_epoch, f.boundary_ms * per_epoch, BoundarySharePct(o, f, per_epoch),
-               f.guard_wait_ms * per_epoch, f.source_ms * per_epoch, f.flush_ms * per_epoch, f.log_entries * per_epoch,
-               static_cast<double>(f.fences) / static_cast<double>(std::max<uint64_t>(1, r.ops)),
-               o.durable && o.value_checksums ? "true" : "false",
-               o.per_op_guards ? "per-op" : "batch");
+  std::fprintf(
+      out,
+      "{\"run\":%d,\"workload\":\"%c\",\"dist\":\"%s\",\"variant\":\"%s\",\"threads\":%d,"
+      "\"keys\":%lu,\"ops\":%lu,\"ops_per_sec\":%.1f,\"p50_ns\":%lu,\"p99_ns\":%lu,"
+      "\"ops_per_cpu_sec\":%.1f,\"cpu_seconds\":%.3f,"
+      "\"seconds\":%.3f,\"backend\":\"%s\",\"epochs\":%lu,"
+      "\"lines_flushed_per_epoch\":%.1f,\"boundary_ms_per_epoch\":%.3f,"
+      "\"boundary_share_pct\":%.3f,\"guard_wait_ms_per_epoch\":%.3f,"
+      "\"source_ms_per_epoch\":%.3f,\"flush_ms_per_epoch\":%.3f,\"log_entries_per_epoch\":%.2f,"
+      "\"fences_per_op\":%.6f,\"value_checksums\":%s,\"guards\":\"%s\"}\n",
+      static_cast<int>(getpid()), o.workload, dist, variant, o.threads, o.keys, r.ops, ops_per_sec,
+      r.p50, r.p99, ops_per_cpu_sec, r.cpu_seconds, r.seconds,
+      o.durable ? std::string(BackendName(o.backend)).c_str() : "none", f.epochs,
+      f.lines * per_epoch, f.boundary_ms * per_epoch, BoundarySharePct(o, f, per_epoch),
+      f.guard_wait_ms * per_epoch, f.source_ms * per_epoch, f.flush_ms * per_epoch,
+      f.log_entries * per_epoch,
+      static_cast<double>(f.fences) / static_cast<double>(std::max<uint64_t>(1, r.ops)),
+      o.durable && o.value_checksums ? "true" : "false", o.per_op_guards ? "per-op" : "batch");
   std::fclose(out);
 }
 
