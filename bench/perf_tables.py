@@ -191,10 +191,11 @@ def render_masstree_ab(rows):
             part.append("–" if n is None else f"{n / 1e6:.2f}" +
                         (f" ({n / b:.2f}× base)" if b else ""))
         load_parts.append(f"{label(keys, threads)} {' / '.join(part)}")
-    reps = len({r.get("rep") for r in tp})
+    counts = sorted({len({r.get("rep") for r in sel(tp, keys=k, threads=t)}) for k, t in configs})
+    reps = (f"{counts[0]}" if counts[0] == counts[-1] else f"{counts[0]}–{counts[-1]}")
     lines.append(Note("Wall-clock throughput ratios; each process runs both trees in "
                       "interleaved chunks, the two builds alternate per configuration" +
-                      (f"; medians over {reps} repetitions." if reps > 1 else ".")))
+                      (f"; medians over {reps} repetitions." if counts[-1] > 1 else ".")))
     if load_parts:
         lines.append(Note("The load phase, M inserts/s, transient / durable (new build): " +
                           "; ".join(load_parts) + "."))
