@@ -23,15 +23,10 @@ OUT=${OUT:-bench/results/allocbench-ab.jsonl}
 POOL=${TMPDIR:-/dev/shm}/allocbench-ab.pool
 export PMEM_IS_PMEM_FORCE=1
 
-for bin in "$BASE" "$NEW"; do
-  if [[ ! -x "$bin" ]]; then
-    echo "allocbench_ab.sh: $bin not found" >&2
-    exit 2
-  fi
-done
+source "$(dirname "$0")/common.sh"
+require_executables allocbench_ab.sh "$BASE" "$NEW"
 : > "$OUT"
-echo "# machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1)," \
-  "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+machine_line
 echo "# ${RUN_SECONDS}s per run, $REPEAT rounds, pool $POOL_SIZE bytes; JSON lines in $OUT"
 
 for ((round = 1; round <= REPEAT; ++round)); do

@@ -44,15 +44,10 @@ REPEAT=${REPEAT:-1}
 OUT=${OUT:-${TMPDIR:-/tmp}/ycsb-ab-$(date +%Y%m%d-%H%M%S).jsonl}
 export PMEM_IS_PMEM_FORCE=1
 
-for bin in "$BASE" "$NEW"; do
-  if [[ ! -x "$bin" ]]; then
-    echo "ycsb_ab.sh: $bin not found; build it first" >&2
-    exit 2
-  fi
-done
+source bench/common.sh  # (the working directory is the repository root)
+require_executables ycsb_ab.sh "$BASE" "$NEW"
 : > "$OUT"
-echo "# machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1)," \
-  "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+machine_line
 echo "# base $BASE, new $NEW: keys=[$KEYS] threads=[$THREADS] ops=$OPS rounds=$ROUNDS" \
   "repeat=$REPEAT; JSON in $OUT"
 
