@@ -677,7 +677,8 @@ TABLES = {
     "ycsb-recovery": ("ycsb.jsonl", "ycsb", render_ycsb_recovery, "bench/report.sh --only ycsb"),
     "masstree-ab": (
         "masstree-ab.jsonl", None, render_masstree_ab,
-        "OUT=bench/results/masstree-ab.jsonl bench/ycsb_ab.sh --build-base BASE"),
+        "REPEAT=3 OPS=1000000 ROUNDS=2 OUT=bench/results/masstree-ab.jsonl bench/ycsb_ab.sh "
+        "--build-base BASE"),
     "value-checksums-ab": (
         "value-checksums-ab.jsonl", None, render_value_checksums,
         "OUT=bench/results/value-checksums-ab.jsonl bench/value_checksums_ab.sh "
