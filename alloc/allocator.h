@@ -270,6 +270,9 @@ class Heap {
   void SetChunkStateAtBoundary(uint64_t chunk, uint64_t state, uint64_t e, std::vector<Range>& out);
   alloc_internal::ChunkVolatile* NewVol();  // REQUIRES: chunk_mu_
   void CollectDirty(uint64_t e, std::vector<Range>& out);
+  // CollectDirty prefetches the chunk this many places ahead in a dirty list.
+  static constexpr size_t kCollectAhead = 4;
+  void PrefetchChunkLines(uint64_t chunk) const;
   // Boundary work (step 3 of an advance, no guard open, so every thread cache may be touched):
   // caches idle since the last boundary, or all of them under pressure, give their free blocks
   // to the central lists; under pressure, chunks whose blocks are all free go back to the free

@@ -329,7 +329,7 @@ void Persister::FlushBatch(const Site& site, std::span<const Range> ranges) cons
     Count(r.len, r.addr);
     switch (kind_) {
       case BackendKind::kPmem:
-        epoch_internal::PmemFlush(r.addr, r.len);
+        PmemFlush(r.addr, r.len);
         break;
       case BackendKind::kEadr:
         break;
