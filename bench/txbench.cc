@@ -5,7 +5,7 @@
 //   pmrt-txbench --system pmrt|pmdk|undo|plain|floor --words K --dist uniform|zipf --array N
 //                --threads T [--seconds S] [--warmup S] [--json] [--dir DIR]
 //                [--budget-mb M] [--block-kb B] [--backend pmem|eadr|msync] [--seed N]
-//                [--prewarm] [--draws D] [--prefetch] [--no-fast-lines]
+//                [--prewarm] [--draws D] [--prefetch] [--no-fast-lines] [--hot-ms MS]
 //
 // Systems:
 //   pmrt   txn::begin; K x txn::write(&a[i], v); txn::commit — speculative logging, one fence
@@ -60,7 +60,11 @@
 // full_cycles of them: the ones that rewrote the compacted log; both since the engine opened),
 // close_ms (the engine's close, which writes back every word a live record holds), lines_marked
 // and lines_unmarked (fast lines, docs/txn.md; --no-fast-lines turns them off: every
-// declaration reads its word's index slot).
+// declaration reads its word's index slot); reclaimer_cpu_seconds and advancer_cpu_seconds (the
+// background threads' CPU in the measured interval) and their shares of the workers' CPU
+// (reclaimer_cpu_share, advancer_cpu_share); the log against the hot set (HotSeries: the words
+// written in the last --hot-ms, 256 by default, four 64 ms epochs): hot_bytes_avg,
+// log_over_hot_avg, log_over_hot_end, and "series", [t, log bytes, hot bytes] every 250 ms.
 #include <libpmem.h>
 #include <libpmemobj.h>
 #include <sys/resource.h>
@@ -111,6 +115,7 @@ struct Args {
   bool prefetch = false;
   bool fast_lines = true;
   uint64_t draws = uint64_t{1} << 21;
+  double hot_ms = 256;  // the hot set: words written in the last hot_ms (four 64 ms epochs)
 };
 
 // xorshift64*
@@ -143,6 +148,84 @@ double ProcessCpuSeconds() {
 
 // A system: the array and a transaction over it. Tx(thread, indices, values) runs one
 // transaction; false on failure.
+// The log against the hot set, over time. Every 10 ms (the warmup included) the log's bytes and
+// each thread's draws consumed; afterwards, at every 250 ms of the measured interval, the hot set:
+// the distinct words the threads drew in the --hot-ms before (the words written in that window,
+// 8 bytes each), counted from the drawn sequences (none with --draws 0).
+class HotSeries {
+ public:
+  explicit HotSeries(const Args& a) : a_(a) {}
+  void Add(double t, uint64_t log_bytes, std::vector<uint64_t> pos) {
+    samples_.push_back({t, log_bytes, std::move(pos)});
+  }
+  // JSON fields: hot_ms; hot_bytes_avg, log_over_hot_avg (the mean over the points of the log's
+  // bytes over the hot set's) and log_over_hot_end (the last point); "series": [[t seconds,
+  // log bytes, hot bytes], ...].
+  std::string Json(const std::vector<std::vector<uint64_t>>& drawn) const {
+    std::string out = ", \"hot_ms\": " + std::to_string(a_.hot_ms);
+    std::vector<uint32_t> seen(a_.array, 0);
+    std::string points;
+    double hot_sum = 0, ratio_sum = 0, ratio_end = 0;
+    int n = 0;
+    int last_slot = -1;
+    for (size_t i = 0; i < samples_.size() && a_.draws > 0; ++i) {
+      if (samples_[i].t < 0) continue;
+      const int slot = static_cast<int>(samples_[i].t / 0.25);
+      if (slot == last_slot) continue;
+      last_slot = slot;
+      const uint64_t hot = 8 * HotWords(i, drawn, seen, static_cast<uint32_t>(n + 1));
+      const double ratio = hot > 0 ? static_cast<double>(samples_[i].log_bytes) / hot : 0.0;
+      char buf[96];
+      std::snprintf(buf, sizeof(buf), "%s[%.2f, %lu, %lu]", n ? ", " : "", samples_[i].t,
+                    samples_[i].log_bytes, hot);
+      points += buf;
+      hot_sum += static_cast<double>(hot);
+      ratio_sum += ratio;
+      ratio_end = ratio;
+      ++n;
+    }
+    if (n == 0) return out + ", \"hot_bytes_avg\": null, \"log_over_hot_avg\": null";
+    char buf[160];
+    std::snprintf(buf, sizeof(buf),
+                  ", \"hot_bytes_avg\": %.0f, \"log_over_hot_avg\": %.3f, "
+                  "\"log_over_hot_end\": %.3f",
+                  hot_sum / n, ratio_sum / n, ratio_end);
+    return out + buf + ", \"series\": [" + points + "]";
+  }
+
+ private:
+  struct Sample {
+    double t;
+    uint64_t log_bytes;
+    std::vector<uint64_t> pos;
+  };
+  // The distinct words drawn in the hot_ms before sample i (from the last sample at least that
+  // old, or from the start). `seen` marks words with `stamp`, new for each call.
+  uint64_t HotWords(size_t i, const std::vector<std::vector<uint64_t>>& drawn,
+                    std::vector<uint32_t>& seen, uint32_t stamp) const {
+    const double from_t = samples_[i].t - a_.hot_ms / 1000;
+    const Sample* from = nullptr;
+    for (size_t j = 0; j < i && samples_[j].t <= from_t; ++j) from = &samples_[j];
+    uint64_t distinct = 0;
+    for (size_t t = 0; t < drawn.size(); ++t) {
+      const std::vector<uint64_t>& d = drawn[t];
+      const uint64_t end = samples_[i].pos[t], begin = from != nullptr ? from->pos[t] : 0;
+      const uint64_t n = std::min<uint64_t>(end - begin, d.size());
+      for (uint64_t k = end - n; k < end; ++k) {
+        const uint64_t w = d[k % d.size()];
+        if (seen[w] != stamp) {
+          seen[w] = stamp;
+          ++distinct;
+        }
+      }
+    }
+    return distinct;
+  }
+
+  const Args& a_;
+  std::vector<Sample> samples_;
+};
+
 class System {
  public:
   virtual ~System() = default;
@@ -162,7 +245,12 @@ class System {
     }
   }
   virtual void Sample() {}
-  virtual void Report(std::string& json, uint64_t commits) { (void)json, (void)commits; }
+  // `worker_cpu`: the workers' thread CPU seconds in the measured interval.
+  virtual void Report(std::string& json, uint64_t commits, double worker_cpu) {
+    (void)json, (void)commits, (void)worker_cpu;
+  }
+  // The log's bytes now (0: no log).
+  virtual uint64_t LogBytes() { return 0; }
 };
 
 std::string PoolPath(const Args& a, const char* what) {
@@ -242,6 +330,8 @@ class PmrtSystem : public System {
   uint64_t* array() override { return arr_; }
   bool CountsFences() const override { return true; }
 
+  uint64_t LogBytes() override { return engine_ ? engine_->stats().log_bytes : 0; }
+  bool HasLog() const { return engine_ != nullptr; }
   void Sample() override {
     if (!engine_) return;
     const uint64_t b = engine_->stats().log_bytes;
@@ -250,7 +340,7 @@ class PmrtSystem : public System {
     log_max_ = std::max(log_max_, b);
   }
 
-  void Report(std::string& json, uint64_t commits) override {
+  void Report(std::string& json, uint64_t commits, double worker_cpu) override {
     // How the pool writes records (epoch/persist.h, RecordWrites; PMRT_RECORD_WRITES sets it).
     json += ", \"record_writes\": \"";
     json += pmrt::RecordWritesName(pool_->persister().record_writes());
@@ -270,6 +360,17 @@ class PmrtSystem : public System {
         commits ? static_cast<double>(s.snapshots - snapshots0_) / commits : 0.0, s.cycles,
         s.full_cycles, s.words_cold, s.stalls - stalls0_, s.lines_marked, s.lines_unmarked);
     json += buf;
+    // The background threads' CPU in the measured interval, as a share of the workers'.
+    const double reclaimer =
+        std::chrono::duration<double>(s.reclaimer_cpu - reclaimer_cpu0_).count();
+    const double advancer =
+        std::chrono::duration<double>(epochs_->stats().advancer_cpu - advancer_cpu0_).count();
+    std::snprintf(buf, sizeof(buf),
+                  ", \"reclaimer_cpu_seconds\": %.3f, \"advancer_cpu_seconds\": %.3f, "
+                  "\"reclaimer_cpu_share\": %.4f, \"advancer_cpu_share\": %.4f",
+                  reclaimer, advancer, worker_cpu > 0 ? reclaimer / worker_cpu : 0.0,
+                  worker_cpu > 0 ? advancer / worker_cpu : 0.0);
+    json += buf;
     // The close: the engine writes back every word a live record holds (docs/txn.md, "Epochs").
     const auto c0 = std::chrono::steady_clock::now();
     engine_.reset();
@@ -282,6 +383,8 @@ class PmrtSystem : public System {
     const pmrt::txn::Stats s = engine_->stats();
     snapshots0_ = s.snapshots;
     stalls0_ = s.stalls;
+    reclaimer_cpu0_ = s.reclaimer_cpu;
+    advancer_cpu0_ = epochs_->stats().advancer_cpu;
   }
   // Every word written once in a transaction (64 per transaction), then folded by a
   // reclamation: the log holds a record of every word, as after a long run.
@@ -389,6 +492,7 @@ class PmrtSystem : public System {
   std::vector<uint8_t*> logs_;
   std::vector<uint64_t> txids_;
   uint64_t log_sum_ = 0, log_samples_ = 0, log_max_ = 0, snapshots0_ = 0, stalls0_ = 0;
+  std::chrono::nanoseconds reclaimer_cpu0_{0}, advancer_cpu0_{0};
 };
 
 // Each mode's transaction in a function of its own (as PmdkSystem's and PlainSystem's are):
@@ -479,7 +583,7 @@ void Usage() {
       "--array N --threads T [--seconds S] [--warmup S] [--json] [--dir DIR] "
       "[--budget-mb M] [--block-kb B] [--backend pmem|eadr|msync] [--seed N] [--prewarm] "
       "[--no-fast-lines] "
-      "[--draws D] [--prefetch]\n");
+      "[--draws D] [--prefetch] [--hot-ms MS]\n");
   std::exit(2);
 }
 
@@ -525,6 +629,8 @@ Args Parse(int argc, char** argv) {
       a.fast_lines = false;
     else if (k == "--draws")
       a.draws = std::strtoull(val().c_str(), nullptr, 10);
+    else if (k == "--hot-ms")
+      a.hot_ms = std::atof(val().c_str());
     else
       Usage();
   }
@@ -532,7 +638,7 @@ Args Parse(int argc, char** argv) {
       a.array < static_cast<uint64_t>(a.threads) || (a.dist != "uniform" && a.dist != "zipf") ||
       (a.system != "pmrt" && a.system != "pmdk" && a.system != "undo" && a.system != "plain" &&
        a.system != "floor") ||
-      (a.prefetch && a.draws == 0)) {
+      (a.prefetch && a.draws == 0) || !(a.hot_ms > 0)) {
     Usage();
   }
   return a;
@@ -568,6 +674,10 @@ int main(int argc, char** argv) {
 
   std::atomic<int> phase{0};  // 0 warmup, 1 measure, 2 stop
   std::vector<std::atomic<uint64_t>> counts(a.threads);
+  // Draws consumed per thread (published every 64 transactions) and the drawn sequences, for
+  // the hot set (HotSeries).
+  std::vector<std::atomic<uint64_t>> consumed(a.threads);
+  std::vector<std::vector<uint64_t>> drawn_all(a.threads);
   std::vector<double> worker_cpu(a.threads, 0.0);  // thread CPU seconds in the measured interval
   std::atomic<uint64_t> failures{0};
   std::vector<std::thread> workers;
@@ -577,8 +687,10 @@ int main(int argc, char** argv) {
       std::vector<uint64_t> idx(a.words), val(a.words);
       const uint64_t base = slice * static_cast<uint64_t>(t);
       auto draw = [&] { return base + (zipf ? zipf->Next(rng) : rng.Next() % slice); };
-      std::vector<uint64_t> drawn(a.draws);  // drawn before the run (see the file comment)
+      std::vector<uint64_t>& drawn = drawn_all[t];  // drawn before the run (the file comment)
+      drawn.resize(a.draws);
       for (uint64_t& d : drawn) d = draw();
+      uint64_t used = 0;
       size_t next = 0;
       uint64_t n = 0;
       int seen = 0;
@@ -609,13 +721,30 @@ int main(int argc, char** argv) {
           continue;
         }
         ++n;
-        if ((n & 63) == 0) counts[t].store(n, std::memory_order_relaxed);
+        used += static_cast<uint64_t>(a.words);
+        if ((n & 63) == 0) {
+          counts[t].store(n, std::memory_order_relaxed);
+          consumed[t].store(used, std::memory_order_relaxed);
+        }
       }
       counts[t].store(n, std::memory_order_relaxed);
       worker_cpu[t] = ThreadCpuSeconds() - cpu_start;
     });
   }
-  std::this_thread::sleep_for(std::chrono::duration<double>(a.warmup));
+  // Every 10 ms from the warmup's start: the log's bytes and each thread's draws consumed.
+  HotSeries series(a);
+  auto take = [&](Clock::time_point t0) {
+    std::vector<uint64_t> pos(a.threads);
+    for (int t = 0; t < a.threads; ++t) pos[t] = consumed[t].load(std::memory_order_relaxed);
+    series.Add(std::chrono::duration<double>(Clock::now() - t0).count(), sys->LogBytes(),
+               std::move(pos));
+  };
+  const Clock::time_point warm_end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                        std::chrono::duration<double>(a.warmup));
+  while (Clock::now() < warm_end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    take(warm_end);
+  }
   if (pmrt_sys != nullptr) pmrt_sys->MarkStart();
   const pmrt::PersistCounts c0 = pmrt::CountersSnapshotAll();
   const double cpu0 = ProcessCpuSeconds();
@@ -624,6 +753,7 @@ int main(int argc, char** argv) {
   while (Clock::now() - t0 < std::chrono::duration<double>(a.seconds)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     sys->Sample();
+    take(t0);
   }
   phase.store(2);
   const auto t1 = Clock::now();
@@ -661,7 +791,9 @@ int main(int argc, char** argv) {
                   failures.load(), ops, ops_wcpu, ops_cpu, wcpu, cpu, fences.c_str(),
                   lines.c_str());
     std::string json = buf;
-    sys->Report(json, commits);
+    const bool has_log = pmrt_sys != nullptr && pmrt_sys->HasLog();
+    sys->Report(json, commits, wcpu);
+    if (has_log) json += series.Json(drawn_all);
     json += ", \"draws\": " + std::to_string(a.draws);
     json += a.prefetch ? ", \"prefetch\": true" : ", \"prefetch\": false";
     json += a.prewarm ? ", \"prewarm\": true}" : ", \"prewarm\": false}";

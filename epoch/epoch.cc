@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/crc32c.h"
+#include "base/thread_cpu.h"
 
 namespace pmrt::epoch {
 namespace {
@@ -562,6 +563,7 @@ ManagerStats Manager::stats() const {
   std::lock_guard<std::mutex> l(stats_mu_);
   ManagerStats s = stats_;
   s.log_entries = log_->entries_written();
+  s.advancer_cpu = ThreadCpuTime(advancer_);
   return s;
 }
 

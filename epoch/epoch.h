@@ -90,6 +90,8 @@ struct ManagerStats {
   uint64_t retired = 0, reclaimed = 0;
   uint64_t helped_flushes = 0;      // dirty lists written back by their own thread (HelpFlush)
   uint64_t requested_advances = 0;  // advances the advancer started early (RequestAdvance)
+  // CPU time of the background advancer thread since the manager opened (0 without one).
+  std::chrono::nanoseconds advancer_cpu{0};
 };
 
 // Per-thread state, one per (thread, manager); lives in the manager's registry.

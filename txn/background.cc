@@ -10,6 +10,7 @@
 #include <thread>
 #include <utility>
 
+#include "base/thread_cpu.h"
 #include "txn/internal/engine_impl.h"
 
 namespace pmrt::txn {
@@ -37,6 +38,8 @@ void Engine::Impl::Kick() {
 // The background thread runs a cycle once the log has grown by budget / kRegrowthDivisor since
 // the last cycle (BackgroundLoop).
 constexpr uint64_t kRegrowthDivisor = 8;
+
+std::chrono::nanoseconds Engine::Impl::BackgroundCpu() const { return ThreadCpuTime(bg_); }
 
 void Engine::Impl::BackgroundLoop() {
   // The committers' trigger in bytes (SetThresholds; the log grows by whole blocks, so `used`

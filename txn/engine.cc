@@ -167,6 +167,7 @@ Stats Engine::stats() const {
   s.records_read_at_open = i.records_read_at_open;
   s.recovered_words = i.recovered_words;
   s.recovery_time = i.recovery_time;
+  s.reclaimer_cpu = i.BackgroundCpu();
   return s;
 }
 

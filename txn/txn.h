@@ -154,18 +154,20 @@ struct Stats {
   uint64_t record_bytes = 0;  // bytes of commit records written (their line padding not counted)
   uint64_t log_bytes = 0;     // blocks in logs x block size, now
   uint64_t log_bytes_peak = 0;
-  uint64_t log_bytes_owned = 0;    // blocks owned (in logs or free) x block size
-  uint64_t compact_bytes = 0;      // the compacted log after the last cycle
-  uint64_t cycles = 0;             // reclamation cycles completed
-  uint64_t full_cycles = 0;        // of which rewrote the compacted log (the others appended)
-  uint64_t words_kept = 0;         // live entries copied to the compacted log, all cycles
-  uint64_t words_dropped = 0;      // superseded entries dropped
-  uint64_t words_cold = 0;         // newest entries dropped (the word went cold)
-  uint64_t lines_marked = 0;       // lines the reclaimer made fast (docs/txn.md, "Fast lines")
-  uint64_t lines_unmarked = 0;     // fast lines it unmarked to make words of them cold
-  uint64_t horizon = 0;            // epoch horizon of the last cycle
-  uint64_t cold_age = 0;           // the cold age (epochs) the next cycle uses
-  uint64_t stalls = 0;             // begin() calls that waited for the reclaimer
+  uint64_t log_bytes_owned = 0;  // blocks owned (in logs or free) x block size
+  uint64_t compact_bytes = 0;    // the compacted log after the last cycle
+  uint64_t cycles = 0;           // reclamation cycles completed
+  uint64_t full_cycles = 0;      // of which rewrote the compacted log (the others appended)
+  uint64_t words_kept = 0;       // live entries copied to the compacted log, all cycles
+  uint64_t words_dropped = 0;    // superseded entries dropped
+  uint64_t words_cold = 0;       // newest entries dropped (the word went cold)
+  uint64_t lines_marked = 0;     // lines the reclaimer made fast (docs/txn.md, "Fast lines")
+  uint64_t lines_unmarked = 0;   // fast lines it unmarked to make words of them cold
+  uint64_t horizon = 0;          // epoch horizon of the last cycle
+  uint64_t cold_age = 0;         // the cold age (epochs) the next cycle uses
+  uint64_t stalls = 0;           // begin() calls that waited for the reclaimer
+  // CPU time of the background reclaimer thread since the engine opened (0 without one).
+  std::chrono::nanoseconds reclaimer_cpu{0};
   uint64_t log_budget = 0;         // the budget in effect (Options::log_budget, capped)
   uint64_t recovered_records = 0;  // records replayed at open
   // Valid records the open read from the logs (0 after a clean close: it retires the log).

@@ -503,6 +503,8 @@ class Engine::Impl {
   void ForEachThread(F&& f) {
     threads_.ForEach(f);
   }
+  // CPU time of the background reclaimer thread so far (Stats::reclaimer_cpu).
+  std::chrono::nanoseconds BackgroundCpu() const;
 
  private:
   void BackgroundLoop();
