@@ -47,6 +47,10 @@ After Executor::Keys(Args& a, std::string& out, Call&) {
       return true;
     });
     done = slice.size() < 256;
+    if (!done) {
+      from = slice.back();
+      from.push_back('\0');  // the smallest key after the last one
+    }
     for (std::string& k : slice) {
       if (!k.starts_with(prefix)) {
         done = true;
@@ -60,10 +64,6 @@ After Executor::Keys(Args& a, std::string& out, Call&) {
         break;
       }
       keys.push_back(std::move(k));
-    }
-    if (!done) {
-      from = slice.back();
-      from.push_back('\0');  // the smallest key after the last one
     }
   }
   if (too_large) {
