@@ -121,7 +121,8 @@ TEST_F(ConnectionTest, RequirePassRefusesEverythingBeforeAuth) {
   Client c = Connect();
   EXPECT_EQ(Call(c, {"PING"}), kNoAuth);
   EXPECT_EQ(Call(c, {"SET", "k", "v"}), kNoAuth);
-  EXPECT_EQ(Call(c, {"NOSUCHCOMMAND"}), kNoAuth);
+  EXPECT_EQ(Call(c, {"GET"}), "-ERR wrong number of arguments for 'get' command");
+  EXPECT_EQ(Call(c, {"NOSUCHCOMMAND"}), "-ERR unknown command 'NOSUCHCOMMAND'");
   EXPECT_EQ(Call(c, {"CLIENT", "SETNAME", "x"}), kNoAuth);
   EXPECT_THAT(Call(c, {"HELLO", "3"}), StartsWith("-NOAUTH HELLO must be called with the client"));
   EXPECT_EQ(Call(c, {"AUTH", "wrong"}), kWrongPass);

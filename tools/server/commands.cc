@@ -289,23 +289,23 @@ After Executor::Execute(std::vector<std::string>& argv, Session& session, std::s
   const std::string& name = argv[0];
   const std::string lower = name.size() <= 32 ? Lower(name) : std::string();
   auto it = name.size() <= 32 ? commands_.find(lower) : commands_.end();
-  if (!session.authenticated && settings_.auth_required.load(std::memory_order_relaxed) &&
-      !AllowedBeforeAuth(lower)) {
-    AppendError(*out, "NOAUTH Authentication required.");
-    return After::kNone;
-  }
   if (it == commands_.end()) {
     AppendError(*out, absl::StrCat("ERR unknown command ", Quote(name)));
     return After::kNone;
   }
-  // Relaxed: CLIENT LIST of another connection reads them as independent statistics. The name
+  // Relaxed: CLIENT LIST of another connection reads it as an independent statistic. The name
   // is a key of commands_, which never changes after construction.
   session.last_command.store(it->first.c_str(), std::memory_order_relaxed);
-  session.last_active_ns.store(SteadyNs(), std::memory_order_relaxed);
   const int n = static_cast<int>(std::min<size_t>(argv.size(), 1 << 30));
   const int arity = it->second.arity;
   if ((arity > 0 && n != arity) || (arity < 0 && n < -arity)) {
     WrongArity(*out, name);
+    return After::kNone;
+  }
+  // As in Redis, an unknown command or a wrong count is reported before authentication is.
+  if (!session.authenticated && settings_.auth_required.load(std::memory_order_relaxed) &&
+      !AllowedBeforeAuth(lower)) {
+    AppendError(*out, "NOAUTH Authentication required.");
     return After::kNone;
   }
   Call call{session, sync_epoch};

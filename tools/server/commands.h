@@ -80,7 +80,7 @@ struct Session {
   std::string name;               // CLIENT SETNAME; mutex
   std::string lib_name, lib_ver;  // CLIENT SETINFO; mutex
   std::atomic<const char*> last_command{"NULL"};  // a name in the command table (CLIENT LIST)
-  std::atomic<int64_t> last_active_ns{0};         // steady clock at the last command
+  std::atomic<int64_t> last_active_ns{0};         // steady clock at the last request read
 };
 
 class Executor {

@@ -362,6 +362,10 @@ bool Server::Worker::ReadInput(Connection& c) {
     ssize_t r = read(c.fd, read_buf_, sizeof(read_buf_));
     if (r > 0) {
       c.active = std::chrono::steady_clock::now();
+      // Relaxed: CLIENT LIST's idle= of another connection reads it as a statistic.
+      c.session.last_active_ns.store(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(c.active.time_since_epoch()).count(),
+          std::memory_order_relaxed);
       c.parser.Feed(read_buf_, static_cast<size_t>(r));
       Drive(c);
       if (static_cast<size_t>(r) < sizeof(read_buf_)) break;
