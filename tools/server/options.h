@@ -40,7 +40,7 @@ struct ServerOptions {
   // Clients must AUTH with this password (user "default") before any other command, as with
   // Redis's `requirepass`; empty: no authentication. CONFIG SET requirepass changes it.
   std::string requirepass;
-  std::string config_file;  // the --config file read at start, if any (INFO, CONFIG)
+  std::string config_file;  // the --config file read at start, if any (INFO's config_file)
 };
 
 // A snapshot of ServerCounters.
