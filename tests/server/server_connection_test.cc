@@ -203,8 +203,10 @@ TEST_F(ConnectionTest, ClientSubcommands) {
   ASSERT_TRUE(list);
   std::vector<std::string> lines = absl::StrSplit(list->str, '\n', absl::SkipEmpty());
   ASSERT_EQ(lines.size(), 2u) << list->str;
-  EXPECT_THAT(lines[0], StartsWith("id=" + id + " "));
-  EXPECT_THAT(lines[1], StartsWith("id=" + other_id + " "));
+  // In id order; the ids follow the order the workers took the connections up, not connect().
+  EXPECT_THAT(lines, ::testing::UnorderedElementsAre(StartsWith("id=" + id + " "),
+                                                     StartsWith("id=" + other_id + " ")));
+  EXPECT_LT(std::stoull(lines[0].substr(3)), std::stoull(lines[1].substr(3)));
   EXPECT_EQ(Call(c, {"CLIENT", "LIST", "ID", other_id}).substr(0, 4 + other_id.size()),
             "\"id=" + other_id);
   EXPECT_EQ(Call(c, {"CLIENT", "LIST", "TYPE", "pubsub"}), "\"\"");
