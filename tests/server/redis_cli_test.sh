@@ -106,6 +106,24 @@ expect "ERR syntax error" SET counter 0 XX NX
 expect "ERR SET option EX is not supported by pmrt serve (no key expiry)" SET counter 1 EX 10
 expect 2 DEL counter float
 
+# The keyspace and connection commands, and RESP3 through redis-cli -3.
+expect OK SET src hello
+expect OK RENAME src dst
+expect "ERR no such key" RENAME src dst
+expect 1 COPY dst dst2
+expect string TYPE dst2
+expect $'dst\ndst2' KEYS 'dst*'
+expect 2 DEL dst dst2
+expect OK CLIENT SETNAME cli
+expect "ERR Client names cannot contain spaces, newlines or special characters." CLIENT SETNAME "a b"
+[[ $(cli TIME | wc -l) == 2 ]] || fail "TIME"
+got=$(redis-cli -3 -p "$port" CONFIG GET appendonly) || fail "redis-cli -3 exited with $?"
+# A map: redis-cli prints each pair on one line (an array would take two).
+[[ $got == 'appendonly no' ]] || fail "redis-cli -3 CONFIG GET appendonly: '$got'"
+got=$(redis-cli -3 -p "$port" HELLO 3 | tr '\n' ' ')
+[[ $got == *"proto 3 "* ]] || fail "redis-cli -3 HELLO 3: '$got'"
+cli INFO persistence | grep -q '^pmrt_last_open_clean:' || fail "INFO persistence"
+
 # SCAN through redis-cli's own cursor loop, with and without a pattern.
 for i in $(seq 1 300); do echo "SET scan:$i x"; done | cli >/dev/null
 n=$(cli --scan | grep -c '^scan:') || true
@@ -176,6 +194,30 @@ if command -v prlimit >/dev/null && [[ -z ${ASAN_OPTIONS:-} ]]; then
   server_pid=
   echo "memory-limited server: amplified MGET refused, server alive"
 fi
+
+# A Redis-style --config file (flags given override it): requirepass, maxclients, bind.
+cat >"$dir/pmrt.conf" <<'CONF'
+# comments and blank lines are skipped
+
+requirepass "pass word"
+maxclients 77
+bind 127.0.0.1
+pmrt-verify-reads yes
+CONF
+start_server "$dir/kv.pool" --config "$dir/pmrt.conf" --max-clients 88
+expect "NOAUTH Authentication required." GET k1
+got=$(redis-cli -p "$port" --no-auth-warning -a "pass word" CONFIG GET maxclients requirepass \
+  pmrt-verify-reads | tr '\n' ' ')
+[[ $got == "requirepass pass word maxclients 88 pmrt-verify-reads yes " ]] ||
+  fail "CONFIG GET under --config: '$got'"
+kill -TERM "$server_pid"
+wait "$server_pid" || fail "the --config server exited with $? after SIGTERM"
+server_pid=
+echo "maxclients 1 2" >"$dir/bad.conf"
+if "$pmrt" serve "$dir/kv.pool" --config "$dir/bad.conf" >"$dir/bad.out" 2>&1; then
+  fail "a bad --config file was accepted"
+fi
+grep -q "bad.conf:1: 'maxclients' takes one value" "$dir/bad.out" || fail "bad --config: $(cat "$dir/bad.out")"
 
 # Bound to every address with no authentication: the server says so at start.
 : >"$dir/server.out"

@@ -38,6 +38,17 @@ std::string Reply::ToString() const {
       for (const Reply& e : elements) parts.push_back(e.ToString());
       return "[" + absl::StrJoin(parts, ", ") + "]";
     }
+    case '_':
+      return "(null)";
+    case '=':
+      return "=\"" + str + "\"";
+    case '%': {
+      std::vector<std::string> parts;
+      for (size_t i = 0; i + 1 < elements.size(); i += 2) {
+        parts.push_back(elements[i].ToString() + ": " + elements[i + 1].ToString());
+      }
+      return "{" + absl::StrJoin(parts, ", ") + "}";
+    }
     default:
       return "(no reply)";
   }
@@ -49,14 +60,25 @@ std::string Encode(const std::vector<std::string>& argv) {
   return s;
 }
 
-Client::Client(int port) {
-  fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+Client::Client(int port, const std::string& ip) {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
+  if (inet_pton(AF_INET, ip.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(port));
+    len = sizeof(*v4);
+  } else if (inet_pton(AF_INET6, ip.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<uint16_t>(port));
+    len = sizeof(*v6);
+  } else {
+    return;
+  }
+  fd_ = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd_ < 0) return;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+  if (connect(fd_, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
     close(fd_);
     fd_ = -1;
     return;
@@ -136,7 +158,11 @@ std::optional<Reply> Client::Parse(size_t* pos, int depth) {
     case ':':
       if (!absl::SimpleAtoi(line, &r.integer)) return std::nullopt;
       return r;
-    case '$': {
+    case '_':
+      r.null = true;
+      return r;
+    case '$':
+    case '=': {
       int64_t n;
       if (!absl::SimpleAtoi(line, &n)) return std::nullopt;
       if (n < 0) {
@@ -149,15 +175,21 @@ std::optional<Reply> Client::Parse(size_t* pos, int depth) {
       }
       r.str = buf_.substr(*pos, static_cast<size_t>(n));
       *pos += static_cast<size_t>(n) + 2;
+      if (r.type == '=') {  // a verbatim string: "txt:" and the text
+        if (r.str.size() < 4 || r.str[3] != ':') return std::nullopt;
+        r.str.erase(0, 4);
+      }
       return r;
     }
-    case '*': {
+    case '*':
+    case '%': {
       int64_t n;
       if (!absl::SimpleAtoi(line, &n)) return std::nullopt;
       if (n < 0) {
         r.null = true;
         return r;
       }
+      if (r.type == '%') n *= 2;  // a map: its keys and values, alternating
       for (int64_t i = 0; i < n; ++i) {
         auto e = Parse(pos, depth + 1);
         if (!e) return std::nullopt;

@@ -1,6 +1,6 @@
-// A small blocking RESP2 client for the server tests: connect, send raw bytes or commands, read
-// replies (with a generous timeout that only guards against a hung test, never measures speed),
-// and spawn `pmrt serve` as a child process.
+// A small blocking RESP2 (and RESP3) client for the server tests: connect, send raw bytes or
+// commands, read replies (with a generous timeout that only guards against a hung test, never
+// measures speed), and spawn `pmrt serve` as a child process.
 #ifndef PMRT_TESTS_SERVER_RESP_CLIENT_H_
 #define PMRT_TESTS_SERVER_RESP_CLIENT_H_
 
@@ -17,15 +17,18 @@
 namespace pmrt::server::testing {
 
 struct Reply {
-  char type = 0;      // '+', '-', ':', '$', '*'
-  bool null = false;  // $-1 or *-1
-  std::string str;    // simple string, error, bulk
+  char type = 0;      // '+', '-', ':', '$', '*'; RESP3 '_' (null), '%' (map), '=' (verbatim)
+  bool null = false;  // $-1, *-1 or _
+  // A map's elements are its keys and values, alternating; a verbatim string's str is its
+  // text without the "txt:" format.
+  std::string str;  // simple string, error, bulk
   int64_t integer = 0;
   std::vector<Reply> elements;
 
   bool IsOk() const { return type == '+' && str == "OK"; }
   bool IsError() const { return type == '-'; }
-  // A readable rendering for failure messages: "+OK", "-ERR ...", "(nil)", "[a, b]".
+  // A readable rendering for failure messages: "+OK", "-ERR ...", "(nil)", "[a, b]"; RESP3
+  // "(null)", "{k: v}", "=\"text\"".
   std::string ToString() const;
 };
 
@@ -34,8 +37,8 @@ std::string Encode(const std::vector<std::string>& argv);
 
 class Client {
  public:
-  // Connects to 127.0.0.1:port; fd() < 0 on failure.
-  explicit Client(int port);
+  // Connects to ip:port (IPv4 or IPv6); fd() < 0 on failure.
+  explicit Client(int port, const std::string& ip = "127.0.0.1");
   ~Client();
   Client(Client&& o) noexcept;
   Client(const Client&) = delete;

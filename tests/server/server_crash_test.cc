@@ -16,9 +16,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -222,6 +224,108 @@ TEST(ServerCrash, AcknowledgedAndSyncedWritesSurviveSigkill) {
   EXPECT_GT(gone.size(), 0u);
   std::printf("%d kills, %zu keys written, %zu synced and kept, %zu deleted and synced\n", kills,
               written.size(), synced.size(), gone.size());
+}
+
+// RENAME and COPY under SIGKILL: five tokens move between 50 slots by pipelined RENAMEs (and
+// are copied aside by COPY) until the kill. Recovery rolls back the epochs the kill
+// interrupted; each RENAME's write of its target and removal of its source share one epoch, so
+// after every restart exactly five slots hold the five tokens (a split RENAME would leave a
+// token twice or not at all), and every copy holds a token.
+TEST(ServerCrash, RenamesAreAtomicAcrossSigkill) {
+  pmrt::testing::TempDir dir;
+  const std::string pool = dir.File("kv.pool");
+  std::mt19937_64 rng(3838);
+  constexpr int kTokens = 5, kSlots = 50;
+  const std::vector<std::string> args = {"--create-size", "64M", "--epoch-ms", "5",
+                                         "--threads",     "2"};
+  for (int round = 0; round <= 3; ++round) {
+    testing::ServerProcess server(PMRT_BINARY, pool, args);
+    ASSERT_NE(server.port(), 0) << "the server did not start: " << server.startup_output();
+    testing::Client c(server.port());
+    ASSERT_TRUE(c.connected());
+    if (round == 0) {
+      for (int t = 0; t < kTokens; ++t) {
+        ASSERT_TRUE(c.Call({"SET", absl::StrCat("slot:", t), absl::StrCat("token:", t)})->IsOk());
+      }
+      ASSERT_TRUE(c.Call({"PMRT.SYNC"})->IsOk());
+    }
+    // 1. INFO reports the recovery of the kill; exactly the five tokens, once each; every copy
+    //    holds a token.
+    if (round > 0) {
+      auto info = c.Call({"INFO", "persistence"});
+      ASSERT_TRUE(info);
+      EXPECT_NE(info->str.find("pmrt_last_open_clean:0\r\n"), std::string::npos) << info->str;
+      EXPECT_EQ(info->str.find("pmrt_last_recovery_rolled_back_epochs:none"), std::string::npos)
+          << info->str;
+    }
+    auto keys = c.Call({"KEYS", "slot:*"});
+    ASSERT_TRUE(keys);
+    ASSERT_EQ(keys->elements.size(), static_cast<size_t>(kTokens)) << keys->ToString();
+    std::vector<int> occupied;
+    std::set<std::string> tokens;
+    for (const Reply& k : keys->elements) {
+      occupied.push_back(std::stoi(k.str.substr(5)));
+      auto v = c.Call({"GET", k.str});
+      ASSERT_TRUE(v);
+      tokens.insert(v->str);
+    }
+    ASSERT_EQ(tokens.size(), static_cast<size_t>(kTokens)) << "round " << round;
+    auto copies = c.Call({"KEYS", "copy:*"});
+    ASSERT_TRUE(copies);
+    for (const Reply& k : copies->elements) {
+      auto v = c.Call({"GET", k.str});
+      ASSERT_TRUE(v);
+      EXPECT_EQ(v->str.rfind("token:", 0), 0u) << k.str << " holds " << v->ToString();
+    }
+    if (round == 3) {
+      std::printf("3 kills: the tokens in 5 slots, %zu copies intact\n", copies->elements.size());
+      c.Close();
+      EXPECT_EQ(server.Terminate(), 0);
+      break;
+    }
+    // 2. Pipelined moves until the kill.
+    const auto delay = std::chrono::milliseconds(50 + rng() % 250);
+    std::thread killer([&] {
+      std::this_thread::sleep_for(delay);
+      server.Kill();
+    });
+    for (int batch = 0;; ++batch) {
+      std::string req;
+      int n = 0;
+      for (int i = 0; i < 20; ++i, ++n) {
+        const size_t from = rng() % occupied.size();
+        int to;
+        do {
+          to = static_cast<int>(rng() % kSlots);
+        } while (std::find(occupied.begin(), occupied.end(), to) != occupied.end());
+        req += testing::Encode(
+            {"RENAME", absl::StrCat("slot:", occupied[from]), absl::StrCat("slot:", to)});
+        occupied[from] = to;
+      }
+      req += testing::Encode(
+          {"COPY", absl::StrCat("slot:", occupied[0]), absl::StrCat("copy:", round, ":", batch)});
+      if (!c.Send(req)) break;
+      bool broken = false;
+      for (int i = 0; i < n && !broken; ++i) {
+        auto r = c.Read();
+        broken = !r;
+        if (r) {
+          ASSERT_TRUE(r->IsOk()) << r->ToString();
+        }
+      }
+      auto r = broken ? std::nullopt : c.Read();
+      if (!r) break;
+      ASSERT_EQ(r->ToString(), ":1");
+    }
+    killer.join();
+  }
+  tools::KvStoreOptions opt;
+  opt.require_tree = true;
+  auto kv = tools::KvStore::Open(pool, opt);
+  ASSERT_THAT(kv, pmrt::testing::IsOk());
+  EXPECT_THAT((*kv)->tree().CheckInvariants(), pmrt::testing::IsOk());
+  EXPECT_THAT((*kv)->heap().Check(), pmrt::testing::IsOk());
+  EXPECT_THAT((*kv)->Close(), pmrt::testing::IsOk());
 }
 
 }  // namespace

@@ -48,7 +48,7 @@ std::vector<std::string> RandomCommand(Rng& rng) {
     return RandomBytes(rng, Uniform(rng, 8) == 0 ? Uniform(rng, 5000) : Uniform(rng, 40),
                        Uniform(rng, 2) == 0);
   };
-  switch (Uniform(rng, 18)) {
+  switch (Uniform(rng, 31)) {
     case 0:
       return {"SET", key(), value()};
     case 1:
@@ -83,6 +83,32 @@ std::vector<std::string> RandomCommand(Rng& rng) {
       return {Uniform(rng, 2) ? "QUIT" : "SELECT", "0"};
     case 16:
       return {"COMMAND", "DOCS"};
+    case 17:
+      return {"KEYS", Uniform(rng, 2) ? "f:1*" : "f:[0-3]?"};
+    case 18:
+      return {"TYPE", key()};
+    case 19:
+      return {"RANDOMKEY"};
+    case 20:
+      return {Uniform(rng, 2) ? "RENAME" : "RENAMENX", key(), key()};
+    case 21:
+      return {"COPY", key(), key(), Uniform(rng, 2) ? "REPLACE" : "DB", "0"};
+    case 22:
+      return {"HELLO", Uniform(rng, 2) ? "2" : "3", "SETNAME", RandomBytes(rng, 5, true)};
+    case 23:
+      return {"AUTH", value()};  // no password is set: an error
+    case 24:
+      return {"CLIENT", Uniform(rng, 2) ? "LIST" : "INFO"};
+    case 25:
+      return {"CLIENT", "SETNAME", value()};
+    case 26:
+      return {"CLIENT", Uniform(rng, 2) ? "ID" : "GETNAME"};
+    case 27:
+      return {"TIME"};
+    case 28:
+      return {"CONFIG", "SET", "pmrt-verify-reads", Uniform(rng, 2) ? "yes" : value()};
+    case 29:
+      return {"INFO", Uniform(rng, 2) ? "persistence" : "memory", "clients"};
     default:
       return {RandomBytes(rng, 1 + Uniform(rng, 10), true), value()};
   }

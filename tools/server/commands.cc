@@ -1,6 +1,7 @@
 #include "tools/server/commands.h"
 
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "tools/server/resp.h"
 
@@ -29,6 +31,17 @@ bool ParseU64(std::string_view s, uint64_t* out) {
   }
   *out = v;
   return true;
+}
+
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Commands a connection may send before it has authenticated (requirepass): as in Redis.
+bool AllowedBeforeAuth(std::string_view name) {
+  return name == "auth" || name == "hello" || name == "quit";
 }
 
 char Fold(char c, bool nocase) { return nocase ? absl::ascii_tolower(c) : c; }
@@ -223,7 +236,24 @@ Executor::Executor(tools::KvStore& kv, const ServerOptions& options, const Serve
       {"select", {&Executor::Select, 2}},
       {"flushall", {&Executor::FlushAll, -1, kWriteEach}},
       {"flushdb", {&Executor::FlushAll, -1, kWriteEach}},
+      {"hello", {&Executor::Hello, -1}},
+      {"auth", {&Executor::Auth, -2}},
+      {"client", {&Executor::Client, -2}},
+      {"time", {&Executor::Time, 1}},
+      {"keys", {&Executor::Keys, 2}},
+      {"type", {&Executor::Type, 2}},
+      {"randomkey", {&Executor::RandomKey, 1}},
+      {"rename", {&Executor::Rename, 3, kWriteTwo}},
+      {"renamenx", {&Executor::RenameNx, 3, kWriteTwo}},
+      {"copy", {&Executor::Copy, -3, kWriteTwo}},
   };
+  settings_.max_clients.store(options_.max_clients, std::memory_order_relaxed);
+  settings_.idle_timeout_s.store(options_.idle_timeout_s, std::memory_order_relaxed);
+  settings_.verify_reads.store(options_.verify_reads, std::memory_order_relaxed);
+  settings_.set_requirepass(options_.requirepass);
+  start_unix_ms_ = std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
   struct stat st;
   if (!kv_.pool().path().empty() && stat(kv_.pool().path().c_str(), &st) == 0) {
     pool_dev_ = st.st_dev;
@@ -254,20 +284,32 @@ void Executor::WatchPoolFile() {
                path.c_str());
 }
 
-After Executor::Execute(std::vector<std::string>& argv, std::string* out, uint64_t* sync_epoch) {
+After Executor::Execute(std::vector<std::string>& argv, Session& session, std::string* out,
+                        uint64_t* sync_epoch) {
   const std::string& name = argv[0];
-  auto it = name.size() <= 32 ? commands_.find(Lower(name)) : commands_.end();
+  const std::string lower = name.size() <= 32 ? Lower(name) : std::string();
+  auto it = name.size() <= 32 ? commands_.find(lower) : commands_.end();
   if (it == commands_.end()) {
     AppendError(*out, absl::StrCat("ERR unknown command ", Quote(name)));
     return After::kNone;
   }
+  // Relaxed: CLIENT LIST of another connection reads it as an independent statistic. The name
+  // is a key of commands_, which never changes after construction.
+  session.last_command.store(it->first.c_str(), std::memory_order_relaxed);
   const int n = static_cast<int>(std::min<size_t>(argv.size(), 1 << 30));
   const int arity = it->second.arity;
   if ((arity > 0 && n != arity) || (arity < 0 && n < -arity)) {
     WrongArity(*out, name);
     return After::kNone;
   }
-  if (it->second.access == Access::kRead) return (this->*it->second.fn)(argv, *out, sync_epoch);
+  // As in Redis, an unknown command or a wrong count is reported before authentication is.
+  if (!session.authenticated && settings_.auth_required.load(std::memory_order_relaxed) &&
+      !AllowedBeforeAuth(lower)) {
+    AppendError(*out, "NOAUTH Authentication required.");
+    return After::kNone;
+  }
+  Call call{session, sync_epoch};
+  if (it->second.access == Access::kRead) return (this->*it->second.fn)(argv, *out, call);
   WatchPoolFile();
   if (kv_.pool().failed()) {
     // Nothing written now could become durable: refused, as Redis refuses writes it cannot
@@ -275,13 +317,13 @@ After Executor::Execute(std::vector<std::string>& argv, std::string* out, uint64
     AppendError(*out, absl::StrCat("ERR writes refused: ", kv_.pool().health().message()));
     return After::kNone;
   }
-  return RunWrite(it->second, argv, *out, sync_epoch);
+  return RunWrite(it->second, argv, *out, call);
 }
 
-After Executor::RunWrite(const Spec& spec, Args& a, std::string& out, uint64_t* sync_epoch) {
+After Executor::RunWrite(const Spec& spec, Args& a, std::string& out, Call& call) {
   // The stripes are taken here, outside every epoch guard (KeyLocks invariant 2), and the
   // handler's reads and writes of its keys all run under them.
-  size_t step = 1;
+  size_t first = 1, step = 1;
   switch (spec.access) {
     case Access::kWriteKey:
       step = a.size();  // argv[1] only
@@ -291,12 +333,33 @@ After Executor::RunWrite(const Spec& spec, Args& a, std::string& out, uint64_t* 
     case Access::kWritePairs:
       step = 2;
       break;
+    case Access::kWriteTwo: {
+      KeyLocks::Held held = locks_.LockTwo(a[1], a[2]);
+      return (this->*spec.fn)(a, out, call);
+    }
     case Access::kRead:
     case Access::kWriteEach:
-      return (this->*spec.fn)(a, out, sync_epoch);
+      return (this->*spec.fn)(a, out, call);
   }
-  KeyLocks::Held held = locks_.Lock(a, /*first=*/1, step);
-  return (this->*spec.fn)(a, out, sync_epoch);
+  KeyLocks::Held held = locks_.Lock(a, first, step);
+  return (this->*spec.fn)(a, out, call);
+}
+
+void Executor::Register(Session& session, std::string addr, std::string laddr, int fd) {
+  session.id = next_client_id_.fetch_add(1, std::memory_order_relaxed);
+  session.addr = std::move(addr);
+  session.laddr = std::move(laddr);
+  session.fd = fd;
+  session.created_ns = SteadyNs();
+  session.last_active_ns.store(session.created_ns, std::memory_order_relaxed);
+  session.authenticated = !settings_.auth_required.load(std::memory_order_relaxed);
+  std::lock_guard<std::mutex> l(clients_mu_);
+  clients_.emplace(session.id, &session);
+}
+
+void Executor::Unregister(Session& session) {
+  std::lock_guard<std::mutex> l(clients_mu_);
+  clients_.erase(session.id);
 }
 
 bool Executor::KeyOk(std::string_view key, std::string& out) const {
@@ -318,7 +381,7 @@ bool Executor::Put(std::string_view key, std::string_view value, std::string& ou
   return false;
 }
 
-After Executor::Ping(Args& a, std::string& out, uint64_t*) {
+After Executor::Ping(Args& a, std::string& out, Call&) {
   if (a.size() > 2) {
     WrongArity(out, a[0]);
   } else if (a.size() == 2) {
@@ -329,46 +392,48 @@ After Executor::Ping(Args& a, std::string& out, uint64_t*) {
   return After::kNone;
 }
 
-After Executor::Echo(Args& a, std::string& out, uint64_t*) {
+After Executor::Echo(Args& a, std::string& out, Call&) {
   AppendBulk(out, a[1]);
   return After::kNone;
 }
 
-After Executor::Get(Args& a, std::string& out, uint64_t*) {
+After Executor::Get(Args& a, std::string& out, Call& call) {
   if (!KeyOk(a[1], out)) return After::kNone;
   std::string value;
-  AppendRead(a[1], value, out);
+  AppendRead(a[1], value, out, call.proto());
   return After::kNone;
 }
 
 Executor::Read Executor::ReadValue(std::string_view key, std::string* value,
                                    std::string& out) const {
-  if (!options_.verify_reads) return kv_.tree().get(key, value) ? Read::kFound : Read::kAbsent;
+  if (!settings_.verify_reads.load(std::memory_order_relaxed))
+    return kv_.tree().get(key, value) ? Read::kFound : Read::kAbsent;
   const absl::StatusOr<bool> found = kv_.tree().get_verified(key, value);
   if (found.ok()) return *found ? Read::kFound : Read::kAbsent;
   AppendError(out, absl::StrCat("ERR ", CorruptValue(key).message()));
   return Read::kFailed;
 }
 
-void Executor::AppendRead(std::string_view key, std::string& value, std::string& out) const {
+void Executor::AppendRead(std::string_view key, std::string& value, std::string& out,
+                          int proto) const {
   const Read found = ReadValue(key, &value, out);  // (before `value` is viewed)
-  AppendReadReply(found, value, out);
+  AppendReadReply(found, value, out, proto);
 }
 
-void Executor::AppendReadReply(Read found, std::string_view value, std::string& out) {
+void Executor::AppendReadReply(Read found, std::string_view value, std::string& out, int proto) {
   switch (found) {
     case Read::kFound:
       AppendBulk(out, value);
       break;
     case Read::kAbsent:
-      AppendNullBulk(out);
+      AppendNull(out, proto);
       break;
     case Read::kFailed:
       break;
   }
 }
 
-After Executor::Del(Args& a, std::string& out, uint64_t*) {
+After Executor::Del(Args& a, std::string& out, Call&) {
   int64_t removed = 0;
   for (size_t i = 1; i < a.size(); ++i) {
     // A key over the limit cannot be in the tree: nothing to remove.
@@ -378,7 +443,7 @@ After Executor::Del(Args& a, std::string& out, uint64_t*) {
   return After::kNone;
 }
 
-After Executor::Exists(Args& a, std::string& out, uint64_t*) {
+After Executor::Exists(Args& a, std::string& out, Call&) {
   int64_t found = 0;
   std::string scratch;
   for (size_t i = 1; i < a.size(); ++i) {
@@ -388,7 +453,7 @@ After Executor::Exists(Args& a, std::string& out, uint64_t*) {
   return After::kNone;
 }
 
-After Executor::MSet(Args& a, std::string& out, uint64_t*) {
+After Executor::MSet(Args& a, std::string& out, Call&) {
   if (a.size() % 2 != 1) {
     WrongArity(out, a[0]);
     return After::kNone;
@@ -404,15 +469,15 @@ After Executor::MSet(Args& a, std::string& out, uint64_t*) {
   return After::kNone;
 }
 
-After Executor::MGet(Args& a, std::string& out, uint64_t*) {
+After Executor::MGet(Args& a, std::string& out, Call& call) {
   const size_t start = out.size();
   AppendArrayHeader(out, a.size() - 1);
   std::string value;
   for (size_t i = 1; i < a.size(); ++i) {
     if (a[i].size() <= options_.max_key) {
-      AppendRead(a[i], value, out);  // an element that fails its checksum is an error
+      AppendRead(a[i], value, out, call.proto());  // one that fails its checksum: an error
     } else {
-      AppendNullBulk(out);
+      AppendNull(out, call.proto());
     }
     if (out.size() - start > MaxReply()) {
       out.resize(start);
@@ -433,7 +498,7 @@ void Executor::ReplyTooLarge(std::string& out, std::string_view command, size_t 
                                 " elements; ask for fewer"));
 }
 
-After Executor::DbSize(Args&, std::string& out, uint64_t*) {
+After Executor::DbSize(Args&, std::string& out, Call&) {
   AppendInteger(out, static_cast<int64_t>(kv_.tree().size()));
   return After::kNone;
 }
@@ -458,7 +523,7 @@ std::optional<std::string> Executor::LoadCursor(uint64_t cursor) {
   return it->second;
 }
 
-After Executor::Scan(Args& a, std::string& out, uint64_t*) {
+After Executor::Scan(Args& a, std::string& out, Call&) {
   uint64_t cursor;
   if (!ParseU64(a[1], &cursor)) {
     AppendError(out, "ERR invalid cursor");
@@ -535,7 +600,7 @@ After Executor::Scan(Args& a, std::string& out, uint64_t*) {
   return After::kNone;
 }
 
-After Executor::Range(Args& a, std::string& out, uint64_t*) {
+After Executor::Range(Args& a, std::string& out, Call&) {
   uint64_t limit = 1000;
   if (a.size() == 5 && Lower(a[3]) == "limit") {
     if (!ParseU64(a[4], &limit) || limit == 0 || limit > options_.max_range) {
@@ -561,7 +626,7 @@ After Executor::Range(Args& a, std::string& out, uint64_t*) {
   };
   // An empty end: no bound.
   if (absl::Status st = SlicedScan(kv_.tree(), std::string(a[1]), a[2], /*values=*/true,
-                                   options_.verify_reads, emit);
+                                   settings_.verify_reads.load(std::memory_order_relaxed), emit);
       !st.ok()) {
     AppendError(out, absl::StrCat("ERR ", st.message()));
     return After::kNone;
@@ -582,20 +647,25 @@ std::vector<std::pair<std::string, std::string>> Executor::ConfigValues() const 
       {"databases", "1"},
       {"port", std::to_string(options_.port)},
       {"bind", options_.bind},
-      {"maxclients", std::to_string(options_.max_clients)},
-      {"timeout", std::to_string(options_.idle_timeout_s)},
-      {"pmrt-verify-reads", options_.verify_reads ? "yes" : "no"},
+      {"requirepass", settings_.requirepass()},
+      {"maxclients", std::to_string(settings_.max_clients.load(std::memory_order_relaxed))},
+      {"timeout", std::to_string(settings_.idle_timeout_s.load(std::memory_order_relaxed))},
+      {"pmrt-verify-reads", settings_.verify_reads.load(std::memory_order_relaxed) ? "yes" : "no"},
       {"proto-max-bulk-len", std::to_string(options_.limits.max_bulk)},
       {"pmrt-max-key-len", std::to_string(options_.max_key)},
+      {"pmrt-max-reply", std::to_string(options_.max_reply)},
       {"pmrt-epoch-ms", std::to_string(options_.epoch_ms)},
+      {"pmrt-threads", std::to_string(options_.threads)},
       {"pmrt-pool", kv_.pool().path()},
   };
 }
 
-After Executor::Config(Args& a, std::string& out, uint64_t*) {
-  if (Lower(a[1]) != "get") {
+After Executor::Config(Args& a, std::string& out, Call& call) {
+  const std::string sub = Lower(a[1]);
+  if (sub == "set") return ConfigSet(a, out, call);
+  if (sub != "get") {
     AppendError(out, absl::StrCat("ERR CONFIG ", Quote(a[1]),
-                                  " is not supported by pmrt (only CONFIG GET)"));
+                                  " is not supported by pmrt (only CONFIG GET and CONFIG SET)"));
     return After::kNone;
   }
   if (a.size() < 3) {
@@ -611,7 +681,7 @@ After Executor::Config(Args& a, std::string& out, uint64_t*) {
       }
     }
   }
-  AppendArrayHeader(out, 2 * hits.size());
+  AppendMapHeader(out, hits.size(), call.proto());
   for (const auto& [name, value] : hits) {
     AppendBulk(out, name);
     AppendBulk(out, value);
@@ -619,84 +689,240 @@ After Executor::Config(Args& a, std::string& out, uint64_t*) {
   return After::kNone;
 }
 
-std::string Executor::InfoText(std::string_view section) const {
-  const bool all =
-      section.empty() || section == "all" || section == "default" || section == "everything";
+After Executor::ConfigSet(Args& a, std::string& out, Call&) {
+  if (a.size() < 4 || a.size() % 2 != 0) {
+    WrongArity(out, "config|set");
+    return After::kNone;
+  }
+  auto failed = [&](const std::string& name, const std::string& why) {
+    AppendError(out, absl::StrCat("ERR CONFIG SET failed (possibly related to argument '", name,
+                                  "') - ", why));
+    return After::kNone;
+  };
+  const auto known = ConfigValues();
+  // Every pair is checked before any is applied: a bad one changes nothing (as in Redis).
+  std::optional<int> timeout, max_clients;
+  std::optional<bool> verify;
+  std::optional<std::string> password;
+  std::vector<std::string> seen;
+  for (size_t i = 2; i < a.size(); i += 2) {
+    const std::string name = Lower(a[i]);
+    const std::string& v = a[i + 1];
+    if (std::find(seen.begin(), seen.end(), name) != seen.end()) {
+      return failed(name, "duplicate parameter");
+    }
+    seen.push_back(name);
+    int64_t n = 0;
+    const bool is_int = absl::SimpleAtoi(v, &n);
+    if (name == "timeout") {
+      if (!is_int || n < 0 || n > (1 << 30)) {
+        return failed(name, "argument couldn't be parsed into an integer");
+      }
+      timeout = static_cast<int>(n);
+    } else if (name == "maxclients") {
+      if (!is_int || n < 1 || n > (1 << 24)) {
+        return failed(name, "argument must be between 1 and 16777216 inclusive");
+      }
+      max_clients = static_cast<int>(n);
+    } else if (name == "pmrt-verify-reads") {
+      const std::string b = Lower(v);
+      if (b != "yes" && b != "no") return failed(name, "argument must be 'yes' or 'no'");
+      verify = b == "yes";
+    } else if (name == "requirepass") {
+      password = v;
+    } else if (std::any_of(known.begin(), known.end(),
+                           [&](const auto& kv) { return kv.first == name; })) {
+      return failed(name, "can't set immutable config");
+    } else {
+      AppendError(out, absl::StrCat("ERR Unknown option or number of arguments for CONFIG SET - ",
+                                    Quote(a[i])));
+      return After::kNone;
+    }
+  }
+  if (timeout) settings_.idle_timeout_s.store(*timeout, std::memory_order_relaxed);
+  if (max_clients) settings_.max_clients.store(*max_clients, std::memory_order_relaxed);
+  if (verify) settings_.verify_reads.store(*verify, std::memory_order_relaxed);
+  // A new password applies to connections made (or AUTH sent) from now on; connections that
+  // have authenticated stay so, as in Redis.
+  if (password) settings_.set_requirepass(std::move(*password));
+  AppendSimple(out, "OK");
+  return After::kNone;
+}
+
+namespace {
+
+// Redis's bytesToHuman: "512B", "1.50K", "2.00M", "3.25G".
+std::string HumanBytes(uint64_t n) {
+  const double d = static_cast<double>(n);
+  char buf[32];
+  if (n < 1024) return absl::StrCat(n, "B");
+  if (n < (1ull << 20)) {
+    std::snprintf(buf, sizeof(buf), "%.2fK", d / 1024);
+  } else if (n < (1ull << 30)) {
+    std::snprintf(buf, sizeof(buf), "%.2fM", d / (1 << 20));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.2fG", d / (1ull << 30));
+  }
+  return buf;
+}
+
+// The resident set of this process in bytes (/proc/self/statm), 0 when unknown.
+uint64_t ResidentBytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long long size = 0, resident = 0;
+  const int got = std::fscanf(f, "%llu %llu", &size, &resident);
+  std::fclose(f);
+  return got == 2 ? resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) : 0;
+}
+
+std::string OsName() {
+  utsname u;
+  if (uname(&u) != 0) return "unknown";
+  return absl::StrCat(u.sysname, " ", u.release, " ", u.machine);
+}
+
+}  // namespace
+
+std::string Executor::InfoText(const std::vector<std::string>& sections) const {
+  auto wanted = [&](std::string_view name) {
+    if (sections.empty()) return true;
+    for (const std::string& s : sections) {
+      if (s == "all" || s == "default" || s == "everything" || s == name) return true;
+    }
+    return false;
+  };
   std::string s;
-  auto add = [&](const std::string& name, const std::string& body) {
-    if (!all && section != Lower(name)) return;
-    absl::StrAppend(&s, s.empty() ? "" : "\r\n", "# ", name, "\r\n", body);
+  auto add = [&](const std::string& name, auto&& body) {
+    if (!wanted(Lower(name))) return;
+    absl::StrAppend(&s, s.empty() ? "" : "\r\n", "# ", name, "\r\n", body());
   };
   const ServerStats st = counters_.Snapshot();
   const auto uptime = std::chrono::duration_cast<std::chrono::seconds>(
       std::chrono::steady_clock::now() - counters_.started);
-  add("Server", absl::StrCat("redis_version:7.0.0\r\n",  // what clients check for features
-                             "pmrt_server:1\r\n", "process_id:", getpid(), "\r\n", "tcp_port:",
-                             options_.port, "\r\n", "uptime_in_seconds:", uptime.count(), "\r\n",
-                             "pmrt_threads:", options_.threads, "\r\n"));
-  add("Clients", absl::StrCat("connected_clients:", st.connected_clients, "\r\n",
-                              "maxclients:", options_.max_clients, "\r\n"));
-  add("Stats", absl::StrCat("total_connections_received:", st.connections_received, "\r\n",
-                            "rejected_connections:", st.rejected_connections, "\r\n",
-                            "total_commands_processed:", st.commands_processed, "\r\n",
-                            "protocol_errors:", st.protocol_errors, "\r\n", "pmrt_syncs:", st.syncs,
-                            "\r\n", "pmrt_idle_closed:", st.idle_closed, "\r\n"));
-  Pool& pool = kv_.pool();
-  add("Pool", absl::StrCat("pool_path:", pool.path(), "\r\n", "pool_size:", pool.size(), "\r\n",
-                           "pool_grow_by:", pool.grow_by(), "\r\n", "pool_growths:", pool.growths(),
-                           "\r\n", "pool_max_size:", pool.max_size(), "\r\n"));
-  epoch::Manager& epochs = kv_.epochs();
-  const epoch::ManagerStats es = epochs.stats();
-  add("Epoch",
-      absl::StrCat("epoch_current:", epochs.current(), "\r\n", "epoch_completed:",
-                   epochs.completed(), "\r\n", "epoch_interval_ms:", options_.epoch_ms, "\r\n",
-                   "epoch_advances:", es.advances, "\r\n", "epoch_lines_flushed:", es.lines_flushed,
-                   "\r\n", "epoch_boundary_time_us:", es.boundary_time.count() / 1000, "\r\n",
-                   "epoch_log_entries:", es.log_entries, "\r\n"));
-  if (all || section == "heap") {
+  add("Server", [&] {
+    return absl::StrCat("redis_version:", kRedisVersion, "\r\n", "redis_mode:standalone\r\n",
+                        "os:", OsName(), "\r\n", "arch_bits:", sizeof(void*) * 8, "\r\n",
+                        "process_id:", getpid(), "\r\n", "tcp_port:", options_.port, "\r\n",
+                        "uptime_in_seconds:", uptime.count(), "\r\n",
+                        "uptime_in_days:", uptime.count() / 86400, "\r\n",
+                        "config_file:", options_.config_file, "\r\n", "pmrt_version:", PMRT_VERSION,
+                        "\r\n", "pmrt_server:1\r\n", "pmrt_threads:", options_.threads, "\r\n");
+  });
+  add("Clients", [&] {
+    return absl::StrCat("connected_clients:", st.connected_clients, "\r\n",
+                        "maxclients:", settings_.max_clients.load(std::memory_order_relaxed),
+                        "\r\n", "blocked_clients:0\r\n", "pmrt_auth_required:",
+                        settings_.auth_required.load(std::memory_order_relaxed) ? 1 : 0, "\r\n");
+  });
+  add("Memory", [&] {
     const alloc::HeapStats hs = kv_.heap().Stats();
-    add("Heap", absl::StrCat("heap_bytes:", hs.heap_bytes, "\r\n", "heap_used_bytes:",
-                             hs.used_bytes, "\r\n", "heap_free_bytes:", hs.free_bytes, "\r\n",
-                             "heap_largest_free_extent:", hs.largest_free_extent, "\r\n",
-                             "heap_free_in_small_chunks:", hs.free_in_small_chunks, "\r\n",
-                             "heap_chunks_returned:", hs.chunks_returned, "\r\n",
-                             "heap_live_blocks:", hs.live_blocks, "\r\n"));
-  }
-  if (all || section == "keyspace") {
-    add("Keyspace", absl::StrCat("db0:keys=", kv_.tree().size(), ",expires=0,avg_ttl=0\r\n"));
-  }
+    const uint64_t rss = ResidentBytes();
+    return absl::StrCat(
+        "used_memory:", hs.used_bytes, "\r\n", "used_memory_human:", HumanBytes(hs.used_bytes),
+        "\r\n", "used_memory_rss:", rss, "\r\n", "used_memory_rss_human:", HumanBytes(rss), "\r\n",
+        "maxmemory:0\r\n", "maxmemory_human:0B\r\n", "maxmemory_policy:noeviction\r\n",
+        "mem_allocator:pmrt\r\n", "pmrt_pool_size:", kv_.pool().size(), "\r\n",
+        "pmrt_heap_free_bytes:", hs.free_bytes, "\r\n");
+  });
+  add("Persistence", [&] {
+    // What the open before this server run found and did (the recovery of a crash).
+    const tools::KvStore::OpenTimes& t = kv_.open_times();
+    const auto open_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(t.pool + t.epochs + t.heap + t.tree)
+            .count();
+    const bool clean = kv_.pool().was_clean_shutdown();
+    std::string rolled_back = "none";
+    if (!clean) {
+      // The last range recorded before this execution: the epochs the crash interrupted.
+      for (const auto& [lo, hi] : kv_.epochs().failed_ranges()) {
+        if (hi < kv_.epochs().execution_first()) rolled_back = absl::StrCat(lo, "-", hi);
+      }
+    }
+    const epoch::ManagerStats es = kv_.epochs().stats();
+    return absl::StrCat("loading:0\r\n", "async_loading:0\r\n", "rdb_changes_since_last_save:0\r\n",
+                        "rdb_bgsave_in_progress:0\r\n", "rdb_last_bgsave_status:ok\r\n",
+                        "aof_enabled:0\r\n", "aof_rewrite_in_progress:0\r\n",
+                        "pmrt_durability:epochs\r\n", "pmrt_epoch_interval_ms:", options_.epoch_ms,
+                        "\r\n", "pmrt_epoch_completed:", kv_.epochs().completed(), "\r\n",
+                        "pmrt_last_open_unix_ms:", start_unix_ms_, "\r\n",
+                        "pmrt_last_open_clean:", clean ? 1 : 0, "\r\n",
+                        "pmrt_last_open_time_us:", open_us, "\r\n",
+                        "pmrt_last_recovery_rolled_back_epochs:", rolled_back, "\r\n",
+                        "pmrt_last_recovery_log_entries_replayed:", es.log_entries_replayed, "\r\n",
+                        "pmrt_failed_epoch_ranges:", kv_.epochs().failed_ranges().size(), "\r\n");
+  });
+  add("Stats", [&] {
+    return absl::StrCat("total_connections_received:", st.connections_received, "\r\n",
+                        "rejected_connections:", st.rejected_connections, "\r\n",
+                        "total_commands_processed:", st.commands_processed, "\r\n",
+                        "protocol_errors:", st.protocol_errors, "\r\n", "pmrt_syncs:", st.syncs,
+                        "\r\n", "pmrt_idle_closed:", st.idle_closed, "\r\n");
+  });
+  add("Replication", [&] { return std::string("role:master\r\nconnected_slaves:0\r\n"); });
+  Pool& pool = kv_.pool();
+  add("Pool", [&] {
+    return absl::StrCat("pool_path:", pool.path(), "\r\n", "pool_size:", pool.size(), "\r\n",
+                        "pool_grow_by:", pool.grow_by(), "\r\n", "pool_growths:", pool.growths(),
+                        "\r\n", "pool_max_size:", pool.max_size(), "\r\n");
+  });
+  add("Epoch", [&] {
+    epoch::Manager& epochs = kv_.epochs();
+    const epoch::ManagerStats es = epochs.stats();
+    return absl::StrCat(
+        "epoch_current:", epochs.current(), "\r\n", "epoch_completed:", epochs.completed(), "\r\n",
+        "epoch_interval_ms:", options_.epoch_ms, "\r\n", "epoch_advances:", es.advances, "\r\n",
+        "epoch_lines_flushed:", es.lines_flushed, "\r\n",
+        "epoch_boundary_time_us:", es.boundary_time.count() / 1000, "\r\n",
+        "epoch_log_entries:", es.log_entries, "\r\n");
+  });
+  add("Heap", [&] {
+    const alloc::HeapStats hs = kv_.heap().Stats();
+    return absl::StrCat("heap_bytes:", hs.heap_bytes, "\r\n", "heap_used_bytes:", hs.used_bytes,
+                        "\r\n", "heap_free_bytes:", hs.free_bytes, "\r\n",
+                        "heap_largest_free_extent:", hs.largest_free_extent, "\r\n",
+                        "heap_free_in_small_chunks:", hs.free_in_small_chunks, "\r\n",
+                        "heap_chunks_returned:", hs.chunks_returned, "\r\n",
+                        "heap_live_blocks:", hs.live_blocks, "\r\n");
+  });
+  add("Keyspace",
+      [&] { return absl::StrCat("db0:keys=", kv_.tree().size(), ",expires=0,avg_ttl=0\r\n"); });
   return s;
 }
 
-After Executor::Info(Args& a, std::string& out, uint64_t*) {
-  AppendBulk(out, InfoText(a.size() > 1 ? Lower(a[1]) : ""));
+After Executor::Info(Args& a, std::string& out, Call& call) {
+  std::vector<std::string> sections;
+  for (size_t i = 1; i < a.size(); ++i) sections.push_back(Lower(a[i]));
+  AppendVerbatim(out, InfoText(sections), call.proto());
   return After::kNone;
 }
 
-After Executor::Command(Args& a, std::string& out, uint64_t*) {
+After Executor::Command(Args& a, std::string& out, Call& call) {
   // redis-cli asks for COMMAND DOCS at startup to offer hints; an empty answer means "none".
   if (a.size() > 1 && Lower(a[1]) == "count") {
     AppendInteger(out, static_cast<int64_t>(commands_.size()));
+  } else if (a.size() > 1 && Lower(a[1]) == "docs") {
+    AppendMapHeader(out, 0, call.proto());  // a map in RESP3, as Redis's
   } else {
     AppendArrayHeader(out, 0);
   }
   return After::kNone;
 }
 
-After Executor::Sync(Args&, std::string&, uint64_t* sync_epoch) {
+After Executor::Sync(Args&, std::string&, Call& call) {
   // Every write acknowledged before this point (to this client or any other) returned from the
   // tree before now, so it ran in an epoch <= current(): once that epoch is complete, all of
   // them are durable.
-  *sync_epoch = kv_.epochs().current();
+  *call.sync_epoch = kv_.epochs().current();
   return After::kSync;
 }
 
-After Executor::Quit(Args&, std::string& out, uint64_t*) {
+After Executor::Quit(Args&, std::string& out, Call&) {
   AppendSimple(out, "OK");
   return After::kClose;
 }
 
-After Executor::Select(Args& a, std::string& out, uint64_t*) {
+After Executor::Select(Args& a, std::string& out, Call&) {
   if (a[1] == "0") {
     AppendSimple(out, "OK");
   } else {
@@ -705,7 +931,7 @@ After Executor::Select(Args& a, std::string& out, uint64_t*) {
   return After::kNone;
 }
 
-After Executor::FlushAll(Args& a, std::string& out, uint64_t*) {
+After Executor::FlushAll(Args& a, std::string& out, Call&) {
   if (a.size() > 2 || (a.size() == 2 && Lower(a[1]) != "sync" && Lower(a[1]) != "async")) {
     AppendError(out, "ERR syntax error");
     return After::kNone;

@@ -3,20 +3,25 @@
 // command list and each command's contract are in docs/server.md.
 //
 //   pmrt::server::Executor exec(kv, options, counters);
+//   pmrt::server::Session session;              // one per connection
+//   exec.Register(session, peer, local, fd);    // while the connection is open
 //   std::string out;
 //   uint64_t sync_epoch;
-//   if (exec.Execute(argv, &out, &sync_epoch) == Executor::After::kSync) { ...wait... }
+//   if (exec.Execute(argv, session, &out, &sync_epoch) == Executor::After::kSync) { ...wait... }
+//   exec.Unregister(session);
 //
 // Thread safety: Execute may run concurrently from every worker (the tree is concurrent; the
-// SCAN cursor table has its own mutex). Each write command holds the KeyLocks stripes of its
-// keys for its whole run (key_locks.h), so a read-modify-write (INCR, APPEND, SET ... GET) is
-// atomic against every other write to its key; reads take no lock.
+// SCAN cursor table and the client registry have their own mutexes), each call with the session
+// of its own connection. Each write command holds the KeyLocks stripes of its keys for its
+// whole run (key_locks.h), so a read-modify-write (INCR, APPEND, SET ... GET, RENAME) is atomic
+// against every other write to its keys; reads take no lock.
 #ifndef PMRT_TOOLS_SERVER_COMMANDS_H_
 #define PMRT_TOOLS_SERVER_COMMANDS_H_
 
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -35,6 +40,49 @@ namespace pmrt::server {
 // folds ASCII letters.
 bool GlobMatch(std::string_view pattern, std::string_view s, bool nocase = false);
 
+// The settings CONFIG SET changes while the server runs (the rest of ServerOptions is fixed at
+// start). Read by the workers (timeout), the acceptor (maxclients) and every command
+// (requirepass, pmrt-verify-reads): each atomic is an independent setting, read relaxed (no
+// other memory is published through it); the password has its mutex.
+struct LiveSettings {
+  std::atomic<int> max_clients{0};
+  std::atomic<int> idle_timeout_s{0};
+  std::atomic<bool> verify_reads{false};
+  std::atomic<bool> auth_required{false};  // requirepass is not empty
+
+  std::string requirepass() const {
+    std::lock_guard<std::mutex> l(mu);
+    return password;
+  }
+  void set_requirepass(std::string p) {
+    std::lock_guard<std::mutex> l(mu);
+    auth_required.store(!p.empty(), std::memory_order_relaxed);
+    password = std::move(p);
+  }
+
+ private:
+  mutable std::mutex mu;
+  std::string password;  // guarded by mu
+};
+
+// One connection's state that commands read and change (HELLO, AUTH, CLIENT): owned by the
+// network layer's connection, registered with the Executor while the connection is open.
+// Thread safety: every field is written by the connection's own worker only. The fields that
+// other connections read (CLIENT LIST) are atomics or written under the registry's mutex
+// (Executor::clients_mu_); the owner reads its own without the mutex.
+struct Session {
+  uint64_t id = 0;                // CLIENT ID: unique in this server run; set by Register
+  std::string addr, laddr;        // "ip:port" of the peer and of the local end (Register)
+  int fd = -1;                    // the socket (CLIENT LIST's fd=)
+  int64_t created_ns = 0;         // steady clock at Register
+  int resp = 2;                   // the protocol of this connection's replies (HELLO); mutex
+  bool authenticated = false;     // AUTH or HELLO ... AUTH succeeded (or no password is set)
+  std::string name;               // CLIENT SETNAME; mutex
+  std::string lib_name, lib_ver;  // CLIENT SETINFO; mutex
+  std::atomic<const char*> last_command{"NULL"};  // a name in the command table (CLIENT LIST)
+  std::atomic<int64_t> last_active_ns{0};         // steady clock at the last request read
+};
+
 class Executor {
  public:
   // What the caller does after Execute.
@@ -46,13 +94,31 @@ class Executor {
 
   Executor(tools::KvStore& kv, const ServerOptions& options, const ServerCounters& counters);
 
-  // Runs argv (argv[0] is the command name, any case; argv is not empty) and appends its reply
-  // (or an -ERR reply) to *out. Arguments may be moved from.
-  After Execute(std::vector<std::string>& argv, std::string* out, uint64_t* sync_epoch);
+  // Runs argv (argv[0] is the command name, any case; argv is not empty) for the connection of
+  // `session` and appends its reply (or an -ERR reply) to *out. Arguments may be moved from.
+  After Execute(std::vector<std::string>& argv, Session& session, std::string* out,
+                uint64_t* sync_epoch);
+
+  // Adds an open connection to the registry (CLIENT LIST): gives it its id and addresses, and
+  // its authentication state (authenticated when no password is required).
+  void Register(Session& session, std::string addr, std::string laddr, int fd);
+  // Removes it. REQUIRES: Register(session) was called.
+  void Unregister(Session& session);
+
+  // The settings that can change at runtime (CONFIG SET), initialised from the options.
+  LiveSettings& settings() { return settings_; }
+  const LiveSettings& settings() const { return settings_; }
 
  private:
   using Args = std::vector<std::string>;
-  using Handler = After (Executor::*)(Args&, std::string&, uint64_t*);
+  // What a handler gets besides its arguments: its connection's session, and where PMRT.SYNC
+  // leaves the epoch to wait for.
+  struct Call {
+    Session& session;
+    uint64_t* sync_epoch;
+    int proto() const { return session.resp; }
+  };
+  using Handler = After (Executor::*)(Args&, std::string&, Call&);
   // Whether a command writes, and which of its arguments are the keys whose stripes it holds.
   // Every write is refused while the pool is in its failed mode.
   enum class Access : uint8_t {
@@ -61,6 +127,7 @@ class Executor {
     kWriteKeys,   // argv[1], argv[2], ... (DEL)
     kWritePairs,  // argv[1], argv[3], ... (MSET)
     kWriteEach,   // the handler locks each key it writes, one at a time (FLUSHALL)
+    kWriteTwo,    // argv[1] and argv[2] (RENAME, COPY)
   };
   struct Spec {
     Handler fn;
@@ -68,52 +135,79 @@ class Executor {
     Access access = Access::kRead;
   };
   // Runs a write command's handler under the stripes of its keys (Spec::access).
-  After RunWrite(const Spec& spec, Args& a, std::string& out, uint64_t* sync_epoch);
+  After RunWrite(const Spec& spec, Args& a, std::string& out, Call& call);
   // Whether the pool's file is still the one opened (not removed or replaced), looked at no
   // more than once a second; a file gone puts the pool in its failed mode (writes refused).
   void WatchPoolFile();
 
-  After Ping(Args& a, std::string& out, uint64_t*);
-  After Echo(Args& a, std::string& out, uint64_t*);
+  After Ping(Args& a, std::string& out, Call&);
+  After Echo(Args& a, std::string& out, Call&);
   // The string and counter commands (string_commands.cc).
-  After Set(Args& a, std::string& out, uint64_t*);
-  After SetNx(Args& a, std::string& out, uint64_t*);
-  After GetSet(Args& a, std::string& out, uint64_t*);
-  After GetDel(Args& a, std::string& out, uint64_t*);
-  After Incr(Args& a, std::string& out, uint64_t*);
-  After Decr(Args& a, std::string& out, uint64_t*);
-  After IncrBy(Args& a, std::string& out, uint64_t*);
-  After DecrBy(Args& a, std::string& out, uint64_t*);
-  After IncrByFloat(Args& a, std::string& out, uint64_t*);
-  After Append(Args& a, std::string& out, uint64_t*);
-  After StrLen(Args& a, std::string& out, uint64_t*);
-  After GetRange(Args& a, std::string& out, uint64_t*);
-  After SetRange(Args& a, std::string& out, uint64_t*);
-  After Unsupported(Args& a, std::string& out, uint64_t*);
+  After Set(Args& a, std::string& out, Call&);
+  After SetNx(Args& a, std::string& out, Call&);
+  After GetSet(Args& a, std::string& out, Call&);
+  After GetDel(Args& a, std::string& out, Call&);
+  After Incr(Args& a, std::string& out, Call&);
+  After Decr(Args& a, std::string& out, Call&);
+  After IncrBy(Args& a, std::string& out, Call&);
+  After DecrBy(Args& a, std::string& out, Call&);
+  After IncrByFloat(Args& a, std::string& out, Call&);
+  After Append(Args& a, std::string& out, Call&);
+  After StrLen(Args& a, std::string& out, Call&);
+  After GetRange(Args& a, std::string& out, Call&);
+  After SetRange(Args& a, std::string& out, Call&);
+  After Unsupported(Args& a, std::string& out, Call&);
   // Adds `delta` to the integer under `key` (0 when absent) and replies with the sum.
   void AddToInteger(std::string_view key, int64_t delta, std::string& out);
   // False (with an -ERR reply appended) when a string of base + added bytes would be longer
   // than a bulk string may be (--max-bulk, Redis's proto-max-bulk-len).
   bool LengthOk(uint64_t base, uint64_t added, std::string& out) const;
-  After Get(Args& a, std::string& out, uint64_t*);
-  After Del(Args& a, std::string& out, uint64_t*);
-  After Exists(Args& a, std::string& out, uint64_t*);
-  After MSet(Args& a, std::string& out, uint64_t*);
-  After MGet(Args& a, std::string& out, uint64_t*);
+  After Get(Args& a, std::string& out, Call&);
+  After Del(Args& a, std::string& out, Call&);
+  After Exists(Args& a, std::string& out, Call&);
+  After MSet(Args& a, std::string& out, Call&);
+  After MGet(Args& a, std::string& out, Call&);
   // The reply limit in effect (ServerOptions::max_reply, never below a bulk string's), and the
   // error that replaces a reply past it.
   size_t MaxReply() const;
   void ReplyTooLarge(std::string& out, std::string_view command, size_t elements);
-  After DbSize(Args& a, std::string& out, uint64_t*);
-  After Scan(Args& a, std::string& out, uint64_t*);
-  After Range(Args& a, std::string& out, uint64_t*);
-  After Config(Args& a, std::string& out, uint64_t*);
-  After Info(Args& a, std::string& out, uint64_t*);
-  After Command(Args& a, std::string& out, uint64_t*);
-  After Sync(Args& a, std::string& out, uint64_t*);
-  After Quit(Args& a, std::string& out, uint64_t*);
-  After Select(Args& a, std::string& out, uint64_t*);
-  After FlushAll(Args& a, std::string& out, uint64_t*);
+  After DbSize(Args& a, std::string& out, Call&);
+  After Scan(Args& a, std::string& out, Call&);
+  After Range(Args& a, std::string& out, Call&);
+  After Config(Args& a, std::string& out, Call&);
+  After Info(Args& a, std::string& out, Call&);
+  After Command(Args& a, std::string& out, Call&);
+  After Sync(Args& a, std::string& out, Call&);
+  After Quit(Args& a, std::string& out, Call&);
+  After Select(Args& a, std::string& out, Call&);
+  After FlushAll(Args& a, std::string& out, Call&);
+  // The connection commands (connection_commands.cc).
+  After Hello(Args& a, std::string& out, Call&);
+  After Auth(Args& a, std::string& out, Call&);
+  After Client(Args& a, std::string& out, Call&);
+  After ClientList(Args& a, std::string& out, Call&);
+  After Time(Args& a, std::string& out, Call&);
+  // Checks `user` and `pass` against requirepass; true when they match (the session is then
+  // authenticated), else false with the error appended.
+  bool Authenticate(std::string_view user, std::string_view pass, Call& call, std::string& out);
+  // CLIENT LIST's line for one session (without its line end). REQUIRES: clients_mu_ held.
+  std::string ClientLine(const Session& s, int64_t now_ns) const;
+  // The keyspace commands (keyspace_commands.cc).
+  After Keys(Args& a, std::string& out, Call&);
+  After Type(Args& a, std::string& out, Call&);
+  After RandomKey(Args& a, std::string& out, Call&);
+  After Rename(Args& a, std::string& out, Call&);
+  After RenameNx(Args& a, std::string& out, Call&);
+  After Copy(Args& a, std::string& out, Call&);
+  // What MoveValue did.
+  enum class Move : uint8_t { kDone, kNoSource, kTargetExists, kFailed };
+  // Writes the value of `src` under `dst` and, with `remove_src`, removes `src`: under one
+  // epoch guard, so that a crash keeps both changes or neither. With `replace` false an existing
+  // `dst` is left alone (kTargetExists). kFailed: an error is appended (no room, damaged value)
+  // and nothing changed. REQUIRES: the caller holds the stripes of both keys; src != dst.
+  Move MoveValue(std::string_view src, std::string_view dst, bool remove_src, bool replace,
+                 std::string& out);
+  After ConfigSet(Args& a, std::string& out, Call&);
 
   // False (with an -ERR reply appended) when a key is longer than options_.max_key.
   bool KeyOk(std::string_view key, std::string& out) const;
@@ -127,15 +221,18 @@ class Executor {
   Read ReadValue(std::string_view key, std::string* value, std::string& out) const;
   // Appends the value of `key` as a bulk string, a null bulk when absent, or with
   // --verify-reads an error when the value fails its checksum. `value` is scratch.
-  void AppendRead(std::string_view key, std::string& value, std::string& out) const;
+  void AppendRead(std::string_view key, std::string& value, std::string& out, int proto) const;
   // The reply for what ReadValue found: `value` as a bulk string, a null bulk, or nothing more
   // (kFailed: its error is appended already).
-  static void AppendReadReply(Read found, std::string_view value, std::string& out);
+  static void AppendReadReply(Read found, std::string_view value, std::string& out, int proto);
   // Writes `value` under `key`; false with an -OOM reply when the heap is full.
   bool Put(std::string_view key, std::string_view value, std::string& out);
   // The OOM error of a write the pool has no room for (pool path and size, value size).
   void Oom(size_t value_bytes, std::string& out);
-  std::string InfoText(std::string_view section) const;
+  // The INFO text of the named sections (lower case; empty: the default ones).
+  std::string InfoText(const std::vector<std::string>& sections) const;
+  // The redis_version INFO and HELLO report (docs/server.md, "Compatibility").
+  static constexpr char kRedisVersion[] = "6.2.0";
   std::vector<std::pair<std::string, std::string>> ConfigValues() const;
   // SCAN cursors: a handle to the key the next call starts at (see docs/server.md).
   uint64_t SaveCursor(std::string next_key);
@@ -146,6 +243,14 @@ class Executor {
   const ServerCounters& counters_;
   std::unordered_map<std::string, Spec> commands_;
   KeyLocks locks_;
+  LiveSettings settings_;
+  // When this Executor was made (the server's start): INFO's recovery fields name the open
+  // that preceded it.
+  int64_t start_unix_ms_ = 0;
+
+  std::atomic<uint64_t> next_client_id_{1};
+  mutable std::mutex clients_mu_;
+  std::map<uint64_t, Session*> clients_;  // by id; guarded by clients_mu_
   // The pool file's identity at start (st_dev, st_ino), and the last look (steady-clock ns).
   uint64_t pool_dev_ = 0, pool_ino_ = 0;
   bool watch_file_ = false;

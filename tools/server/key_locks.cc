@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <utility>
 
 namespace pmrt::server {
 
@@ -30,6 +31,16 @@ KeyLocks::Held KeyLocks::LockOne(std::string_view key) {
   Held held(this);
   held.stripes_.push_back(static_cast<uint16_t>(StripeOf(key)));
   stripes_[held.stripes_[0]].mu.lock();
+  return held;
+}
+
+KeyLocks::Held KeyLocks::LockTwo(std::string_view a, std::string_view b) {
+  Held held(this);
+  uint16_t x = static_cast<uint16_t>(StripeOf(a)), y = static_cast<uint16_t>(StripeOf(b));
+  if (x > y) std::swap(x, y);
+  held.stripes_.push_back(x);  // ascending and distinct (invariant 1)
+  if (y != x) held.stripes_.push_back(y);
+  for (uint16_t s : held.stripes_) stripes_[s].mu.lock();
   return held;
 }
 

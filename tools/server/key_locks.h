@@ -60,6 +60,8 @@ class KeyLocks {
   Held Lock(const std::vector<std::string>& argv, size_t first, size_t step);
   // Locks the stripe of one key. REQUIRES: the calling thread holds no stripe.
   Held LockOne(std::string_view key);
+  // Locks the stripes of two keys (one when they share it). REQUIRES: as LockOne.
+  Held LockTwo(std::string_view a, std::string_view b);
 
   static size_t StripeOf(std::string_view key);
 

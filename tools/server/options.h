@@ -14,14 +14,16 @@
 namespace pmrt::server {
 
 struct ServerOptions {
-  std::string bind = "127.0.0.1";  // IPv4 address to listen on
-  int port = 7379;                 // 0: an ephemeral port (see Server::port())
-  int threads = 0;                 // workers; 0: one per core
-  int max_clients = 10000;         // connections beyond this get an error and are closed
-  RespLimits limits;               // protocol limits (bulk size, array length, inline size)
-  size_t max_key = 64 << 10;       // bytes in a key
-  size_t output_limit = 1 << 20;   // pending reply bytes that pause reading a connection
-  size_t max_range = 1000000;      // elements of one PMRT.RANGE, keys of one SCAN COUNT
+  // The addresses to listen on, IPv4 or IPv6, separated by blanks or commas (as Redis's `bind`);
+  // "localhost" is 127.0.0.1. The port is the same on each.
+  std::string bind = "127.0.0.1";
+  int port = 7379;                // 0: an ephemeral port (see Server::port())
+  int threads = 0;                // workers; 0: one per core
+  int max_clients = 10000;        // connections beyond this get an error and are closed
+  RespLimits limits;              // protocol limits (bulk size, array length, inline size)
+  size_t max_key = 64 << 10;      // bytes in a key
+  size_t output_limit = 1 << 20;  // pending reply bytes that pause reading a connection
+  size_t max_range = 1000000;     // elements of one PMRT.RANGE, keys of one SCAN COUNT
   // Bytes of one reply of several elements (MGET, PMRT.RANGE, SCAN); a larger one is replaced
   // by an error (the connection stays). Never below limits.max_bulk plus its framing, so that
   // any value one SET stored can be read back by GET or a one-key MGET.
@@ -35,6 +37,10 @@ struct ServerOptions {
   // instead of bytes that differ from what was written (a damaged pool). Off by default: a
   // read then costs one CRC32C over its key and value.
   bool verify_reads = false;
+  // Clients must AUTH with this password (user "default") before any other command, as with
+  // Redis's `requirepass`; empty: no authentication. CONFIG SET requirepass changes it.
+  std::string requirepass;
+  std::string config_file;  // the --config file read at start, if any (INFO's config_file)
 };
 
 // A snapshot of ServerCounters.

@@ -300,4 +300,40 @@ void AppendArrayHeader(std::string& out, size_t n) {
   out.append("\r\n");
 }
 
+namespace {
+
+void AppendHeader(std::string& out, char type, size_t n) {
+  char buf[24];
+  auto r = std::to_chars(buf, buf + sizeof(buf), n);
+  out.push_back(type);
+  out.append(buf, r.ptr);
+  out.append("\r\n");
+}
+
+}  // namespace
+
+void AppendNull(std::string& out, int proto) {
+  if (proto == 3) {
+    out.append("_\r\n");
+  } else {
+    AppendNullBulk(out);
+  }
+}
+
+void AppendMapHeader(std::string& out, size_t pairs, int proto) {
+  if (proto == 3) {
+    AppendHeader(out, '%', pairs);
+  } else {
+    AppendArrayHeader(out, 2 * pairs);
+  }
+}
+
+void AppendVerbatim(std::string& out, std::string_view text, int proto) {
+  if (proto != 3) return AppendBulk(out, text);
+  AppendHeader(out, '=', text.size() + 4);
+  out.append("txt:");
+  out.append(text);
+  out.append("\r\n");
+}
+
 }  // namespace pmrt::server

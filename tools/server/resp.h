@@ -1,4 +1,5 @@
-// RESP2, the Redis serialization protocol: an incremental request parser and reply encoders.
+// RESP2, the Redis serialization protocol: an incremental request parser and reply encoders
+// (and the RESP3 forms of the replies that differ, for connections that asked with HELLO 3).
 //
 //   pmrt::server::RespParser parser({.max_bulk = 1 << 20});
 //   parser.Feed(bytes, n);                        // whatever the socket returned
@@ -105,6 +106,14 @@ void AppendInteger(std::string& out, int64_t v);  // ":v\r\n"
 void AppendBulk(std::string& out, std::string_view s);
 void AppendNullBulk(std::string& out);  // "$-1\r\n"
 void AppendArrayHeader(std::string& out, size_t n);
+
+// ---- the replies whose RESP3 form differs (HELLO 3); `proto` is the connection's, 2 or 3 ----
+void AppendNull(std::string& out, int proto);  // RESP3 "_\r\n"; RESP2 "$-1\r\n"
+// A map of `pairs` key-value pairs follows: RESP3 "%pairs"; RESP2 an array of 2 * pairs.
+void AppendMapHeader(std::string& out, size_t pairs, int proto);
+// Text for people (INFO, CLIENT LIST): RESP3 a verbatim string "=len\r\ntxt:text\r\n"; RESP2
+// a bulk string.
+void AppendVerbatim(std::string& out, std::string_view text, int proto);
 
 }  // namespace pmrt::server
 

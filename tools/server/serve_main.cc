@@ -3,15 +3,23 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "tools/bytes_format.h"
 #include "tools/kv_store.h"
+#include "tools/server/resp.h"
 #include "tools/server/server.h"
 
 namespace pmrt::tools {
@@ -22,12 +30,14 @@ constexpr char kUsage[] =
     "                       [--epoch-ms N] [--threads N] [--max-clients N] [--max-bulk BYTES] "
     "[--max-key BYTES]\n"
     "                       [--max-reply BYTES] [--timeout SECONDS] [--verify-reads]\n"
+    "                       [--requirepass PASSWORD] [--config FILE]\n"
     "\n"
-    "Serves the key-value tree of POOL over RESP2 (the Redis protocol; redis-cli and\n"
-    "redis-benchmark work) until SIGINT or SIGTERM, then closes the pool cleanly.\n"
+    "Serves the key-value tree of POOL over RESP2 and RESP3 (the Redis protocol; redis-cli,\n"
+    "redis-benchmark and redis-py work) until SIGINT or SIGTERM, then closes the pool cleanly.\n"
     "\n"
     "  --port P            TCP port (default 7379; 0 picks a free one, printed at start)\n"
-    "  --bind ADDR         IPv4 address to listen on (default 127.0.0.1, loopback only)\n"
+    "  --bind ADDRS        IPv4 or IPv6 addresses to listen on, separated by blanks or commas\n"
+    "                      (default 127.0.0.1, loopback only)\n"
     "  --create-size BYTES create POOL with this size if it does not exist (K, M, G suffixes)\n"
     "  --grow-by BYTES     when the pool is full, grow it by this much (its file grows; default\n"
     "                      0: a full pool refuses writes with an OOM error)\n"
@@ -41,9 +51,14 @@ constexpr char kUsage[] =
     "  --timeout SECONDS   close a connection idle this long (default 0: never, as Redis)\n"
     "  --verify-reads      compare every value read with its checksum; a damaged value is\n"
     "                      an error reply, never served\n"
+    "  --requirepass PASSWORD  clients must AUTH with it before any other command\n"
+    "  --config FILE       read settings from FILE first, Redis-style \"name value\" lines\n"
+    "                      (port, bind, requirepass, maxclients, timeout, proto-max-bulk-len,\n"
+    "                      pmrt-verify-reads, pmrt-max-key-len, pmrt-max-reply, pmrt-epoch-ms,\n"
+    "                      pmrt-threads, pmrt-create-size, pmrt-grow-by); flags override it\n"
     "\n"
-    "Commands: PING ECHO SET [NX] SETNX GET DEL UNLINK EXISTS MSET MGET DBSIZE SCAN PMRT.RANGE\n"
-    "CONFIG GET, INFO, COMMAND, PMRT.SYNC, SELECT 0, FLUSHALL, FLUSHDB, QUIT (docs/server.md).\n"
+    "Commands: the string commands, KEYS TYPE RANDOMKEY RENAME RENAMENX COPY, HELLO AUTH\n"
+    "CLIENT TIME, CONFIG GET/SET, INFO, PMRT.SYNC, PMRT.RANGE... (docs/server.md).\n"
     "\n"
     "Durability: a reply to a write means the write will be durable by the next epoch\n"
     "boundary (every --epoch-ms, 64 ms by default): a crash loses at most the writes of the\n"
@@ -112,6 +127,8 @@ bool ParseFlags(const std::vector<std::string>& args, server::ServerOptions* opt
       opt->max_reply = size;
     } else if (name == "--timeout") {
       ok = ParseInt(v, 0, 1 << 30, &opt->idle_timeout_s);
+    } else if (name == "--requirepass") {
+      opt->requirepass = v;
     } else if (name == "--max-key") {
       ok = ParseSize(v, &size) && size > 0 && size <= (1ull << 30);
       opt->max_key = size;
@@ -125,6 +142,65 @@ bool ParseFlags(const std::vector<std::string>& args, server::ServerOptions* opt
     }
   }
   kv_opt->epochs.interval = std::chrono::milliseconds(opt->epoch_ms);
+  return true;
+}
+
+// The --config file's settings, by their Redis-style names, and the flag each one stands for.
+constexpr std::pair<const char*, const char*> kConfigNames[] = {
+    {"port", "--port"},
+    {"bind", "--bind"},
+    {"requirepass", "--requirepass"},
+    {"maxclients", "--max-clients"},
+    {"timeout", "--timeout"},
+    {"proto-max-bulk-len", "--max-bulk"},
+    {"pmrt-verify-reads", "--verify-reads"},
+    {"pmrt-max-key-len", "--max-key"},
+    {"pmrt-max-reply", "--max-reply"},
+    {"pmrt-epoch-ms", "--epoch-ms"},
+    {"pmrt-threads", "--threads"},
+    {"pmrt-create-size", "--create-size"},
+    {"pmrt-grow-by", "--grow-by"},
+};
+
+// Reads a Redis-style config file: "name value" per line, blank lines and '#' comments skipped,
+// values quoted as in Redis ("a b", 'c'); `bind` takes several values. Appends the flags the
+// lines stand for to *flags; false (after a message naming the line) on an error.
+bool ReadConfigFile(const std::string& path, std::vector<std::string>* flags) {
+  std::ifstream in(path);
+  if (!in) {
+    std::fprintf(stderr, "pmrt serve: cannot read --config %s: %s\n", path.c_str(),
+                 std::strerror(errno));
+    return false;
+  }
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const size_t first = line.find_first_not_of(" \t");
+    if (first == std::string::npos || line[first] == '#') continue;
+    std::vector<std::string> words;
+    auto bad = [&](const std::string& why) {
+      std::fprintf(stderr, "pmrt serve: %s:%d: %s\n", path.c_str(), n, why.c_str());
+      return false;
+    };
+    if (!server::SplitInline(line, &words)) return bad("unbalanced quotes");
+    const std::string name = absl::AsciiStrToLower(words[0]);
+    const char* flag = nullptr;
+    for (const auto& [setting, f] : kConfigNames) {
+      if (name == setting) flag = f;
+    }
+    if (flag == nullptr) return bad(absl::StrCat("unknown setting '", words[0], "'"));
+    if (words.size() < 2 || (words.size() > 2 && name != "bind")) {
+      return bad(absl::StrCat("'", name, "' takes ", name == "bind" ? "addresses" : "one value"));
+    }
+    if (name == "pmrt-verify-reads") {
+      const std::string v = absl::AsciiStrToLower(words[1]);
+      if (v != "yes" && v != "no") return bad("pmrt-verify-reads takes yes or no");
+      if (v == "yes") flags->push_back(flag);
+      continue;
+    }
+    flags->push_back(flag);
+    flags->push_back(absl::StrJoin(words.begin() + 1, words.end(), " "));
+  }
   return true;
 }
 
@@ -156,7 +232,21 @@ int ServeMain(const std::vector<std::string>& args) {
   if (args.empty() || args[0].rfind("--", 0) == 0) return Usage();
   server::ServerOptions opt;
   KvStoreOptions kv_opt;
-  if (!ParseFlags(args, &opt, &kv_opt)) return Usage();
+  // The --config file's settings come first, so that every flag given overrides them.
+  std::vector<std::string> flags = {args[0]};
+  for (size_t i = 1; i + 1 < args.size(); ++i) {
+    if (args[i] != "--config") continue;
+    opt.config_file = args[i + 1];
+    if (!ReadConfigFile(opt.config_file, &flags)) return 2;
+  }
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == "--config" && i + 1 < args.size()) {
+      ++i;
+    } else {
+      flags.push_back(args[i]);
+    }
+  }
+  if (!ParseFlags(flags, &opt, &kv_opt)) return Usage();
   const std::string& path = args[0];
 
   // SIGINT and SIGTERM are taken with sigwait below: block them before any thread starts (the
@@ -192,11 +282,20 @@ int ServeMain(const std::vector<std::string>& args) {
     return 1;
   }
   const server::ServerOptions& o = (*server)->options();
-  std::printf("pmrt serve: listening on %s:%d, pool %s (%zu keys, %d threads, epoch %d ms)\n",
-              o.bind.c_str(), (*server)->port(), path.c_str(), (*kv)->tree().size(), o.threads,
-              o.epoch_ms);
-  // Only 127.0.0.0/8 is loopback for an IPv4 bind.
-  if (o.bind.rfind("127.", 0) != 0) {
+  // "listening on ADDR:PORT, ADDR:PORT, pool ..." (IPv6 addresses in brackets).
+  std::string where;
+  bool loopback = true;
+  for (absl::string_view b : absl::StrSplit(o.bind, ' ', absl::SkipEmpty())) {
+    const std::string addr(b);
+    const bool v6 = addr.find(':') != std::string::npos;
+    absl::StrAppend(&where, v6 ? "[" : "", addr, v6 ? "]" : "", ":", (*server)->port(), ", ");
+    // Only 127.0.0.0/8 and ::1 are loopback.
+    loopback = loopback && (addr.rfind("127.", 0) == 0 || addr == "localhost" || addr == "::1" ||
+                            addr == "[::1]");
+  }
+  std::printf("pmrt serve: listening on %spool %s (%zu keys, %d threads, epoch %d ms)\n",
+              where.c_str(), path.c_str(), (*kv)->tree().size(), o.threads, o.epoch_ms);
+  if (!loopback && o.requirepass.empty()) {
     std::fprintf(stderr,
                  "pmrt serve: warning: listening on %s with no authentication: anyone who can "
                  "reach this address can read, overwrite and FLUSHALL the store\n",

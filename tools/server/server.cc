@@ -19,6 +19,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace pmrt::server {
 namespace {
@@ -40,6 +42,57 @@ void DrainFd(int fd) {
 
 constexpr char kMaxClientsReply[] = "-ERR max number of clients reached\r\n";
 
+// "ip:port" of a socket address, "[ip]:port" for IPv6 (as Redis's CLIENT LIST writes them).
+std::string AddrText(const sockaddr_storage& ss) {
+  char ip[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (ss.ss_family == AF_INET6) {
+    const auto& a = reinterpret_cast<const sockaddr_in6&>(ss);
+    inet_ntop(AF_INET6, &a.sin6_addr, ip, sizeof(ip));
+    port = ntohs(a.sin6_port);
+    return absl::StrCat("[", ip, "]:", port);
+  }
+  const auto& a = reinterpret_cast<const sockaddr_in&>(ss);
+  inet_ntop(AF_INET, &a.sin_addr, ip, sizeof(ip));
+  port = ntohs(a.sin_port);
+  return absl::StrCat(ip, ":", port);
+}
+
+// The peer's and the local address of a connected socket.
+std::pair<std::string, std::string> Endpoints(int fd) {
+  sockaddr_storage peer{}, local{};
+  socklen_t pl = sizeof(peer), ll = sizeof(local);
+  std::string p =
+      getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) == 0 ? AddrText(peer) : "?:0";
+  std::string l =
+      getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) == 0 ? AddrText(local) : "?:0";
+  return {std::move(p), std::move(l)};
+}
+
+// One address of --bind, parsed: IPv4, IPv6 (brackets allowed), or "localhost".
+bool ParseBindAddress(std::string text, int port, sockaddr_storage* ss, socklen_t* len) {
+  if (text == "localhost") text = "127.0.0.1";
+  if (text.size() > 2 && text.front() == '[' && text.back() == ']') {
+    text = text.substr(1, text.size() - 2);
+  }
+  *ss = {};
+  auto* v4 = reinterpret_cast<sockaddr_in*>(ss);
+  if (inet_pton(AF_INET, text.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(port));
+    *len = sizeof(sockaddr_in);
+    return true;
+  }
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(ss);
+  if (inet_pton(AF_INET6, text.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<uint16_t>(port));
+    *len = sizeof(sockaddr_in6);
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 // One client connection, owned by one worker.
@@ -54,6 +107,7 @@ struct Server::Connection {
   bool closed = false;
   uint32_t events = 0;            // the epoll interest registered now
   std::vector<std::string> argv;  // the command being run (reused)
+  Session session;                // registered with the executor from adoption to Close
   // The last time a request byte was read or a reply byte written (the idle timeout).
   std::chrono::steady_clock::time_point active = std::chrono::steady_clock::now();
 
@@ -223,8 +277,9 @@ class Server::Worker {
 void Server::Worker::Loop() {
   constexpr int kMaxEvents = 256;
   epoll_event events[kMaxEvents];
-  // With an idle timeout the loop wakes at least once a second to look for idle connections.
-  const int wait_ms = server_.options_.idle_timeout_s > 0 ? 1000 : -1;
+  // The loop wakes at least once a second to look for idle connections (the timeout is a
+  // runtime setting: CONFIG SET timeout).
+  constexpr int wait_ms = 1000;
   while (!stopping_.load(std::memory_order_acquire)) {
     int n = epoll_wait(epfd_, events, kMaxEvents, wait_ms);
     if (n < 0) {
@@ -242,17 +297,19 @@ void Server::Worker::Loop() {
       }
     }
     CheckSyncWaiters();
-    if (wait_ms > 0) CloseIdle();
+    CloseIdle();
     closed_.clear();
   }
   CloseAll();
 }
 
 void Server::Worker::CloseIdle() {
+  const int timeout_s =
+      server_.executor_->settings().idle_timeout_s.load(std::memory_order_relaxed);
   const auto now = std::chrono::steady_clock::now();
-  if (now - last_idle_check_ < std::chrono::seconds(1)) return;
+  if (timeout_s <= 0 || now - last_idle_check_ < std::chrono::seconds(1)) return;
   last_idle_check_ = now;
-  const auto limit = std::chrono::seconds(server_.options_.idle_timeout_s);
+  const auto limit = std::chrono::seconds(timeout_s);
   std::vector<Connection*> idle;
   for (Connection& c : open_) {
     if (!c.closed && !c.waiting_sync && now - c.active > limit) idle.push_back(&c);
@@ -271,11 +328,14 @@ void Server::Worker::AdoptIncoming() {
   }
   for (int fd : fds) {
     auto conn = std::make_unique<Connection>(fd, server_.options_.limits);
+    auto [peer, local] = Endpoints(fd);
+    server_.executor_->Register(conn->session, std::move(peer), std::move(local), fd);
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.ptr = conn.get();
     if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
       std::fprintf(stderr, "%s\n", Errno("pmrt serve: epoll_ctl(add)").c_str());
+      server_.executor_->Unregister(conn->session);
       close(fd);
       server_.counters_.connected_clients.fetch_sub(1, std::memory_order_relaxed);
       continue;
@@ -302,6 +362,10 @@ bool Server::Worker::ReadInput(Connection& c) {
     ssize_t r = read(c.fd, read_buf_, sizeof(read_buf_));
     if (r > 0) {
       c.active = std::chrono::steady_clock::now();
+      // Relaxed: CLIENT LIST's idle= of another connection reads it as a statistic.
+      c.session.last_active_ns.store(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(c.active.time_since_epoch()).count(),
+          std::memory_order_relaxed);
       c.parser.Feed(read_buf_, static_cast<size_t>(r));
       Drive(c);
       if (static_cast<size_t>(r) < sizeof(read_buf_)) break;
@@ -343,7 +407,7 @@ bool Server::Worker::Drive(Connection& c) {
     }
     counters.commands_processed.fetch_add(1, std::memory_order_relaxed);
     uint64_t epoch = 0;
-    switch (server_.executor_->Execute(c.argv, &c.out, &epoch)) {
+    switch (server_.executor_->Execute(c.argv, c.session, &c.out, &epoch)) {
       case Executor::After::kNone:
         break;
       case Executor::After::kClose:
@@ -424,6 +488,7 @@ void Server::Worker::Close(Connection& c) {
   close(c.fd);
   c.fd = -1;
   if (c.waiting_sync) waiters_.erase(waiters_.iterator_to(c));
+  server_.executor_->Unregister(c.session);
   server_.counters_.connected_clients.fetch_sub(1, std::memory_order_relaxed);
   // Freed after the event batch: a later event of this batch may still name it.
   open_.erase(open_.iterator_to(c));
@@ -469,6 +534,7 @@ void Server::Worker::CloseAll() {
       (void)!send(c->fd, c->out.data() + c->out_pos, c->pending(), MSG_NOSIGNAL | MSG_DONTWAIT);
     }
     close(c->fd);
+    server_.executor_->Unregister(c->session);
     server_.counters_.connected_clients.fetch_sub(1, std::memory_order_relaxed);
     delete c;
   });
@@ -489,28 +555,47 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(tools::KvStore& kv, Serve
         absl::StrCat("pmrt serve: port ", options.port, " is not in 0..65535"));
   if (options.max_clients <= 0)
     return absl::InvalidArgumentError("pmrt serve: --max-clients must be positive");
-  const std::string host = options.bind == "localhost" ? "127.0.0.1" : options.bind;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(options.port));
-  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1)
-    return absl::InvalidArgumentError(
-        absl::StrCat("pmrt serve: --bind ", options.bind, " is not an IPv4 address"));
-  const std::string where = absl::StrCat(options.bind, ":", options.port);
+  // --bind: one or more addresses, separated by blanks or commas.
+  std::vector<std::string> binds;
+  for (absl::string_view part :
+       absl::StrSplit(options.bind, absl::ByAnyChar(" ,\t"), absl::SkipEmpty())) {
+    binds.emplace_back(part);
+  }
+  if (binds.empty()) return absl::InvalidArgumentError("pmrt serve: --bind names no address");
+  for (const std::string& b : binds) {
+    sockaddr_storage ss;
+    socklen_t len;
+    if (!ParseBindAddress(b, 0, &ss, &len))
+      return absl::InvalidArgumentError(
+          absl::StrCat("pmrt serve: --bind ", b, " is not an IPv4 or IPv6 address"));
+  }
+  options.bind = absl::StrJoin(binds, " ");
 
   std::unique_ptr<Server> s(new Server(kv, std::move(options)));
-  s->listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (s->listen_fd_ < 0) return absl::InternalError(Errno("pmrt serve: socket"));
-  int one = 1;
-  setsockopt(s->listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (bind(s->listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
-    return absl::UnavailableError(Errno(absl::StrCat("pmrt serve: cannot bind ", where)));
-  if (listen(s->listen_fd_, 4096) != 0)
-    return absl::UnavailableError(Errno(absl::StrCat("pmrt serve: cannot listen on ", where)));
-  socklen_t len = sizeof(addr);
-  if (getsockname(s->listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
-    return absl::InternalError(Errno("pmrt serve: getsockname"));
-  s->port_ = ntohs(addr.sin_port);
+  int port = s->options_.port;
+  for (const std::string& b : binds) {
+    // Port 0: the first address gets a free port, and every other one is bound to the same.
+    sockaddr_storage addr;
+    socklen_t len;
+    ParseBindAddress(b, port, &addr, &len);
+    const std::string where = absl::StrCat(b, ":", port);
+    const int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return absl::UnavailableError(Errno(absl::StrCat("pmrt serve: socket for ", b)));
+    s->listen_fds_.push_back(fd);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    // An IPv6 socket takes IPv6 only, so that "0.0.0.0 ::" binds both families.
+    if (addr.ss_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0)
+      return absl::UnavailableError(Errno(absl::StrCat("pmrt serve: cannot bind ", where)));
+    if (listen(fd, 4096) != 0)
+      return absl::UnavailableError(Errno(absl::StrCat("pmrt serve: cannot listen on ", where)));
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+      return absl::InternalError(Errno("pmrt serve: getsockname"));
+    port = addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6&>(addr).sin6_port)
+                                      : ntohs(reinterpret_cast<sockaddr_in&>(addr).sin_port);
+  }
+  s->port_ = port;
   s->options_.port = s->port_;
   s->stop_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (s->stop_fd_ < 0) return absl::InternalError(Errno("pmrt serve: eventfd"));
@@ -545,14 +630,16 @@ void Server::AcceptLoop() {
   }
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.fd = listen_fd_;
-  epoll_ctl(ep, EPOLL_CTL_ADD, listen_fd_, &ev);
+  for (int fd : listen_fds_) {
+    ev.data.fd = fd;
+    epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+  }
   ev.data.fd = stop_fd_;
   epoll_ctl(ep, EPOLL_CTL_ADD, stop_fd_, &ev);
   bool stopping = false;
   while (!stopping) {
-    epoll_event events[2];
-    int n = epoll_wait(ep, events, 2, -1);
+    epoll_event events[16];
+    int n = epoll_wait(ep, events, 16, -1);
     if (n < 0 && errno != EINTR) {
       std::fprintf(stderr, "%s\n", Errno("pmrt serve: epoll_wait").c_str());
       break;
@@ -561,24 +648,24 @@ void Server::AcceptLoop() {
       if (events[i].data.fd == stop_fd_) {
         stopping = true;
       } else {
-        Accept();
+        Accept(events[i].data.fd);
       }
     }
   }
   close(ep);
 }
 
-void Server::Accept() {
+void Server::Accept(int listen_fd) {
   // Accepts every pending connection (level-triggered: a backlog left over is reported again).
   for (int i = 0; i < 1024; ++i) {
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if ((errno == EMFILE || errno == ENFILE) && reserve_fd_ >= 0) {
         // Out of descriptors: give up the spare one to accept and refuse this client, instead
         // of leaving it in the backlog, where it would wake this loop forever.
         close(reserve_fd_);
-        fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
         if (fd >= 0) {
           // Counted before the reply: a client that sees the close also sees the count.
           counters_.rejected_connections.fetch_add(1, std::memory_order_relaxed);
@@ -595,7 +682,7 @@ void Server::Accept() {
     }
     counters_.connections_received.fetch_add(1, std::memory_order_relaxed);
     if (counters_.connected_clients.load(std::memory_order_relaxed) >=
-        static_cast<uint64_t>(options_.max_clients)) {
+        static_cast<uint64_t>(executor_->settings().max_clients.load(std::memory_order_relaxed))) {
       // Counted before the reply: a client that sees the close also sees the count.
       counters_.rejected_connections.fetch_add(1, std::memory_order_relaxed);
       (void)!send(fd, kMaxClientsReply, sizeof(kMaxClientsReply) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -618,10 +705,12 @@ void Server::Stop() {
     syncer_->Stop();
     started_ = false;
   }
-  for (int* fd : {&listen_fd_, &stop_fd_, &reserve_fd_}) {
+  for (int* fd : {&stop_fd_, &reserve_fd_}) {
     if (*fd >= 0) close(*fd);
     *fd = -1;
   }
+  for (int fd : listen_fds_) close(fd);
+  listen_fds_.clear();
 }
 
 Server::~Server() {

@@ -1,4 +1,5 @@
-// The pmrt key-value server: RESP2 (the Redis protocol) over TCP on a KvStore's durable Masstree.
+// The pmrt key-value server: RESP2 and RESP3 (the Redis protocol) over TCP, IPv4 and IPv6, on a
+// KvStore's durable Masstree.
 //
 //   auto kv = pmrt::tools::KvStore::Open(path, {.create_size = 1 << 30});
 //   auto server = pmrt::server::Server::Create(**kv, {.port = 0});   // 0: an ephemeral port
@@ -47,8 +48,9 @@ namespace pmrt::server {
 
 class Server {
  public:
-  // Binds and listens (no thread yet). Errors: kInvalidArgument (bad address or options),
-  // kUnavailable (the address is in use or cannot be bound), naming the address.
+  // Binds and listens on every address of options.bind (no thread yet). Errors:
+  // kInvalidArgument (bad address or options), kUnavailable (an address is in use or cannot be
+  // bound), naming the address.
   static absl::StatusOr<std::unique_ptr<Server>> Create(tools::KvStore& kv, ServerOptions options);
   ~Server();  // Stop()
   Server(const Server&) = delete;
@@ -72,12 +74,12 @@ class Server {
  private:
   Server(tools::KvStore& kv, ServerOptions options);
   void AcceptLoop();
-  void Accept();
+  void Accept(int listen_fd);
 
   tools::KvStore& kv_;
   ServerOptions options_;
-  int listen_fd_ = -1;
-  int stop_fd_ = -1;     // eventfd that wakes the acceptor at Stop
+  std::vector<int> listen_fds_;  // one per --bind address
+  int stop_fd_ = -1;             // eventfd that wakes the acceptor at Stop
   int reserve_fd_ = -1;  // a spare descriptor, given up to refuse a client when none are left
   int port_ = 0;
   bool started_ = false;

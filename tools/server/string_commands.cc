@@ -87,7 +87,7 @@ bool Executor::LengthOk(uint64_t base, uint64_t added, std::string& out) const {
   return false;
 }
 
-After Executor::Set(Args& a, std::string& out, uint64_t*) {
+After Executor::Set(Args& a, std::string& out, Call& call) {
   bool nx = false, xx = false, get = false;
   for (size_t i = 3; i < a.size(); ++i) {
     const std::string opt = absl::AsciiStrToUpper(a[i]);
@@ -123,17 +123,17 @@ After Executor::Set(Args& a, std::string& out, uint64_t*) {
     if (write) {
       AppendSimple(out, "OK");
     } else {
-      AppendNullBulk(out);
+      AppendNull(out, call.proto());
     }
   } else if (found) {
     AppendBulk(out, old);
   } else {
-    AppendNullBulk(out);
+    AppendNull(out, call.proto());
   }
   return After::kNone;
 }
 
-After Executor::SetNx(Args& a, std::string& out, uint64_t*) {
+After Executor::SetNx(Args& a, std::string& out, Call&) {
   if (!KeyOk(a[1], out)) return After::kNone;
   switch (kv_.tree().insert_if_absent(a[1], a[2])) {
     case ds::InsertResult::kInserted:
@@ -149,7 +149,7 @@ After Executor::SetNx(Args& a, std::string& out, uint64_t*) {
   return After::kNone;
 }
 
-After Executor::GetSet(Args& a, std::string& out, uint64_t*) {
+After Executor::GetSet(Args& a, std::string& out, Call& call) {
   if (!KeyOk(a[1], out)) return After::kNone;
   std::string old;
   const Read read = ReadValue(a[1], &old, out);
@@ -157,17 +157,17 @@ After Executor::GetSet(Args& a, std::string& out, uint64_t*) {
   if (read == Read::kFound) {
     AppendBulk(out, old);
   } else {
-    AppendNullBulk(out);
+    AppendNull(out, call.proto());
   }
   return After::kNone;
 }
 
-After Executor::GetDel(Args& a, std::string& out, uint64_t*) {
+After Executor::GetDel(Args& a, std::string& out, Call& call) {
   if (!KeyOk(a[1], out)) return After::kNone;
   std::string old;
   const Read found = ReadValue(a[1], &old, out);
   if (found == Read::kFound) kv_.tree().remove(a[1]);
-  AppendReadReply(found, old, out);
+  AppendReadReply(found, old, out, call.proto());
   return After::kNone;
 }
 
@@ -195,17 +195,17 @@ void Executor::AddToInteger(std::string_view key, int64_t delta, std::string& ou
   if (Put(key, std::to_string(sum), out)) AppendInteger(out, sum);
 }
 
-After Executor::Incr(Args& a, std::string& out, uint64_t*) {
+After Executor::Incr(Args& a, std::string& out, Call&) {
   AddToInteger(a[1], 1, out);
   return After::kNone;
 }
 
-After Executor::Decr(Args& a, std::string& out, uint64_t*) {
+After Executor::Decr(Args& a, std::string& out, Call&) {
   AddToInteger(a[1], -1, out);
   return After::kNone;
 }
 
-After Executor::IncrBy(Args& a, std::string& out, uint64_t*) {
+After Executor::IncrBy(Args& a, std::string& out, Call&) {
   int64_t delta;
   if (!ParseI64(a[2], &delta)) {
     AppendError(out, kNotInteger);
@@ -215,7 +215,7 @@ After Executor::IncrBy(Args& a, std::string& out, uint64_t*) {
   return After::kNone;
 }
 
-After Executor::DecrBy(Args& a, std::string& out, uint64_t*) {
+After Executor::DecrBy(Args& a, std::string& out, Call&) {
   int64_t delta;
   if (!ParseI64(a[2], &delta)) {
     AppendError(out, kNotInteger);
@@ -227,7 +227,7 @@ After Executor::DecrBy(Args& a, std::string& out, uint64_t*) {
   return After::kNone;
 }
 
-After Executor::IncrByFloat(Args& a, std::string& out, uint64_t*) {
+After Executor::IncrByFloat(Args& a, std::string& out, Call&) {
   if (!KeyOk(a[1], out)) return After::kNone;
   std::string old;
   long double value = 0, delta;
@@ -247,7 +247,7 @@ After Executor::IncrByFloat(Args& a, std::string& out, uint64_t*) {
   return After::kNone;
 }
 
-After Executor::Append(Args& a, std::string& out, uint64_t*) {
+After Executor::Append(Args& a, std::string& out, Call&) {
   if (!KeyOk(a[1], out)) return After::kNone;
   std::string value;
   switch (ReadValue(a[1], &value, out)) {
@@ -265,7 +265,7 @@ After Executor::Append(Args& a, std::string& out, uint64_t*) {
   return After::kNone;
 }
 
-After Executor::StrLen(Args& a, std::string& out, uint64_t*) {
+After Executor::StrLen(Args& a, std::string& out, Call&) {
   std::string value;
   if (a[1].size() > options_.max_key) {
     AppendInteger(out, 0);  // cannot be in the tree
@@ -276,7 +276,7 @@ After Executor::StrLen(Args& a, std::string& out, uint64_t*) {
   return After::kNone;
 }
 
-After Executor::GetRange(Args& a, std::string& out, uint64_t*) {
+After Executor::GetRange(Args& a, std::string& out, Call&) {
   int64_t start, end;
   if (!ParseI64(a[2], &start) || !ParseI64(a[3], &end)) {
     AppendError(out, kNotInteger);
@@ -304,7 +304,7 @@ After Executor::GetRange(Args& a, std::string& out, uint64_t*) {
   return After::kNone;
 }
 
-After Executor::SetRange(Args& a, std::string& out, uint64_t*) {
+After Executor::SetRange(Args& a, std::string& out, Call&) {
   int64_t offset;
   if (!ParseI64(a[2], &offset)) {
     AppendError(out, kNotInteger);
@@ -331,7 +331,7 @@ After Executor::SetRange(Args& a, std::string& out, uint64_t*) {
   return After::kNone;
 }
 
-After Executor::Unsupported(Args& a, std::string& out, uint64_t*) {
+After Executor::Unsupported(Args& a, std::string& out, Call&) {
   AppendError(out, absl::StrCat("ERR ", absl::AsciiStrToUpper(a[0]),
                                 " is not supported by pmrt serve (no key expiry)"));
   return After::kNone;

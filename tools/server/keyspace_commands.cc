@@ -1,0 +1,259 @@
+// The keyspace commands of the Executor (commands.h): KEYS, TYPE, RANDOMKEY, RENAME, RENAMENX
+// and COPY, with Redis 7's replies and error strings. Every value is a string.
+//
+// RENAME, RENAMENX and COPY run under the stripes of both keys (Access::kWriteTwo), so no other
+// write interleaves; their tree writes run under one epoch guard (MoveValue), so they land in
+// one epoch and a crash, which rolls back whole epochs, keeps both changes or neither.
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "tools/server/commands.h"
+#include "tools/server/resp.h"
+
+namespace pmrt::server {
+namespace {
+
+using After = Executor::After;
+
+constexpr char kNoSuchKey[] = "ERR no such key";
+
+// The literal prefix of a glob pattern: the bytes before its first special character. Every
+// key the pattern matches starts with it.
+std::string_view LiteralPrefix(std::string_view pattern) {
+  const size_t n = pattern.find_first_of("*?[\\");
+  return pattern.substr(0, n == std::string_view::npos ? pattern.size() : n);
+}
+
+}  // namespace
+
+After Executor::Keys(Args& a, std::string& out, Call&) {
+  const std::string& pattern = a[1];
+  const std::string_view prefix = LiteralPrefix(pattern);
+  std::vector<std::string> keys;
+  size_t bytes = 0;
+  bool too_large = false;
+  // Keys are visited in order from the prefix, a slice per guard, and the walk ends at the
+  // first key past it.
+  std::string from(prefix);
+  bool done = false;
+  while (!done) {
+    std::vector<std::string> slice;
+    kv_.tree().scan(from, 256, [&](std::string_view k, std::string_view) {
+      slice.emplace_back(k);
+      return true;
+    });
+    done = slice.size() < 256;
+    if (!done) {
+      from = slice.back();
+      from.push_back('\0');  // the smallest key after the last one
+    }
+    for (std::string& k : slice) {
+      if (!k.starts_with(prefix)) {
+        done = true;
+        break;
+      }
+      if (!GlobMatch(pattern, k)) continue;
+      bytes += k.size() + 16;
+      if (bytes > MaxReply()) {
+        too_large = true;
+        done = true;
+        break;
+      }
+      keys.push_back(std::move(k));
+    }
+  }
+  if (too_large) {
+    ReplyTooLarge(out, "KEYS", keys.size());
+    return After::kNone;
+  }
+  AppendArrayHeader(out, keys.size());
+  for (const std::string& k : keys) AppendBulk(out, k);
+  return After::kNone;
+}
+
+After Executor::Type(Args& a, std::string& out, Call&) {
+  std::string scratch;
+  const bool found = a[1].size() <= options_.max_key && kv_.tree().get(a[1], &scratch);
+  AppendSimple(out, found ? "string" : "none");
+  return After::kNone;
+}
+
+After Executor::RandomKey(Args&, std::string& out, Call& call) {
+  // The first key at or after a random 8-byte string, or the first key when none is: every key
+  // can be returned, but not uniformly (a key after a wide gap of the key space comes more
+  // often). O(log n), no walk of the keyspace.
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::string from(8, '\0');
+  uint64_t r = rng();
+  for (char& c : from) {
+    c = static_cast<char>(r & 0xff);
+    r >>= 8;
+  }
+  std::string key;
+  bool found = false;
+  auto first = [&](std::string_view k, std::string_view) {
+    key.assign(k);
+    found = true;
+    return false;
+  };
+  kv_.tree().scan(from, 1, first);
+  if (!found) kv_.tree().scan("", 1, first);
+  if (found) {
+    AppendBulk(out, key);
+  } else {
+    AppendNull(out, call.proto());
+  }
+  return After::kNone;
+}
+
+Executor::Move Executor::MoveValue(std::string_view src, std::string_view dst, bool remove_src,
+                                   bool replace, std::string& out) {
+  // A write under a caller's guard cannot wait for room (a full external log, a heap that needs
+  // a boundary to reuse frees): it fails with nothing changed. Then the first change is undone
+  // in the same guard, the guard ends, an epoch boundary makes room, and the move is tried
+  // again from the start (the stripes are still held: nothing else changed the keys).
+  constexpr int kAttempts = 3;
+  size_t value_bytes = 0;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    bool undo_later = false;
+    bool had_dst = false;
+    std::string old;
+    {
+      epoch::Guard guard(kv_.epochs());
+      std::string value;
+      switch (ReadValue(src, &value, out)) {
+        case Read::kFailed:
+          return Move::kFailed;
+        case Read::kAbsent:
+          return Move::kNoSource;
+        case Read::kFound:
+          break;
+      }
+      value_bytes = value.size();
+      had_dst = kv_.tree().get(dst, &old);
+      if (had_dst && !replace) return Move::kTargetExists;
+      if (kv_.tree().put(dst, value) != ds::PutResult::kNoMemory) {
+        if (!remove_src || kv_.tree().remove(src)) return Move::kDone;
+        // The remove could not be logged: undo the put in this epoch, so that it holds neither.
+        const bool undone =
+            had_dst ? kv_.tree().put(dst, old) != ds::PutResult::kNoMemory : kv_.tree().remove(dst);
+        undo_later = !undone;
+      }
+    }
+    if (undo_later) {
+      // Outside the guard the undo can wait for room. Until its epoch completes a crash could
+      // keep the new `dst` beside the intact `src`: a copy, never a loss.
+      if (had_dst) {
+        if (!Put(dst, old, out)) return Move::kFailed;
+      } else {
+        kv_.tree().remove(dst);
+      }
+    }
+    if (!kv_.epochs().Advance().ok()) break;  // the failed mode: no room will come
+  }
+  Oom(value_bytes, out);
+  return Move::kFailed;
+}
+
+After Executor::Rename(Args& a, std::string& out, Call&) {
+  std::string scratch;
+  if (a[1].size() > options_.max_key || !kv_.tree().get(a[1], &scratch)) {
+    AppendError(out, kNoSuchKey);
+    return After::kNone;
+  }
+  if (a[1] == a[2]) {  // as Redis: renaming a key to itself succeeds and changes nothing
+    AppendSimple(out, "OK");
+    return After::kNone;
+  }
+  if (!KeyOk(a[2], out)) return After::kNone;
+  switch (MoveValue(a[1], a[2], /*remove_src=*/true, /*replace=*/true, out)) {
+    case Move::kDone:
+      AppendSimple(out, "OK");
+      break;
+    case Move::kNoSource:
+      AppendError(out, kNoSuchKey);
+      break;
+    case Move::kTargetExists:  // not with replace
+    case Move::kFailed:
+      break;
+  }
+  return After::kNone;
+}
+
+After Executor::RenameNx(Args& a, std::string& out, Call&) {
+  std::string scratch;
+  if (a[1].size() > options_.max_key || !kv_.tree().get(a[1], &scratch)) {
+    AppendError(out, kNoSuchKey);
+    return After::kNone;
+  }
+  if (a[1] == a[2]) {  // the target exists: it is the source
+    AppendInteger(out, 0);
+    return After::kNone;
+  }
+  if (!KeyOk(a[2], out)) return After::kNone;
+  switch (MoveValue(a[1], a[2], /*remove_src=*/true, /*replace=*/false, out)) {
+    case Move::kDone:
+      AppendInteger(out, 1);
+      break;
+    case Move::kTargetExists:
+      AppendInteger(out, 0);
+      break;
+    case Move::kNoSource:
+      AppendError(out, kNoSuchKey);
+      break;
+    case Move::kFailed:
+      break;
+  }
+  return After::kNone;
+}
+
+After Executor::Copy(Args& a, std::string& out, Call&) {
+  // COPY source destination [DB destination-db] [REPLACE]
+  bool replace = false;
+  for (size_t i = 3; i < a.size(); ++i) {
+    const std::string opt = absl::AsciiStrToLower(a[i]);
+    if (opt == "replace") {
+      replace = true;
+    } else if (opt == "db" && i + 1 < a.size()) {
+      int64_t db;
+      if (!absl::SimpleAtoi(a[++i], &db)) {
+        AppendError(out, "ERR value is not an integer or out of range");
+        return After::kNone;
+      }
+      if (db != 0) {
+        AppendError(out, "ERR DB index is out of range");
+        return After::kNone;
+      }
+    } else {
+      AppendError(out, "ERR syntax error");
+      return After::kNone;
+    }
+  }
+  if (a[1] == a[2]) {
+    AppendError(out, "ERR source and destination objects are the same");
+    return After::kNone;
+  }
+  if (a[1].size() > options_.max_key) {  // cannot exist
+    AppendInteger(out, 0);
+    return After::kNone;
+  }
+  if (!KeyOk(a[2], out)) return After::kNone;
+  switch (MoveValue(a[1], a[2], /*remove_src=*/false, replace, out)) {
+    case Move::kDone:
+      AppendInteger(out, 1);
+      break;
+    case Move::kNoSource:
+    case Move::kTargetExists:
+      AppendInteger(out, 0);
+      break;
+    case Move::kFailed:
+      break;
+  }
+  return After::kNone;
+}
+
+}  // namespace pmrt::server
