@@ -142,6 +142,35 @@ TEST(RespParser, ProtocolErrors) {
   }
 }
 
+TEST(RespParser, UnauthenticatedConnectionsGetSmallLimits) {
+  RespParser p;
+  p.set_unauthenticated(true);
+  p.Feed("*2\r\n$4\r\nAUTH\r\n$16384\r\n" + std::string(16384, 'p') + "\r\n");
+  Argv argv;
+  ASSERT_EQ(p.Next(&argv), RespParser::kCommand);  // at the limits: accepted
+  EXPECT_EQ(argv[1].size(), 16384u);
+  p.Feed("*1\r\n$16385\r\n");
+  EXPECT_EQ(p.Next(&argv), RespParser::kError);
+  EXPECT_EQ(p.error(), "ERR Protocol error: unauthenticated bulk length");
+
+  RespParser q;
+  q.set_unauthenticated(true);
+  q.Feed("*11\r\n");
+  EXPECT_EQ(q.Next(&argv), RespParser::kError);
+  EXPECT_EQ(q.error(), "ERR Protocol error: unauthenticated multibulk length");
+
+  RespParser r;  // once authenticated, the configured limits again
+  r.set_unauthenticated(true);
+  r.set_unauthenticated(false);
+  r.Feed("*11\r\n" + [] {
+    std::string args;
+    for (int i = 0; i < 11; ++i) args += "$1\r\nx\r\n";
+    return args;
+  }());
+  EXPECT_EQ(r.Next(&argv), RespParser::kCommand);
+  EXPECT_EQ(argv.size(), 11u);
+}
+
 TEST(RespParser, StaysFailedAndDropsItsBuffer) {
   RespParser p;
   p.Feed("*1\r\n$x\r\n*1\r\n$4\r\nPING\r\n");

@@ -163,6 +163,22 @@ TEST_F(ConnectionTest, RequirePassRefusesEverythingBeforeAuth) {
   Client q = Connect();
   EXPECT_EQ(Call(q, {"QUIT"}), "+OK");
   EXPECT_TRUE(q.WaitClosed());
+  // Before AUTH a request may not be large (Redis's limits for an unauthenticated client): the
+  // error, then the connection closes; after AUTH the configured limits apply.
+  Client big = Connect();
+  EXPECT_EQ(Call(big, {"SET", "k", std::string(16385, 'v')}),
+            "-ERR Protocol error: unauthenticated bulk length");
+  EXPECT_TRUE(big.WaitClosed());
+  Client many = Connect();
+  EXPECT_EQ(Call(many, {"MGET", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10"}),
+            "-ERR Protocol error: unauthenticated multibulk length");
+  EXPECT_TRUE(many.WaitClosed());
+  Client ok = Connect();
+  EXPECT_EQ(Call(ok, {"AUTH", "p"}), "+OK");
+  EXPECT_EQ(Call(ok, {"SET", "k", std::string(16385, 'v')}), "+OK");
+  EXPECT_EQ(Call(ok, {"MGET", "1", "2", "3", "4", "5", "6", "7", "8", "9", "k"}),
+            "[(nil), (nil), (nil), (nil), (nil), (nil), (nil), (nil), (nil), \"" +
+                std::string(16385, 'v') + "\"]");
 }
 
 TEST_F(ConnectionTest, ClientSubcommands) {

@@ -251,11 +251,18 @@ After Executor::ClientList(Args& a, std::string& out, Call& call) {
   }
   std::string text;
   const int64_t now = SteadyNowNs();
-  {
+  if (!none) {
     std::lock_guard<std::mutex> l(clients_mu_);
-    for (const auto& [id, s] : clients_) {
-      if (none || (!ids.empty() && std::find(ids.begin(), ids.end(), id) == ids.end())) continue;
-      absl::StrAppend(&text, ClientLine(*s, now), "\n");
+    if (ids.empty()) {
+      for (const auto& [id, s] : clients_) absl::StrAppend(&text, ClientLine(*s, now), "\n");
+    } else {
+      // One lookup per distinct id, in id order (the order of the full list).
+      std::sort(ids.begin(), ids.end());
+      ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+      for (uint64_t id : ids) {
+        if (auto it = clients_.find(id); it != clients_.end())
+          absl::StrAppend(&text, ClientLine(*it->second, now), "\n");
+      }
     }
   }
   AppendVerbatim(out, text, call.proto());

@@ -146,7 +146,8 @@ Executor::Move Executor::MoveValue(std::string_view src, std::string_view dst, b
     }
     if (undo_later) {
       // Outside the guard the undo can wait for room. Until its epoch completes a crash could
-      // keep the new `dst` beside the intact `src`: a copy, never a loss.
+      // keep the new `dst` beside the intact `src`, and the old `dst` is then gone (docs/server.md,
+      // "Durability"); the reply is an error.
       if (had_dst) {
         if (!Put(dst, old, out)) return Move::kFailed;
       } else {

@@ -210,6 +210,8 @@ RespParser::Result RespParser::Next(std::vector<std::string>* argv) {
         int64_t n;
         if (!ParseLength(line.substr(1), &n) || n > static_cast<int64_t>(limits_.max_args))
           return Fail("invalid multibulk length");
+        if (unauthenticated_ && n > static_cast<int64_t>(kUnauthenticatedArgs))
+          return Fail("unauthenticated multibulk length");
         pos_ = next;
         if (n <= 0) continue;  // "*0" and "*-1": nothing to run
         args_expected_ = static_cast<uint64_t>(n);
@@ -232,6 +234,8 @@ RespParser::Result RespParser::Next(std::vector<std::string>* argv) {
         if (!ParseLength(line.substr(1), &n) || n < 0 ||
             static_cast<uint64_t>(n) > limits_.max_bulk)
           return Fail("invalid bulk length");
+        if (unauthenticated_ && static_cast<uint64_t>(n) > kUnauthenticatedBulk)
+          return Fail("unauthenticated bulk length");
         pos_ = next;
         bulk_len_ = static_cast<uint64_t>(n);
         state_ = State::kArgPayload;

@@ -63,6 +63,14 @@ class RespParser {
   // Parses the next complete command into *argv (replacing its contents).
   Result Next(std::vector<std::string>* argv);
 
+  // A connection that has not authenticated yet (a password is set) gets Redis's limits for
+  // one: at most kUnauthenticatedArgs elements and kUnauthenticatedBulk bytes per bulk string
+  // ("Protocol error: unauthenticated multibulk length" / "... bulk length"), so a client without
+  // the password cannot make the server buffer a large request.
+  static constexpr uint64_t kUnauthenticatedArgs = 10;
+  static constexpr uint64_t kUnauthenticatedBulk = 16384;
+  void set_unauthenticated(bool on) { unauthenticated_ = on; }
+
   bool failed() const { return !error_.empty(); }
   // The protocol error, e.g. "Protocol error: invalid bulk length" (empty unless failed()).
   const std::string& error() const { return error_; }
@@ -84,6 +92,7 @@ class RespParser {
   void Compact();
 
   RespLimits limits_;
+  bool unauthenticated_ = false;
   std::string buf_;
   size_t pos_ = 0;  // first unconsumed byte of buf_
   State state_ = State::kIdle;

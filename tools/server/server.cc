@@ -395,7 +395,10 @@ bool Server::Worker::Drive(Connection& c) {
     c.out_pos = 0;
   }
   ServerCounters& counters = server_.counters_;
+  const LiveSettings& settings = server_.executor_->settings();
   while (CanRun(c)) {
+    c.parser.set_unauthenticated(!c.session.authenticated &&
+                                 settings.auth_required.load(std::memory_order_relaxed));
     RespParser::Result r = c.parser.Next(&c.argv);
     if (r == RespParser::kIncomplete) return true;
     if (r == RespParser::kError) {
