@@ -53,7 +53,8 @@ start_shard() {
     "${serve_args[@]}" >>"$log" 2>&1 &
   echo $! >"$dir/shard-$i.pid"
   for _ in $(seq 600); do
-    port=$(sed -n 's/.*listening on [0-9.]*:\([0-9]*\),.*/\1/p' "$log")
+    # "listening on 127.0.0.1:P, ..." or "listening on [::1]:P, ...": the first address's port.
+    port=$(sed -n 's/.*listening on \(\[[^]]*\]\|[^ ,]*\):\([0-9]*\)[, ].*/\2/p' "$log" | head -1)
     if [[ -n $port ]]; then
       echo "$port" >"$dir/shard-$i.port"
       return
@@ -99,6 +100,8 @@ start() {
   done
   if alive "$dir/nutcracker.pid"; then die "the proxy is running already (pid $(cat "$dir/nutcracker.pid"))"; fi
   echo "$n" >"$dir/shards"
+  # A start that fails half-way stops what it started.
+  trap 'stop_all' EXIT
   for i in $(seq "$n"); do start_shard "$i"; done
   if [[ $proxy_port == 0 ]]; then proxy_port=$(free_port); fi
   write_proxy_conf "$n"
@@ -106,12 +109,18 @@ start() {
     die "nutcracker refuses $dir/nutcracker.yml: $(nutcracker -t -c "$dir/nutcracker.yml" 2>&1 | tail -1)"
   nutcracker -c "$dir/nutcracker.yml" -o "$dir/nutcracker.log" -p "$dir/nutcracker.pid" \
     -s "$(free_port)" -a 127.0.0.1 -d
+  local up=0
   for _ in $(seq 100); do
-    if [[ $(redis-cli -p "$proxy_port" SET pmrt:cluster:probe 1 2>/dev/null) == OK ]]; then break; fi
+    if [[ $(redis-cli -p "$proxy_port" SET pmrt:cluster:probe 1 2>/dev/null) == OK ]]; then
+      up=1
+      break
+    fi
     sleep 0.1
   done
+  ((up)) || die "the proxy does not answer on port $proxy_port: $(tail -1 "$dir/nutcracker.log" 2>/dev/null)"
   redis-cli -p "$proxy_port" DEL pmrt:cluster:probe >/dev/null
   echo "$proxy_port" >"$dir/proxy.port"
+  trap - EXIT
   echo "cluster: $n shards, proxy on 127.0.0.1:$proxy_port (state in $dir)"
 }
 
@@ -153,23 +162,41 @@ restart() {
   if ! [[ $i =~ ^[0-9]+$ ]] || ((i < 1 || i > n)); then die "restart needs a shard number in 1..$n"; fi
   if alive "$dir/shard-$i.pid"; then
     kill -9 "$(cat "$dir/shard-$i.pid")"
-    while alive "$dir/shard-$i.pid"; do sleep 0.05; done
+    wait_gone "$dir/shard-$i.pid" 30 || die "shard $i survived SIGKILL for 30 s"
   fi
   start_shard "$i"
   echo "shard $i: restarted on port $(cat "$dir/shard-$i.port")"
 }
 
-stop() {
-  local n
-  n=$(shard_count)
-  if alive "$dir/nutcracker.pid"; then kill "$(cat "$dir/nutcracker.pid")"; fi
-  for i in $(seq "$n"); do
-    if alive "$dir/shard-$i.pid"; then kill "$(cat "$dir/shard-$i.pid")"; fi
+# wait_gone PIDFILE SECONDS: true once the process is gone; false if it outlives SECONDS.
+wait_gone() {
+  local i
+  for ((i = 0; i < $2 * 20; i++)); do
+    if ! alive "$1"; then return 0; fi
+    sleep 0.05
   done
-  for i in $(seq "$n"); do
-    while alive "$dir/shard-$i.pid"; do sleep 0.05; done
+  ! alive "$1"
+}
+
+# stop_all: SIGTERM to the proxy and every shard that runs (a shard then closes its pool
+# cleanly); whatever is still there after 30 s gets SIGKILL (its pool recovers at next start).
+stop_all() {
+  local f
+  for f in "$dir"/nutcracker.pid "$dir"/shard-*.pid; do
+    if alive "$f"; then kill "$(cat "$f")"; fi
+  done
+  for f in "$dir"/nutcracker.pid "$dir"/shard-*.pid; do
+    if ! wait_gone "$f" 30; then
+      echo "cluster.sh: $(basename "$f" .pid) did not stop in 30 s: SIGKILL" >&2
+      kill -9 "$(cat "$f")" 2>/dev/null || true
+    fi
   done
   rm -f "$dir"/*.pid
+}
+
+stop() {
+  shard_count >/dev/null
+  stop_all
   echo "cluster: stopped (pools kept in $dir)"
 }
 

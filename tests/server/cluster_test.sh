@@ -24,7 +24,10 @@ export PMRT=$pmrt PROXY_PORT=0 SHARD_SIZE=128M SERVE_ARGS="--threads 1"
 cluster=$root/scripts/cluster.sh
 writer_pid=
 cleanup() {
-  [[ -n $writer_pid ]] && kill "$writer_pid" 2>/dev/null
+  if [[ -n $writer_pid ]]; then
+    pkill -P "$writer_pid" 2>/dev/null # the pipeline's redis-cli, then its subshell
+    kill "$writer_pid" 2>/dev/null
+  fi
   "$cluster" stop >/dev/null 2>&1 || true
   for f in "$CLUSTER_DIR"/*.pid; do [[ -f $f ]] && kill -9 "$(cat "$f")" 2>/dev/null; done
   rm -rf "$CLUSTER_DIR"
