@@ -22,6 +22,8 @@ export CLUSTER_DIR
 CLUSTER_DIR=$(mktemp -d "$base/pmrt-cluster-XXXXXX")
 export PMRT=$pmrt PROXY_PORT=0 SHARD_SIZE=128M SERVE_ARGS="--threads 1"
 cluster=$root/scripts/cluster.sh
+# shellcheck source=tests/server/server_lib.sh
+source "$(dirname "$0")/server_lib.sh" # redis_python
 writer_pid=
 cleanup() {
   if [[ -n $writer_pid ]]; then
@@ -76,17 +78,8 @@ for i in 1 2 3; do
 done
 
 # redis-py through the proxy (its own API; pipelines without MULTI, which twemproxy refuses).
-# Debian's python3-redis is in the system interpreter's path, which a python3 found first on
-# PATH (a pyenv shim) may not search.
-py=
-for candidate in /usr/bin/python3 python3; do
-  if "$candidate" -c 'import redis' 2>/dev/null; then
-    py=$candidate
-    break
-  fi
-done
-if [[ -n $py ]]; then
-  "$py" - "$proxy" <<'EOF' || fail "redis-py through the proxy"
+if redis_python; then
+  "$python" - "$proxy" <<'EOF' || fail "redis-py through the proxy"
 import sys
 import redis
 

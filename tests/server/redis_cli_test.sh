@@ -9,45 +9,9 @@ if ! command -v redis-cli >/dev/null || ! command -v redis-benchmark >/dev/null;
   echo "SKIP: redis-cli or redis-benchmark not installed (apt-get install redis-tools)"
   exit 77
 fi
-base=/dev/shm
-[[ -d $base && -w $base ]] || base=${TMPDIR:-/tmp}
-dir=$(mktemp -d "$base/pmrt-redis-cli-XXXXXX")
-server_pid=
-cleanup() {
-  [[ -n $server_pid ]] && kill -9 "$server_pid" 2>/dev/null
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-
-fail() {
-  echo "FAIL: $*" >&2
-  [[ -f $dir/server.out ]] && sed 's/^/  server: /' "$dir/server.out" >&2
-  exit 1
-}
-
-# start_server POOL ARGS... [--wrap-prlimit]: `pmrt serve POOL --port 0 ARGS...` in the
-# background (under a 2.5 GiB address-space limit with --wrap-prlimit); sets server_pid and port
-# (from its start line).
-start_server() {
-  local pool=$1
-  shift
-  local wrap=()
-  if [[ ${*: -1} == --wrap-prlimit ]]; then # the last argument: run under 2.5 GiB of address space
-    wrap=(prlimit --as=$((2560 << 20)) --)
-    set -- "${@:1:$#-1}"
-  fi
-  : >"$dir/server.out" # exists before the background job's redirection opens it
-  "${wrap[@]}" "$pmrt" serve "$pool" --port 0 "$@" >>"$dir/server.out" 2>&1 &
-  server_pid=$!
-  port=
-  for _ in $(seq 600); do
-    port=$(sed -n 's/.*listening on [0-9.]*:\([0-9]*\),.*/\1/p' "$dir/server.out")
-    [[ -n $port ]] && break
-    kill -0 "$server_pid" 2>/dev/null || fail "the server on $pool exited"
-    sleep 0.1
-  done
-  [[ -n $port ]] || fail "no listening line"
-}
+# shellcheck source=tests/server/server_lib.sh
+source "$(dirname "$0")/server_lib.sh"
+make_test_dir redis-cli
 
 start_server "$dir/kv.pool" --create-size 256M
 echo "server on port $port"

@@ -16,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/server/resp_client.h"
+#include "tests/server/server_fixture.h"
 #include "tests/util/test_util.h"
 #include "tools/kv_store.h"
 #include "tools/server/server.h"
@@ -31,43 +32,11 @@ using ::testing::StartsWith;
 constexpr char kNoAuth[] = "-NOAUTH Authentication required.";
 constexpr char kWrongPass[] = "-WRONGPASS invalid username-password pair or user is disabled.";
 
-class ConnectionTest : public ::testing::Test {
+class ConnectionTest : public testing::ServerFixture {
  protected:
-  void TearDown() override { Stop(); }
-
-  void Start(ServerOptions opt = {}) {
-    auto kv = tools::KvStore::Open(dir_.File("kv.pool"), testing::CreatePoolOf(64 << 20));
-    ASSERT_THAT(kv, pmrt::testing::IsOk());
-    kv_ = std::move(*kv);
-    opt.port = 0;
-    opt.threads = 2;
-    auto s = Server::Create(*kv_, opt);
-    ASSERT_THAT(s, pmrt::testing::IsOk());
-    server_ = std::move(*s);
-    ASSERT_THAT(server_->Start(), pmrt::testing::IsOk());
-  }
-  void Stop() {
-    if (server_) server_->Stop();
-    server_.reset();
-    if (kv_) {
-      EXPECT_THAT(kv_->tree().CheckInvariants(), pmrt::testing::IsOk());
-      EXPECT_THAT(kv_->Close(), pmrt::testing::IsOk());
-    }
-    kv_.reset();
-  }
-  Client Connect() {
-    Client c(server_->port());
-    EXPECT_TRUE(c.connected());
-    return c;
-  }
-  static std::string Call(Client& c, const std::vector<std::string>& argv) {
-    auto r = c.Call(argv);
-    return r ? r->ToString() : "(no reply)";
-  }
-
-  pmrt::testing::TempDir dir_;
-  std::unique_ptr<tools::KvStore> kv_;
-  std::unique_ptr<Server> server_;
+  void TearDown() override { StopServer(); }
+  void Start(ServerOptions opt = {}) { StartServer(std::move(opt), 64 << 20); }
+  void Stop() { StopServer(); }
 };
 
 TEST_F(ConnectionTest, HelloChoosesTheProtocolOfItsConnectionOnly) {

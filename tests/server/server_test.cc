@@ -25,6 +25,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/server/resp_client.h"
+#include "tests/server/server_fixture.h"
 #include "tests/util/test_util.h"
 #include "tools/kv_store.h"
 #include "tools/server/commands.h"
@@ -37,51 +38,17 @@ using ::testing::HasSubstr;
 using testing::Reply;
 using ::testing::StartsWith;
 
-class ServerTest : public ::testing::Test {
+class ServerTest : public testing::ServerFixture {
  protected:
   void SetUp() override { StartServer({}); }
   void TearDown() override { StopServer(); }
 
-  void StartServer(ServerOptions opt) {
-    auto kv = tools::KvStore::Open(dir_.File("kv.pool"), testing::CreatePoolOf(128 << 20));
-    ASSERT_THAT(kv, pmrt::testing::IsOk());
-    kv_ = std::move(*kv);
-    opt.port = 0;
-    opt.threads = 2;
-    auto s = Server::Create(*kv_, opt);
-    ASSERT_THAT(s, pmrt::testing::IsOk());
-    server_ = std::move(*s);
-    ASSERT_THAT(server_->Start(), pmrt::testing::IsOk());
-  }
-  void StopServer() {
-    if (server_) server_->Stop();
-    server_.reset();
-    if (kv_) {
-      EXPECT_THAT(kv_->tree().CheckInvariants(), pmrt::testing::IsOk());
-      EXPECT_THAT(kv_->heap().Check(), pmrt::testing::IsOk());
-      EXPECT_THAT(kv_->Close(), pmrt::testing::IsOk());
-    }
-    kv_.reset();
-  }
-  Client Connect() {
-    Client c(server_->port());
-    EXPECT_TRUE(c.connected());
-    return c;
-  }
-  std::string Call(Client& c, const std::vector<std::string>& argv) {
-    auto r = c.Call(argv);
-    return r ? r->ToString() : "(no reply)";
-  }
   // A fresh connection answers PING and the sentinel key is intact.
   void ExpectHealthy() {
     Client c = Connect();
     EXPECT_EQ(Call(c, {"PING"}), "+PONG");
     EXPECT_EQ(Call(c, {"GET", "sentinel"}), "\"kept\"");
   }
-
-  pmrt::testing::TempDir dir_;
-  std::unique_ptr<tools::KvStore> kv_;
-  std::unique_ptr<Server> server_;
 };
 
 TEST_F(ServerTest, EveryCommand) {
