@@ -354,24 +354,16 @@ TEST_F(ConnectionTest, KeysTypeAndRandomKey) {
             "\"k1659\", \"k1669\", \"k1679\", \"k1689\", \"k1699\"]");
 }
 
-TEST(ConnectionLimits, KeysStopsAtTheReplyLimit) {
-  pmrt::testing::TempDir dir;
-  auto kv = tools::KvStore::Open(dir.File("kv.pool"), testing::CreatePoolOf(32 << 20));
-  ASSERT_THAT(kv, pmrt::testing::IsOk());
+TEST_F(ConnectionTest, KeysStopsAtTheReplyLimit) {
   ServerOptions opt;
-  opt.port = 0;
-  opt.threads = 1;
   opt.limits.max_bulk = 1000;
   opt.max_reply = 4096;
-  auto s = Server::Create(**kv, opt);
-  ASSERT_THAT(s, pmrt::testing::IsOk());
-  ASSERT_THAT((*s)->Start(), pmrt::testing::IsOk());
-  Client c((*s)->port());
+  StartServer(opt, 32 << 20);
+  Client c = Connect();
   for (int i = 0; i < 300; ++i) ASSERT_TRUE(c.Call({"SET", absl::StrCat("key:", i), "v"}));
   EXPECT_THAT(c.Call({"KEYS", "*"})->ToString(),
               StartsWith("-ERR reply too large: KEYS passed the 4096-byte reply limit"));
   EXPECT_EQ(c.Call({"KEYS", "key:1?"})->elements.size(), 10u);
-  (*s)->Stop();
 }
 
 TEST_F(ConnectionTest, RenameRenameNxAndCopy) {

@@ -101,6 +101,17 @@ int Kills() {
   return n > 0 ? n : 8;
 }
 
+// The pool after the kills, opened in-process: its tree's invariants and the heap hold.
+void ExpectPoolIntact(const std::string& pool) {
+  tools::KvStoreOptions opt;
+  opt.require_tree = true;
+  auto kv = tools::KvStore::Open(pool, opt);
+  ASSERT_THAT(kv, pmrt::testing::IsOk());
+  EXPECT_THAT((*kv)->tree().CheckInvariants(), pmrt::testing::IsOk());
+  EXPECT_THAT((*kv)->heap().Check(), pmrt::testing::IsOk());
+  EXPECT_THAT((*kv)->Close(), pmrt::testing::IsOk());
+}
+
 TEST(ServerCrash, AcknowledgedAndSyncedWritesSurviveSigkill) {
   pmrt::testing::TempDir dir;
   const std::string pool = dir.File("kv.pool");
@@ -203,15 +214,7 @@ TEST(ServerCrash, AcknowledgedAndSyncedWritesSurviveSigkill) {
     c.Close();
     EXPECT_EQ(server.Terminate(), 0);
   }
-  {
-    tools::KvStoreOptions opt;
-    opt.require_tree = true;
-    auto kv = tools::KvStore::Open(pool, opt);
-    ASSERT_THAT(kv, pmrt::testing::IsOk());
-    EXPECT_THAT((*kv)->tree().CheckInvariants(), pmrt::testing::IsOk());
-    EXPECT_THAT((*kv)->heap().Check(), pmrt::testing::IsOk());
-    EXPECT_THAT((*kv)->Close(), pmrt::testing::IsOk());
-  }
+  ExpectPoolIntact(pool);
   // `pmrt check` (deep: header, heap walk, tree invariants), once the tool has it: a binary
   // without the subcommand prints its usage (which then does not name it) with status 2.
   std::string report;
@@ -319,13 +322,7 @@ TEST(ServerCrash, RenamesAreAtomicAcrossSigkill) {
     }
     killer.join();
   }
-  tools::KvStoreOptions opt;
-  opt.require_tree = true;
-  auto kv = tools::KvStore::Open(pool, opt);
-  ASSERT_THAT(kv, pmrt::testing::IsOk());
-  EXPECT_THAT((*kv)->tree().CheckInvariants(), pmrt::testing::IsOk());
-  EXPECT_THAT((*kv)->heap().Check(), pmrt::testing::IsOk());
-  EXPECT_THAT((*kv)->Close(), pmrt::testing::IsOk());
+  ExpectPoolIntact(pool);
 }
 
 }  // namespace
