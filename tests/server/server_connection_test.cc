@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -339,6 +340,22 @@ TEST_F(ConnectionTest, KeysTypeAndRandomKey) {
                 ::testing::AnyOf("\"item:1\"", "\"user:1\"", "\"user:10\"", "\"user:2\""));
   }
   EXPECT_EQ(Call(c, {"RANDOMKEY", "x"}), "-ERR wrong number of arguments for 'randomkey' command");
+  // Keys that share a long prefix, some of them prefixes of others: the per-byte descent gives
+  // each of these 104 keys a chance above 1/150, so 200 draws see dozens of distinct keys; a
+  // draw stuck on the first key (a random start outside the shared prefix) sees one.
+  std::string shared;
+  for (int i = 0; i < 100; ++i)
+    shared += testing::Encode({"SET", absl::StrCat("session:2026:", i), "v"});
+  ASSERT_TRUE(c.Send(shared));
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(c.Read());
+  std::set<std::string> drawn;
+  for (int i = 0; i < 200; ++i) {
+    auto r = c.Call({"RANDOMKEY"});
+    ASSERT_TRUE(r && r->type == '$' && !r->null);
+    drawn.insert(r->str);
+  }
+  EXPECT_GE(drawn.size(), 20u);
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(c.Call({"DEL", absl::StrCat("session:2026:", i)}));
   EXPECT_EQ(Call(c, {"EXISTS", "user:1", "user:2", "nope", "user:1"}), ":3");
   // Past one slice of the walk (256 keys): every match once, in order.
   std::string many;

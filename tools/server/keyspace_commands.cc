@@ -83,30 +83,64 @@ After Executor::Type(Args& a, std::string& out, Call&) {
 }
 
 After Executor::RandomKey(Args&, std::string& out, Call& call) {
-  // The first key at or after a random 8-byte string, or the first key when none is: every key
-  // can be returned, but not uniformly (a key after a wide gap of the key space comes more
-  // often). O(log n), no walk of the keyspace.
+  // A random descent of the key space, byte by byte: at a prefix p that some keys share, a byte
+  // is drawn uniformly between the smallest and the largest byte that follows p in a key, and
+  // the descent goes on along the first key at or after p + that byte. Bytes every key shares
+  // (`user:`) cost one probe each and no choice; a key that is itself a prefix of others is
+  // chosen with the probability of one more branch. Every key can come back; the choice is
+  // uniform per byte, not per key. At most kMaxDepth bytes, each a few O(log n) probes.
   thread_local std::mt19937_64 rng{std::random_device{}()};
-  std::string from(8, '\0');
-  uint64_t r = rng();
-  for (char& c : from) {
-    c = static_cast<char>(r & 0xff);
-    r >>= 8;
-  }
-  std::string key;
-  bool found = false;
-  auto first = [&](std::string_view k, std::string_view) {
-    key.assign(k);
-    found = true;
-    return false;
+  constexpr size_t kMaxDepth = 256;
+  auto first_at = [this](std::string_view from, std::string* key) {
+    bool found = false;
+    kv_.tree().scan(from, 1, [&](std::string_view k, std::string_view) {
+      key->assign(k);
+      found = true;
+      return false;
+    });
+    return found;
   };
-  kv_.tree().scan(from, 1, first);
-  if (!found) kv_.tree().scan("", 1, first);
-  if (found) {
-    AppendBulk(out, key);
-  } else {
+  std::string prefix, key, probe;
+  if (!first_at("", &key)) {
     AppendNull(out, call.proto());
+    return After::kNone;
   }
+  auto extends = [&](std::string_view k) {
+    return k.size() > prefix.size() && k.substr(0, prefix.size()) == prefix;
+  };
+  while (prefix.size() < kMaxDepth) {
+    // `key`: the first key at or after `prefix`, which starts with it.
+    const bool terminal = key == prefix;
+    std::string first_ext;
+    if (terminal) {
+      if (!first_at(prefix + '\0', &first_ext) || !extends(first_ext)) break;  // a leaf: done
+    } else {
+      first_ext = key;
+    }
+    const int lo = static_cast<unsigned char>(first_ext[prefix.size()]);
+    int hi = lo;  // the largest byte after `prefix` in a key: binary search over (lo, 255]
+    probe = prefix;
+    probe.push_back(static_cast<char>(lo + 1));
+    const bool one_byte = lo == 255 || !first_at(probe, &key) || !extends(key);
+    for (int step = 128; step > 0 && !one_byte; step /= 2) {
+      if (hi + step > 255) continue;
+      probe = prefix;
+      probe.push_back(static_cast<char>(hi + step));
+      if (first_at(probe, &key) && extends(key)) hi += step;
+    }
+    // A key equal to the prefix counts as one more branch.
+    const int pick = std::uniform_int_distribution<int>(lo, hi + (terminal ? 1 : 0))(rng);
+    if (pick > hi) {
+      key = prefix;
+      break;
+    }
+    probe = prefix;
+    probe.push_back(static_cast<char>(pick));
+    if (!first_at(probe, &key) || !extends(key)) break;  // a concurrent remove: take what is there
+    prefix.push_back(key[prefix.size()]);
+  }
+  if (prefix.size() == kMaxDepth || !first_at(prefix, &key)) first_at("", &key);
+  AppendBulk(out, key);
   return After::kNone;
 }
 
