@@ -577,7 +577,10 @@ def render_value_checksums(rows):
 
 SERVERS = [("pmrt", "pmrt serve (durable Masstree, pmem backend)"),
            ("redis-nopersist", "redis-server, persistence off"),
-           ("redis-aof-everysec", "redis-server, appendonly yes + appendfsync everysec")]
+           ("redis-aof-everysec", "redis-server, appendonly yes + appendfsync everysec"),
+           ("redis-aof-always", "redis-server, appendonly yes + appendfsync always"),
+           ("pmrt-cluster3", "3 pmrt serve shards behind nutcracker")]
+SERVER_TESTS = ("SET", "GET", "INCR", "MSET")
 
 
 def render_server(rows):
@@ -585,7 +588,8 @@ def render_server(rows):
     if not runs:
         return ["No server records in this file."]
     lines = []
-    cols = [(t, p) for p in sorted({r["pipeline"] for r in runs}) for t in ("SET", "GET")]
+    present = [t for t in SERVER_TESTS if any(r["test"] == t for r in runs)]
+    cols = [(t, p) for p in sorted({r["pipeline"] for r in runs}) for t in present]
     for ks in sorted({r.get("keyspace", 1) for r in runs}):
         sel = [r for r in runs if r.get("keyspace", 1) == ks]
         rps = {(r["system"], r["test"], r["pipeline"]): r["rps"] for r in sel}
@@ -608,7 +612,8 @@ def render_server(rows):
             lines += [f"Keyspace {num(ks)} (`redis-benchmark -r {ks}`):", ""]
         lines += table(["requests/s"] + [f"{t} -P {p}" for t, p in cols], body)
     r0 = runs[0]
-    lines.append(Note(f"`redis-benchmark -t set,get -n {r0.get('n')}`, {r0.get('clients')} "
+    lines.append(Note(f"`redis-benchmark -t {','.join(t.lower() for t in present)} "
+                      f"-n {r0.get('n')}`, {r0.get('clients')} "
                       f"clients, median of {r0.get('repeat')} runs, each against a fresh server."))
     return lines
 

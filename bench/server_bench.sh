@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# The server comparison of docs/performance.md ("Server"): redis-benchmark -t set,get against
-# `pmrt serve` and against Debian's redis-server, persistence off and with its closest durability
-# setting (appendonly yes, appendfsync everysec), on the same machine with the same flags:
+# The server comparison of docs/performance.md ("Server"): redis-benchmark -t TESTS against
+# `pmrt serve` and against Debian's redis-server, persistence off, with its closest durability
+# setting (appendonly yes, appendfsync everysec), and with appendfsync always (a write durable when
+# it is acknowledged); and against three `pmrt serve` shards behind nutcracker
+# (scripts/cluster.sh; when nutcracker is installed), on the same machine with the same flags:
 #
-#   redis-benchmark -p PORT -t set,get -n N -P PIPELINE -q --csv      (50 clients, the default)
+#   redis-benchmark -p PORT -t TESTS -n N -P PIPELINE -q --csv      (50 clients, the default)
 #
 # for each PIPELINE. Every server keeps its data under one temporary directory on /dev/shm
 # (tmpfs): pmrt's pool with PMEM_IS_PMEM_FORCE=1 (the pmem backend: cache-line flushes and
 # fences, as on real persistent memory), redis's append-only file. Each figure is the median of
 # REPEAT runs, each against a fresh server. Prints a table; with --json FILE, also appends one
-# JSON line per figure: {"bench":"server","system":...,"test":"SET","pipeline":16,"rps":...}.
+# JSON line per figure: {"bench":"server","system":...,"test":"SET","pipeline":16,"rps":...}
+# (test: SET, GET, INCR, MSET).
 #
 #   bench/server_bench.sh [--json FILE] [PMRT_BINARY]
 #     PMRT_BINARY   default build/release/tools/pmrt
 #   environment: N=200000 PIPELINES="1 16" REPEAT=3 EPOCH_MS=64 THREADS=0 (0: one per core)
+#                TESTS=set,get,incr,mset (redis-benchmark -t; MSET sets 10 keys per request)
+#                SYSTEMS (default: every one available: pmrt redis-nopersist redis-aof-everysec
+#                redis-aof-always pmrt-cluster3)
 #                KEYSPACE=K   random keys among K (redis-benchmark -r K; default: one key,
 #                             redis-benchmark's own default)
 #
@@ -45,6 +51,7 @@ REPEAT=${REPEAT:-3}
 EPOCH_MS=${EPOCH_MS:-64}
 THREADS=${THREADS:-0}
 KEYSPACE=${KEYSPACE:-}
+TESTS=${TESTS:-set,get,incr,mset}
 rflag=()
 [[ -n $KEYSPACE ]] && rflag=(-r "$KEYSPACE")
 
@@ -61,8 +68,12 @@ base=/dev/shm
 [[ -d $base && -w $base ]] || base=${TMPDIR:-/tmp}
 dir=$(mktemp -d "$base/pmrt-server-bench-XXXXXX")
 pid=
+cluster_up=
+here=$(cd "$(dirname "$0")/.." && pwd)
+cluster() { CLUSTER_DIR=$dir/run/cluster PMRT=$BIN "$here/scripts/cluster.sh" "$@"; }
 cleanup() {
   [[ -n $pid ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+  [[ -n $cluster_up ]] && cluster stop >/dev/null 2>&1
   rm -rf "$dir"
 }
 trap cleanup EXIT
@@ -97,9 +108,20 @@ start() {
       redis-server --port "$port" --bind 127.0.0.1 --dir "$dir/run" --save '' \
         --appendonly no >"$dir/run/log" 2>&1 &
       ;;
-    redis-aof-everysec)
+    redis-aof-everysec | redis-aof-always)
       redis-server --port "$port" --bind 127.0.0.1 --dir "$dir/run" --save '' \
-        --appendonly yes --appendfsync everysec >"$dir/run/log" 2>&1 &
+        --appendonly yes --appendfsync "${1#redis-aof-}" >"$dir/run/log" 2>&1 &
+      ;;
+    pmrt-cluster3)
+      # Three shards behind nutcracker; the benchmark talks to the proxy.
+      PMEM_IS_PMEM_FORCE=1 PROXY_PORT=$port SHARD_SIZE=1G \
+        SERVE_ARGS="--epoch-ms $EPOCH_MS $( ((THREADS > 0)) && echo --threads "$THREADS")" \
+        cluster start 3 >"$dir/run/log" 2>&1 || {
+        echo "server_bench.sh: cluster.sh start 3 failed: $(tail -1 "$dir/run/log")" >&2
+        return 1
+      }
+      cluster_up=1
+      return 0
       ;;
   esac
   pid=$!
@@ -107,6 +129,11 @@ start() {
 }
 
 stop() {
+  if [[ -n $cluster_up ]]; then
+    cluster stop >/dev/null 2>&1
+    cluster_up=
+    return
+  fi
   kill "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
   pid=
@@ -116,14 +143,22 @@ median() { sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else p
 
 systems=(pmrt)
 if command -v redis-server >/dev/null; then
-  systems+=(redis-nopersist redis-aof-everysec)
+  systems+=(redis-nopersist redis-aof-everysec redis-aof-always)
 else
-  echo "# redis-server not installed: only pmrt is measured (apt-get install redis-server)"
+  echo "# redis-server not installed: no redis rows (apt-get install redis-server)"
 fi
+if command -v nutcracker >/dev/null; then
+  systems+=(pmrt-cluster3)
+else
+  echo "# nutcracker not installed: no proxy row (apt-get install nutcracker)"
+fi
+if [[ -n ${SYSTEMS:-} ]]; then read -r -a systems <<<"$SYSTEMS"; fi
+# The tests' names in redis-benchmark's CSV ("MSET (10 keys)" is MSET).
+read -r -a tests <<<"$(tr 'a-z,' 'A-Z ' <<<"$TESTS")"
 
 echo "# machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1)," \
   "load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# redis-benchmark -t set,get -n $N -P {$PIPELINES} ${rflag[*]} -q (50 clients); median of $REPEAT;" \
+echo "# redis-benchmark -t $TESTS -n $N -P {$PIPELINES} ${rflag[*]} -q (50 clients); median of $REPEAT;" \
   "$(redis-server --version 2>/dev/null | cut -d' ' -f1-3)"
 declare -A results
 for sys in "${systems[@]}"; do
@@ -131,9 +166,12 @@ for sys in "${systems[@]}"; do
     for rep in $(seq "$REPEAT"); do
       start "$sys" || exit 1
       # --csv: "SET","434782.59",... (redis 7 adds latency columns; the second is requests/s).
-      redis-benchmark -p "$port" -t set,get -n "$N" -P "$p" "${rflag[@]}" -q --csv 2>"$dir/err" |
-        tr -d '"' | awk -F, '$1=="SET"||$1=="GET" {print $1, $2}' >"$dir/out"
-      if [[ -s $dir/err ]] || [[ $(wc -l <"$dir/out") != 2 ]]; then
+      redis-benchmark -p "$port" -t "$TESTS" -n "$N" -P "$p" "${rflag[@]}" -q --csv 2>"$dir/err" |
+        tr -d '"' | awk -F, 'NR > 1 || $1 != "test" {split($1, name, " "); print name[1], $2}' \
+          >"$dir/out"
+      # (Through the proxy redis-benchmark warns that CONFIG GET is refused: not an error.)
+      sed -i '/Could not fetch server CONFIG/d' "$dir/err"
+      if [[ -s $dir/err ]] || [[ $(wc -l <"$dir/out") != "${#tests[@]}" ]]; then
         echo "server_bench.sh: redis-benchmark against $sys failed: $(cat "$dir/err")" >&2
       fi
       while read -r test rps; do
@@ -147,7 +185,7 @@ done
 printf '%-20s %-5s %9s %14s\n' system test pipeline requests/s
 for sys in "${systems[@]}"; do
   for p in $PIPELINES; do
-    for test in SET GET; do
+    for test in "${tests[@]}"; do
       rps=$(tr ' ' '\n' <<<"${results[$sys,$test,$p]:-}" | grep . | median)
       printf '%-20s %-5s %9s %14s\n' "$sys" "$test" "$p" "$rps"
       if [[ -n $JSON && $rps != n/a ]]; then
