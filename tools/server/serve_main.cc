@@ -286,12 +286,13 @@ int ServeMain(const std::vector<std::string>& args) {
   std::string where;
   bool loopback = true;
   for (absl::string_view b : absl::StrSplit(o.bind, ' ', absl::SkipEmpty())) {
-    const std::string addr(b);
+    std::string addr(b);
+    if (addr.size() > 2 && addr.front() == '[' && addr.back() == ']')
+      addr = addr.substr(1, addr.size() - 2);  // "[::1]" as written: bracketed once below
     const bool v6 = addr.find(':') != std::string::npos;
     absl::StrAppend(&where, v6 ? "[" : "", addr, v6 ? "]" : "", ":", (*server)->port(), ", ");
     // Only 127.0.0.0/8 and ::1 are loopback.
-    loopback = loopback && (addr.rfind("127.", 0) == 0 || addr == "localhost" || addr == "::1" ||
-                            addr == "[::1]");
+    loopback = loopback && (addr.rfind("127.", 0) == 0 || addr == "localhost" || addr == "::1");
   }
   std::printf("pmrt serve: listening on %spool %s (%zu keys, %d threads, epoch %d ms)\n",
               where.c_str(), path.c_str(), (*kv)->tree().size(), o.threads, o.epoch_ms);

@@ -575,28 +575,43 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(tools::KvStore& kv, Serve
   options.bind = absl::StrJoin(binds, " ");
 
   std::unique_ptr<Server> s(new Server(kv, std::move(options)));
+  // Port 0: the first address gets a free port, and every other one is bound to the same; if
+  // that port is taken on another address, all are closed and a new free port is tried.
+  const bool any_port = s->options_.port == 0;
   int port = s->options_.port;
-  for (const std::string& b : binds) {
-    // Port 0: the first address gets a free port, and every other one is bound to the same.
-    sockaddr_storage addr;
-    socklen_t len;
-    ParseBindAddress(b, port, &addr, &len);
-    const std::string where = absl::StrCat(b, ":", port);
-    const int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return absl::UnavailableError(Errno(absl::StrCat("pmrt serve: socket for ", b)));
-    s->listen_fds_.push_back(fd);
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    // An IPv6 socket takes IPv6 only, so that "0.0.0.0 ::" binds both families.
-    if (addr.ss_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0)
-      return absl::UnavailableError(Errno(absl::StrCat("pmrt serve: cannot bind ", where)));
-    if (listen(fd, 4096) != 0)
-      return absl::UnavailableError(Errno(absl::StrCat("pmrt serve: cannot listen on ", where)));
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
-      return absl::InternalError(Errno("pmrt serve: getsockname"));
-    port = addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6&>(addr).sin6_port)
-                                      : ntohs(reinterpret_cast<sockaddr_in&>(addr).sin_port);
+  for (int attempt = 0;; ++attempt) {
+    bool taken = false;
+    for (size_t i = 0; i < binds.size() && !taken; ++i) {
+      const std::string& b = binds[i];
+      sockaddr_storage addr;
+      socklen_t len;
+      ParseBindAddress(b, port, &addr, &len);
+      const std::string where = absl::StrCat(b, ":", port);
+      const int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) return absl::UnavailableError(Errno(absl::StrCat("pmrt serve: socket for ", b)));
+      s->listen_fds_.push_back(fd);
+      int one = 1;
+      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+      // An IPv6 socket takes IPv6 only, so that "0.0.0.0 ::" binds both families.
+      if (addr.ss_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+      if (bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+        if (any_port && i > 0 && errno == EADDRINUSE && attempt < 16) {
+          taken = true;
+          break;
+        }
+        return absl::UnavailableError(Errno(absl::StrCat("pmrt serve: cannot bind ", where)));
+      }
+      if (listen(fd, 4096) != 0)
+        return absl::UnavailableError(Errno(absl::StrCat("pmrt serve: cannot listen on ", where)));
+      if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+        return absl::InternalError(Errno("pmrt serve: getsockname"));
+      port = addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6&>(addr).sin6_port)
+                                        : ntohs(reinterpret_cast<sockaddr_in&>(addr).sin_port);
+    }
+    if (!taken) break;
+    for (int fd : s->listen_fds_) close(fd);
+    s->listen_fds_.clear();
+    port = 0;
   }
   s->port_ = port;
   s->options_.port = s->port_;
