@@ -443,12 +443,13 @@ After Executor::Del(Args& a, std::string& out, Call&) {
   return After::kNone;
 }
 
+bool Executor::Present(std::string_view key) const {
+  return key.size() <= options_.max_key && kv_.tree().read(key, [](std::string_view) {});
+}
+
 After Executor::Exists(Args& a, std::string& out, Call&) {
   int64_t found = 0;
-  std::string scratch;
-  for (size_t i = 1; i < a.size(); ++i) {
-    if (a[i].size() <= options_.max_key && kv_.tree().get(a[i], &scratch)) ++found;
-  }
+  for (size_t i = 1; i < a.size(); ++i) found += Present(a[i]) ? 1 : 0;
   AppendInteger(out, found);
   return After::kNone;
 }

@@ -209,6 +209,8 @@ class Executor {
                  std::string& out);
   After ConfigSet(Args& a, std::string& out, Call&);
 
+  // Whether `key` is present (a key longer than --max-key never is), without copying its value.
+  bool Present(std::string_view key) const;
   // False (with an -ERR reply appended) when a key is longer than options_.max_key.
   bool KeyOk(std::string_view key, std::string& out) const;
   // What ReadValue found.

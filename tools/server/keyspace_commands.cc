@@ -76,9 +76,7 @@ After Executor::Keys(Args& a, std::string& out, Call&) {
 }
 
 After Executor::Type(Args& a, std::string& out, Call&) {
-  std::string scratch;
-  const bool found = a[1].size() <= options_.max_key && kv_.tree().get(a[1], &scratch);
-  AppendSimple(out, found ? "string" : "none");
+  AppendSimple(out, Present(a[1]) ? "string" : "none");
   return After::kNone;
 }
 
@@ -195,8 +193,7 @@ Executor::Move Executor::MoveValue(std::string_view src, std::string_view dst, b
 }
 
 After Executor::Rename(Args& a, std::string& out, Call&) {
-  std::string scratch;
-  if (a[1].size() > options_.max_key || !kv_.tree().get(a[1], &scratch)) {
+  if (!Present(a[1])) {
     AppendError(out, kNoSuchKey);
     return After::kNone;
   }
@@ -220,8 +217,7 @@ After Executor::Rename(Args& a, std::string& out, Call&) {
 }
 
 After Executor::RenameNx(Args& a, std::string& out, Call&) {
-  std::string scratch;
-  if (a[1].size() > options_.max_key || !kv_.tree().get(a[1], &scratch)) {
+  if (!Present(a[1])) {
     AppendError(out, kNoSuchKey);
     return After::kNone;
   }
