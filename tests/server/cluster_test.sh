@@ -23,7 +23,7 @@ CLUSTER_DIR=$(mktemp -d "$base/pmrt-cluster-XXXXXX")
 export PMRT=$pmrt PROXY_PORT=0 SHARD_SIZE=128M SERVE_ARGS="--threads 1"
 cluster=$root/scripts/cluster.sh
 # shellcheck source=tests/server/server_lib.sh
-source "$(dirname "$0")/server_lib.sh" # redis_python
+source "$(dirname "$0")/server_lib.sh" # redis_python, expect
 writer_pid=
 cleanup() {
   if [[ -n $writer_pid ]]; then
@@ -48,13 +48,6 @@ fail() {
 proxy=$(cat "$CLUSTER_DIR/proxy.port")
 shard_port() { cat "$CLUSTER_DIR/shard-$1.port"; }
 cli() { redis-cli -p "$proxy" "$@"; }
-expect() {
-  local want=$1
-  shift
-  local got
-  got=$(cli "$@" 2>&1) || fail "redis-cli $* exited with $?"
-  [[ $got == "$want" ]] || fail "redis-cli $* (through the proxy): got '$got', want '$want'"
-}
 
 # The commands that pass through twemproxy (docs/server.md lists them).
 expect OK SET k1 v1

@@ -17,14 +17,6 @@ start_server "$dir/kv.pool" --create-size 256M
 echo "server on port $port"
 
 cli() { redis-cli -p "$port" "$@"; }
-# expect WANT CMD...: the command's output (redis-cli's plain, non-tty format) is exactly WANT.
-expect() {
-  local want=$1
-  shift
-  local got
-  got=$(cli "$@" 2>&1) || fail "redis-cli $* exited with $?"
-  [[ $got == "$want" ]] || fail "redis-cli $*: got '$got', want '$want'"
-}
 
 expect PONG PING
 expect hello PING hello

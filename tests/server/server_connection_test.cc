@@ -340,9 +340,9 @@ TEST_F(ConnectionTest, KeysTypeAndRandomKey) {
                 ::testing::AnyOf("\"item:1\"", "\"user:1\"", "\"user:10\"", "\"user:2\""));
   }
   EXPECT_EQ(Call(c, {"RANDOMKEY", "x"}), "-ERR wrong number of arguments for 'randomkey' command");
-  // Keys that share a long prefix, some of them prefixes of others: the per-byte descent gives
-  // each of these 104 keys a chance above 1/150, so 200 draws see dozens of distinct keys; a
-  // draw stuck on the first key (a random start outside the shared prefix) sees one.
+  // Keys that share a long prefix, some of them prefixes of others: every key has a chance of
+  // its own in each draw, so the draws spread over many keys; a draw that started outside the
+  // shared prefix would return the first key every time.
   std::string shared;
   for (int i = 0; i < 100; ++i)
     shared += testing::Encode({"SET", absl::StrCat("session:2026:", i), "v"});

@@ -7,6 +7,7 @@
 #   make_test_dir redis-cli        # sets dir; the EXIT trap kills the server and removes dir
 #   start_server "$dir/kv.pool" --create-size 64M   # sets server_pid and port
 #   redis_python || exit 77        # sets python
+#   expect PONG PING               # with a cli() function defined by the caller
 
 # make_test_dir NAME: a fresh directory on /dev/shm (or $TMPDIR) in `dir`, removed at exit
 # together with the server started by start_server.
@@ -67,4 +68,14 @@ redis_python() {
     fi
   done
   return 1
+}
+
+# expect WANT CMD...: the output of `cli CMD...` (the caller's redis-cli wrapper; its plain,
+# non-tty format) is exactly WANT, else fail.
+expect() {
+  local want=$1
+  shift
+  local got
+  got=$(cli "$@" 2>&1) || fail "redis-cli $* exited with $?"
+  [[ $got == "$want" ]] || fail "redis-cli $*: got '$got', want '$want'"
 }
