@@ -44,10 +44,11 @@ absl::Status Runtime::Replay(const std::vector<txn::LogicalOp>& ops) {
   // The trial open only validates: nothing is written on its private mapping.
   if (trial_ || stamp_hi == old.stamp_hi) return absl::OkStatus();  // nothing newer than old
   // The new journal (the old one's entries not applied, then the newer operations) replaces the
-  // old in this epoch: the engine's Sync after this call makes it durable before the
-  // transactions are recorded as replayed, and a crash before keeps the old one and the log.
+  // old in the engine's recovery epoch (this runs inside its guard), where the engine also
+  // records the transactions as replayed: its Sync makes both durable, and a crash before keeps
+  // the old journal and the log.
   epoch::Guard g(*epochs_);
-  auto offset = runtime_internal::WriteJournal(*pool_, *epochs_, *heap_, *plan, stamp_hi);
+  auto offset = runtime_internal::WriteJournal(*pool_, *heap_, *plan, stamp_hi);
   if (!offset.ok()) return offset.status();
   RuntimeHeader& h = header();
   RETURN_IF_ERROR(epochs_->log().Snapshot(&h, sizeof(h), &h.logged_epoch));

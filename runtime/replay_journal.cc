@@ -141,7 +141,7 @@ absl::StatusOr<std::vector<IndexOp>> PlanReplay(const epoch::Manager& epochs, co
   return last;
 }
 
-absl::StatusOr<uint64_t> WriteJournal(Pool& pool, epoch::Manager& epochs, alloc::Heap& heap,
+absl::StatusOr<uint64_t> WriteJournal(Pool& pool, alloc::Heap& heap,
                                       const std::vector<IndexOp>& ops, uint64_t stamp_hi) {
   size_t payload = 0;
   for (const IndexOp& o : ops) payload += kEntryHead + Padded(o.key.size() + o.value.size());
@@ -175,9 +175,10 @@ absl::StatusOr<uint64_t> WriteJournal(Pool& pool, epoch::Manager& epochs, alloc:
   h->stamp_hi = stamp_hi;
   h->payload_bytes = payload;
   h->crc = JournalCrc(*h, base + sizeof(JournalHeader) + ops.size() * 8);
-  // A fresh block of this epoch: its allocation and its bytes become durable together at the
-  // epoch's boundary, and a crash before rolls the allocation back (nothing points to it yet).
-  if (!mutation::Swapped(kUnrecordedJournalMutant)) epochs.RecordDirty(base, bytes);
+  // A fresh block of this epoch: the heap writes its bytes back with its allocation at the
+  // epoch's boundary (no registration here), and a crash before rolls the allocation back
+  // (nothing points to it yet). Blocks are reused only once their free is durable, so a fresh
+  // block always reads free on media and the heap always counts it fresh.
   return pool.offset_of(base);
 }
 

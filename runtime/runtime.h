@@ -111,13 +111,11 @@ namespace runtime_internal {
 // Logic mutants of the runtime's crash suite's gate (tests/runtime/runtime_crash_test.cc): a
 // recovery that replays no index operation, one that replays them newest first, an index
 // operation inside a transaction that an abort does not undo, a lazy replay whose applied mark
-// is never written back, and a replay journal whose bytes are never written back. Each must make
-// the suite fail.
+// is never written back. Each must make the suite fail.
 inline constexpr Site kSkipReplayMutant{"runtime.mutant.skip_replay"};
 inline constexpr Site kReplayOrderMutant{"runtime.mutant.replay_order"};
 inline constexpr Site kNoUndoMutant{"runtime.mutant.no_undo"};
 inline constexpr Site kUnrecordedMarkMutant{"runtime.mutant.unrecorded_mark"};
-inline constexpr Site kUnrecordedJournalMutant{"runtime.mutant.unrecorded_journal"};
 }  // namespace runtime_internal
 
 // For tools that open a runtime pool's layers themselves (tools/pool_view.cc): its catalog and

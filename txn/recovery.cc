@@ -45,8 +45,8 @@ class Recovery {
   void RebuildIndex();           // 4
   void ReplayData();             // 5
   absl::Status ReplayHeap();     // 6
-  absl::Status ReplayLogical();  // 6b
-  absl::Status MakeDurable();    // 7 and 8
+  absl::Status ReplayLogical();   // 6b
+  absl::Status RecordReplayed();  // 7 (8 is the caller's Sync)
   void Finish();                 // the engine's volatile state after recovery
 
  private:
@@ -233,9 +233,8 @@ absl::Status Recovery::ReplayHeap() {
 absl::Status Recovery::ReplayLogical() {
   Engine::Impl& e = impl_;
   if (logical_.empty()) return absl::OkStatus();
-  // 6b. The layers above replay their operations (outside step 5's guard: each takes its own),
-  //     in the same epoch as steps 5-6, so that step 7 makes them durable too and step 8's
-  //     stamp covers them. Without a handler they would be lost: refused.
+  // 6b. The layers above replay their operations, inside steps 5-7's guard: in their epoch,
+  //     with the stamp that covers them. Without a handler they would be lost: refused.
   if (!e.options.replay_logical) {
     return absl::FailedPreconditionError(absl::StrCat(
         e.pool.path(), ": the transaction log holds ", logical_.size(),
@@ -245,21 +244,23 @@ absl::Status Recovery::ReplayLogical() {
   return e.options.replay_logical(logical_);
 }
 
-absl::Status Recovery::MakeDurable() {
+absl::Status Recovery::RecordReplayed() {
   Engine::Impl& e = impl_;
-  // 7. Everything above becomes durable (the boundary writes back the replayed words and the
-  //    heap's changes).
-  RETURN_IF_ERROR(e.epochs.Sync());
-  // 8. Allocation ops up to max_stamp are applied and durable. Epoch-scoped: durable at the
-  //    next boundary. A crash before that replays them again, which is idempotent: nothing
-  //    that could contradict them (a later free) is durable before this word is.
-  if (max_stamp_ > dir_->replayed_stamp.load(std::memory_order_relaxed)) {
-    epoch::Guard g(e.epochs);
-    dir_->replayed_stamp.store(max_stamp_, std::memory_order_release);
-    if (!mutation::Swapped(txn_internal::kDirtyReplayedStamp)) {
-      e.epochs.RecordDirty(&dir_->replayed_stamp, sizeof(uint64_t));
-    }
+  // 7. The stamp of the last transaction replayed, in the epoch of steps 5-6b (the caller's
+  //    guard), undo-logged first: a crash before that epoch completes rolls it back with the
+  //    replayed words, the heap's operations and the layer above's journal, and the next
+  //    recovery replays them all again; once the epoch completes, none is replayed again.
+  //    Replaying after that epoch would not be idempotent: a block a replayed transaction freed
+  //    may have been allocated again since (by step 6b's journal, say), and a second free would
+  //    take it from its new owner.
+  if (max_stamp_ <= dir_->replayed_stamp.load(std::memory_order_relaxed)) return absl::OkStatus();
+  if (!mutation::Swapped(txn_internal::kUnloggedReplayedStamp)) {
+    std::atomic<uint64_t> logged{0};  // written once per recovery: no mark of its own
+    RETURN_IF_ERROR(e.epochs.log().Snapshot(&dir_->replayed_stamp, sizeof(uint64_t), &logged));
+  } else {
+    e.epochs.RecordDirty(&dir_->replayed_stamp, sizeof(uint64_t));
   }
+  dir_->replayed_stamp.store(max_stamp_, std::memory_order_release);
   return absl::OkStatus();
 }
 
@@ -284,14 +285,18 @@ absl::Status Engine::Impl::Recover() {
   r.RebuildIndex();
   const bool crashed = !pool.was_clean_shutdown();
   if (crashed) {
-    // Steps 5 and 6 run inside one epoch guard: what they register dirty and the heap's changes
-    // belong to its epoch, which step 7's Sync makes durable.
-    epoch::Guard g(epochs);
-    r.ReplayData();
-    RETURN_IF_ERROR(r.ReplayHeap());
+    // Steps 5 to 7 run inside one epoch guard: the replayed words, the heap's changes, the layer
+    // above's (its own guards nest in this one) and the stamp belong to one epoch, which step
+    // 8's Sync makes durable, all of it or (a crash first) none.
+    {
+      epoch::Guard g(epochs);
+      r.ReplayData();
+      RETURN_IF_ERROR(r.ReplayHeap());
+      RETURN_IF_ERROR(r.ReplayLogical());
+      RETURN_IF_ERROR(r.RecordReplayed());
+    }
+    RETURN_IF_ERROR(epochs.Sync());  // 8
   }
-  RETURN_IF_ERROR(r.ReplayLogical());
-  if (crashed) RETURN_IF_ERROR(r.MakeDurable());
   r.Finish();
   recovery_time = std::chrono::steady_clock::now() - start;
   // Committed transactions are replayed (durable by the Sync above, the rest epoch-scoped):

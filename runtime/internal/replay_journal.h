@@ -81,9 +81,9 @@ absl::StatusOr<std::vector<IndexOp>> PlanReplay(const epoch::Manager& epochs, co
                                                 const std::vector<uint64_t>& ids,
                                                 uint64_t* stamp_hi);
 
-// Writes `ops` as a new journal block (allocated from `heap`, recorded dirty in the caller's
-// guard, durable with its epoch). Returns the block's pool offset.
-absl::StatusOr<uint64_t> WriteJournal(Pool& pool, epoch::Manager& epochs, alloc::Heap& heap,
+// Writes `ops` as a new journal block (allocated from `heap` in the caller's guard: the heap
+// writes a fresh block back with its epoch). Returns the block's pool offset.
+absl::StatusOr<uint64_t> WriteJournal(Pool& pool, alloc::Heap& heap,
                                       const std::vector<IndexOp>& ops, uint64_t stamp_hi);
 
 }  // namespace pmrt::runtime_internal

@@ -80,14 +80,15 @@ inline constexpr Site kGraceMutant{"txn.mutant.fast_line_grace"};
 // And one that takes a line a free unmarked (WordIndex::kFreed) for one never marked, making its
 // other words cold without a grace period.
 inline constexpr Site kFreedMutant{"txn.mutant.fast_line_freed"};
-// Mutants that drop one registration of dirty memory with the epoch boundary each: a word
-// recovery replays, and the directory's replayed stamp. Neither is killed by the crash suite
-// (docs/testing.md, "Mutation gate results"), also with continuations of 3,000 images after
-// recovery: either the registration is redundant (a replayed word keeps its record until the
-// reclaimer turns it cold, which writes its line back first: kColdFlush; a stamp not yet
-// durable only makes recovery replay again, which is idempotent) or a test is missing.
+// A mutant that drops the registration of a word recovery replays with the epoch boundary. Not
+// killed by the crash suite (docs/testing.md, "Mutation gate results"), also with continuations
+// of 3,000 images after recovery: either the registration is redundant (a replayed word keeps
+// its record until the reclaimer turns it cold, which writes its line back first: kColdFlush)
+// or a test is missing.
 inline constexpr Site kDirtyReplayedWord{"txn.mutant.dirty.replayed_word"};
-inline constexpr Site kDirtyReplayedStamp{"txn.mutant.dirty.replayed_stamp"};
+// A mutant that writes the directory's replayed stamp without its undo copy (registered dirty
+// only): a crash in recovery's epoch can then keep the stamp and roll back what it covers.
+inline constexpr Site kUnloggedReplayedStamp{"txn.mutant.unlogged.replayed_stamp"};
 
 // The touch slack (docs/txn.md, "The index"): a transaction's declaration of a hot word moves
 // the word's touch epoch forward (a CAS) only when it is more than this many epochs older than

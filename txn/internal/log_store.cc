@@ -102,10 +102,17 @@ LogStore::LogStore(Pool& pool, epoch::Manager& epochs, alloc::Heap& heap)
 absl::Status LogStore::Create(size_t block_size) {
   // Epoch-scoped, like any allocation outside a transaction: the block's content (zeroed, the
   // header) is written back by the boundary that completes this epoch, as every fresh block's
-  // is (the heap registers it), and the state word is registered dirty here. A crash before that
-  // rolls the allocation back, and Open finds the state word pointing at a block that is not
-  // allocated (or at nothing): it creates again.
+  // is (the heap registers it). The state word is undo-logged before it is written (Snapshot
+  // also registers it dirty): a crash before the boundary rolls the allocation back and the
+  // word back to 0 together. Without the undo copy the word could reach media alone, and the
+  // next open would take it for a log to recover while the runtime's catalog, created again
+  // before the engine opens, allocates (Engine::Open refuses that).
   epoch::Guard g(epochs_);
+  auto& line = pool_.state().txn_directory.value;
+  if (!mutation::Swapped(kUnloggedDirectoryLink)) {
+    std::atomic<uint64_t> logged{0};  // the word is written once per pool: no mark of its own
+    RETURN_IF_ERROR(epochs_.log().Snapshot(&line, sizeof(line), &logged));
+  }
   void* p = heap_.Allocate(kDirectorySize, 64);
   if (p == nullptr) {
     return absl::ResourceExhaustedError(
@@ -118,9 +125,8 @@ absl::Status LogStore::Create(size_t block_size) {
   h->version = kDirectoryVersion;
   h->block_size = static_cast<uint32_t>(block_size);
   h->crc = HeaderCrc(*h);
-  auto& line = pool_.state().txn_directory.value;
   line.store(pool_.offset_of(p), std::memory_order_release);
-  if (!mutation::Swapped(kDirtyDirectoryLink)) epochs_.RecordDirty(&line, sizeof(line));
+  if (mutation::Swapped(kUnloggedDirectoryLink)) epochs_.RecordDirty(&line, sizeof(line));
   return absl::OkStatus();
 }
 

@@ -43,12 +43,15 @@ inline constexpr Site kTableFlush{"txn.table.flush"};
 inline constexpr Site kBlockFlush{"txn.log.block.flush"};
 inline constexpr Site kLinkFlush{"txn.log.link.flush"};
 inline constexpr Site kHeadFlush{"txn.log.head.flush"};
-// Mutants that drop one registration of dirty memory with the epoch boundary each: the pool's
-// link to the directory (killed by the crash suite's gate), and a block table entry (not yet:
-// the entry is also flushed, and the suite's reclaimer runs on the thread that advances, whose
-// boundary fence then makes it durable; the registration covers a background reclaimer whose
-// own fence may come after the boundary, LogStore::Grow).
-inline constexpr Site kDirtyDirectoryLink{"txn.mutant.dirty.directory_link"};
+// A mutant that writes the pool's link to a new directory without its undo copy (registered
+// dirty only): a crash in the creating epoch can then keep the link and roll the directory's
+// allocation back. Killed by RuntimeCrashTest's first-open gate, where the runtime's catalog
+// allocates before the engine opens.
+inline constexpr Site kUnloggedDirectoryLink{"txn.mutant.unlogged.directory_link"};
+// A mutant that drops the registration of a block table entry with the epoch boundary (not
+// killed yet: the entry is also flushed, and the suite's reclaimer runs on the thread that
+// advances, whose boundary fence then makes it durable; the registration covers a background
+// reclaimer whose own fence may come after the boundary, LogStore::Grow).
 inline constexpr Site kDirtyTable{"txn.mutant.dirty.table"};
 // A logic mutant: Grow reuses a table entry in a line ReturnFree undo-logged in the same epoch
 // (a failed epoch then erases the entry of a block that holds committed records). The crash
