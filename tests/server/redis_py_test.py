@@ -1,10 +1,12 @@
 """redis-py (Debian's python3-redis) against a running `pmrt serve`: its own API for every
-command the server has, pipelines without transactions (good and bad commands mixed), AUTH
-with a password set at runtime, and the errors redis-py turns into exceptions.
+command the server has, pipelines with and without transactions (good and bad commands mixed),
+WATCH optimistic locking with a retry loop under contention from two processes, AUTH with a
+password set at runtime, and the errors redis-py turns into exceptions.
 
 Usage: redis_py_test.py PORT. Exit 77 (skipped) when redis-py is not installed.
 """
 
+import multiprocessing
 import sys
 
 try:
@@ -134,6 +136,65 @@ def pipelines(r):
     assert r.exists("p:e") == 0
 
 
+def transactions(r):
+    # redis-py's default pipeline: MULTI ... EXEC.
+    p = r.pipeline()
+    p.set("t:a", "1").incr("t:a").mset({"t:b": "x", "t:c": "y"}).get("t:b").delete("t:c")
+    assert p.execute() == [True, 2, True, "x", 1]
+    # A command that fails when it runs fails alone; the rest are applied.
+    p = r.pipeline()
+    p.set("t:d", "word").incr("t:d").set("t:e", "1")
+    results = p.execute(raise_on_error=False)
+    assert results[0] is True and results[2] is True, results
+    assert isinstance(results[1], redis.exceptions.ResponseError), results
+    assert r.get("t:e") == "1"
+    # A watched key written by another client: WatchError, nothing applied.
+    with r.pipeline() as p:
+        p.watch("t:a")
+        client().set("t:a", "changed")
+        p.multi()
+        p.set("t:a", "mine")
+        try:
+            p.execute()
+            raise AssertionError("EXEC ran although its watched key changed")
+        except redis.exceptions.WatchError:
+            pass
+    assert r.get("t:a") == "changed"
+    assert r.msetnx({"t:f": "1", "t:g": "2"}) is True
+    assert r.msetnx({"t:g": "3", "t:h": "4"}) is False
+    assert r.mget("t:f", "t:g", "t:h") == ["1", "2", None]
+
+
+def increment_with_watch(n):
+    """Adds 1 to w:counter n times, each a WATCH / GET / MULTI / SET / EXEC retried on conflict;
+    returns the number of retries."""
+    r = client()
+    retries = 0
+    for _ in range(n):
+        while True:
+            try:
+                with r.pipeline() as p:
+                    p.watch("w:counter")
+                    value = int(p.get("w:counter") or 0)
+                    p.multi()
+                    p.set("w:counter", value + 1)
+                    p.execute()
+                    break
+            except redis.exceptions.WatchError:
+                retries += 1
+    return retries
+
+
+def watch_contention(r):
+    r.delete("w:counter")
+    n = 300
+    with multiprocessing.Pool(2) as pool:
+        retries = pool.map(increment_with_watch, [n, n])
+    # Every increment applied exactly once: no lost update, whatever the interleaving.
+    assert r.get("w:counter") == str(2 * n), (r.get("w:counter"), retries)
+    print(f"WATCH under contention: {2 * n} increments, {sum(retries)} retries")
+
+
 def auth(r):
     assert r.config_set("requirepass", "pw-1") is True
     try:
@@ -168,6 +229,8 @@ def main():
     keyspace(r)
     connection(r)
     pipelines(r)
+    transactions(r)
+    watch_contention(r)
     auth(r)
     resp3()
     r.flushall()

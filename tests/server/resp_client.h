@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tools/kv_store.h"
+#include "tools/server/store.h"
 
 namespace pmrt::server::testing {
 
@@ -93,8 +93,8 @@ class ServerProcess {
 uint64_t RaiseFileLimit();
 
 // Options that create a key-value pool of `bytes` at its first open (the pools under test).
-inline tools::KvStoreOptions CreatePoolOf(size_t bytes) {
-  tools::KvStoreOptions o;
+inline server::StoreOptions CreatePoolOf(size_t bytes) {
+  server::StoreOptions o;
   o.create_size = bytes;
   return o;
 }

@@ -19,7 +19,7 @@
 #include "tests/server/resp_client.h"
 #include "tests/server/server_fixture.h"
 #include "tests/util/test_util.h"
-#include "tools/kv_store.h"
+#include "tools/server/store.h"
 #include "tools/server/server.h"
 
 namespace pmrt::server {
@@ -293,7 +293,7 @@ TEST_F(ConnectionTest, InfoSections) {
 TEST_F(ConnectionTest, BindsSeveralAddressesAndIpv6) {
   ServerOptions opt;
   opt.bind = "127.0.0.1, ::1";
-  auto kv = tools::KvStore::Open(dir_.File("kv.pool"), testing::CreatePoolOf(32 << 20));
+  auto kv = server::Store::Open(dir_.File("kv.pool"), testing::CreatePoolOf(32 << 20));
   ASSERT_THAT(kv, pmrt::testing::IsOk());
   kv_ = std::move(*kv);
   auto s = Server::Create(*kv_, opt);

@@ -31,7 +31,7 @@
 #include "gtest/gtest.h"
 #include "tests/server/resp_client.h"
 #include "tests/util/test_util.h"
-#include "tools/kv_store.h"
+#include "tools/server/store.h"
 
 namespace pmrt::server {
 namespace {
@@ -103,9 +103,7 @@ int Kills() {
 
 // The pool after the kills, opened in-process: its tree's invariants and the heap hold.
 void ExpectPoolIntact(const std::string& pool) {
-  tools::KvStoreOptions opt;
-  opt.require_tree = true;
-  auto kv = tools::KvStore::Open(pool, opt);
+  auto kv = server::Store::Open(pool);
   ASSERT_THAT(kv, pmrt::testing::IsOk());
   EXPECT_THAT((*kv)->tree().CheckInvariants(), pmrt::testing::IsOk());
   EXPECT_THAT((*kv)->heap().Check(), pmrt::testing::IsOk());
@@ -234,6 +232,102 @@ TEST(ServerCrash, AcknowledgedAndSyncedWritesSurviveSigkill) {
 // interrupted; each RENAME's write of its target and removal of its source share one epoch, so
 // after every restart exactly five slots hold the five tokens (a split RENAME would leave a
 // token twice or not at all), and every copy holds a token.
+// Transfers between accounts, each one transaction (MULTI ... EXEC, or MSET of both balances),
+// with a counter of transactions in the same transaction, until SIGKILL. After each restart
+// the counter names the last transaction applied: at least the last whose EXEC (or MSET) was
+// answered (durable when it replies), at most the last sent; and the balances are exactly those
+// after that transaction (all or nothing of each, in order).
+TEST(ServerCrash, TransactionsAreAtomicAndDurableAcrossSigkill) {
+  pmrt::testing::TempDir dir;
+  const std::string pool = dir.File("kv.pool");
+  std::mt19937_64 rng(5151);
+  constexpr int kAccounts = 8;
+  const std::vector<std::string> args = {"--create-size", "64M", "--epoch-ms", "50",
+                                         "--threads",     "2"};
+  // models[n]: the balances after transaction n (0: the initial ones).
+  std::vector<std::vector<int64_t>> models = {std::vector<int64_t>(kAccounts, 100)};
+  auto account = [](int i) { return absl::StrCat("acct:", i); };
+  int64_t acked = 0, total_txns = 0;
+  for (int round = 0; round <= 4; ++round) {
+    testing::ServerProcess server(PMRT_BINARY, pool, args);
+    ASSERT_NE(server.port(), 0) << "the server did not start: " << server.startup_output();
+    testing::Client c(server.port());
+    ASSERT_TRUE(c.connected());
+    if (round == 0) {
+      std::vector<std::string> mset = {"MSET", "txn", "0"};
+      for (int i = 0; i < kAccounts; ++i) {
+        mset.push_back(account(i));
+        mset.push_back("100");
+      }
+      ASSERT_TRUE(c.Call(mset)->IsOk());
+    }
+    // 1. The state is the model after the last transaction applied.
+    auto last = c.Call({"GET", "txn"});
+    ASSERT_TRUE(last);
+    const int64_t applied = std::stoll(last->str);
+    ASSERT_GE(applied, acked) << "round " << round << ": an answered transaction was lost";
+    ASSERT_LT(applied, static_cast<int64_t>(models.size())) << "round " << round;
+    std::vector<std::string> mget = {"MGET"};
+    for (int i = 0; i < kAccounts; ++i) mget.push_back(account(i));
+    auto balances = c.Call(mget);
+    ASSERT_TRUE(balances);
+    ASSERT_EQ(balances->elements.size(), static_cast<size_t>(kAccounts));
+    for (int i = 0; i < kAccounts; ++i) {
+      ASSERT_EQ(balances->elements[i].str, std::to_string(models[applied][i]))
+          << "round " << round << ", account " << i << ", after transaction " << applied;
+    }
+    models.resize(applied + 1);
+    acked = applied;
+    if (round == 4) {
+      std::printf("4 kills: %ld transactions answered, the balances exact after each restart\n",
+                  static_cast<long>(total_txns));
+      c.Close();
+      EXPECT_EQ(server.Terminate(), 0);
+      break;
+    }
+    // 2. Transfers until the kill.
+    const auto delay = std::chrono::milliseconds(50 + rng() % 250);
+    std::thread killer([&] {
+      std::this_thread::sleep_for(delay);
+      server.Kill();
+    });
+    for (;;) {
+      const int64_t n = static_cast<int64_t>(models.size());
+      const int from = static_cast<int>(rng() % kAccounts);
+      const int to = (from + 1 + static_cast<int>(rng() % (kAccounts - 1))) % kAccounts;
+      const int64_t amount = static_cast<int64_t>(rng() % 20);
+      std::vector<int64_t> next = models.back();
+      next[from] -= amount;
+      next[to] += amount;
+      models.push_back(next);
+      const bool multi = n % 2 == 0;
+      std::string req;
+      if (multi) {
+        req = testing::Encode({"MULTI"}) +
+              testing::Encode({"DECRBY", account(from), std::to_string(amount)}) +
+              testing::Encode({"INCRBY", account(to), std::to_string(amount)}) +
+              testing::Encode({"SET", "txn", std::to_string(n)}) + testing::Encode({"EXEC"});
+      } else {
+        req = testing::Encode({"MSET", account(from), std::to_string(next[from]), account(to),
+                               std::to_string(next[to]), "txn", std::to_string(n)});
+      }
+      if (!c.Send(req)) break;
+      std::optional<Reply> r;
+      for (int i = 0; i < (multi ? 5 : 1); ++i) {
+        r = c.Read();
+        if (!r) break;
+      }
+      if (!r) break;
+      ASSERT_EQ(r->ToString(), multi ? absl::StrCat("[:", next[from], ", :", next[to], ", +OK]")
+                                     : "+OK");
+      acked = n;
+      ++total_txns;
+    }
+    killer.join();
+  }
+  ExpectPoolIntact(pool);
+}
+
 TEST(ServerCrash, RenamesAreAtomicAcrossSigkill) {
   pmrt::testing::TempDir dir;
   const std::string pool = dir.File("kv.pool");

@@ -14,7 +14,7 @@
 #include "gtest/gtest.h"
 #include "tests/server/resp_client.h"
 #include "tests/util/test_util.h"
-#include "tools/kv_store.h"
+#include "tools/server/store.h"
 #include "tools/server/server.h"
 
 namespace pmrt::server::testing {
@@ -24,7 +24,7 @@ class ServerFixture : public ::testing::Test {
   // A pool of `pool_bytes` at dir_/kv.pool (created, or the one a previous run left), served
   // on a free port by two workers.
   void StartServer(ServerOptions opt = {}, size_t pool_bytes = 128 << 20) {
-    auto kv = tools::KvStore::Open(dir_.File("kv.pool"), CreatePoolOf(pool_bytes));
+    auto kv = server::Store::Open(dir_.File("kv.pool"), CreatePoolOf(pool_bytes));
     ASSERT_THAT(kv, pmrt::testing::IsOk());
     kv_ = std::move(*kv);
     opt.port = 0;
@@ -56,7 +56,7 @@ class ServerFixture : public ::testing::Test {
   }
 
   pmrt::testing::TempDir dir_;
-  std::unique_ptr<tools::KvStore> kv_;
+  std::unique_ptr<server::Store> kv_;
   std::unique_ptr<Server> server_;
 };
 

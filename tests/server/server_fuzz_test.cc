@@ -17,7 +17,7 @@
 #include "gtest/gtest.h"
 #include "tests/server/resp_client.h"
 #include "tests/util/test_util.h"
-#include "tools/kv_store.h"
+#include "tools/server/store.h"
 #include "tools/server/resp.h"
 #include "tools/server/server.h"
 
@@ -48,7 +48,7 @@ std::vector<std::string> RandomCommand(Rng& rng) {
     return RandomBytes(rng, Uniform(rng, 8) == 0 ? Uniform(rng, 5000) : Uniform(rng, 40),
                        Uniform(rng, 2) == 0);
   };
-  switch (Uniform(rng, 31)) {
+  switch (Uniform(rng, 37)) {
     case 0:
       return {"SET", key(), value()};
     case 1:
@@ -109,6 +109,19 @@ std::vector<std::string> RandomCommand(Rng& rng) {
       return {"CONFIG", "SET", "pmrt-verify-reads", Uniform(rng, 2) ? "yes" : value()};
     case 29:
       return {"INFO", Uniform(rng, 2) ? "persistence" : "memory", "clients"};
+    // Transactions: MULTI and EXEC unpaired, nested, with queued commands of every kind between
+    // them (the other cases), WATCH of keys other commands write.
+    case 30:
+    case 31:
+      return {"MULTI"};
+    case 32:
+    case 33:
+      return {Uniform(rng, 4) == 0 ? "DISCARD" : "EXEC"};
+    case 34:
+      return {"WATCH", key(), key()};
+    case 35:
+      if (Uniform(rng, 2) == 0) return {"UNWATCH"};
+      return {"MSETNX", key(), value(), key(), value()};
     default:
       return {RandomBytes(rng, 1 + Uniform(rng, 10), true), value()};
   }
@@ -239,7 +252,7 @@ TEST(ServerFuzz, Parser) {
 
 TEST(ServerFuzz, LiveServer) {
   pmrt::testing::TempDir dir;
-  auto kv = tools::KvStore::Open(dir.File("kv.pool"), testing::CreatePoolOf(128 << 20));
+  auto kv = server::Store::Open(dir.File("kv.pool"), testing::CreatePoolOf(128 << 20));
   ASSERT_THAT(kv, pmrt::testing::IsOk());
   ServerOptions opt;
   opt.port = 0;

@@ -27,7 +27,7 @@
 #include "tests/server/resp_client.h"
 #include "tests/server/server_fixture.h"
 #include "tests/util/test_util.h"
-#include "tools/kv_store.h"
+#include "tools/server/store.h"
 #include "tools/server/commands.h"
 
 namespace pmrt::server {
@@ -263,7 +263,7 @@ TEST_F(ServerTest, SetRangePadsWithZerosAndChecksItsLimits) {
 
 TEST(ServerLimits, AppendAndSetRangeStopAtTheBulkLimit) {
   pmrt::testing::TempDir dir;
-  auto kv = tools::KvStore::Open(dir.File("kv.pool"), testing::CreatePoolOf(32 << 20));
+  auto kv = server::Store::Open(dir.File("kv.pool"), testing::CreatePoolOf(32 << 20));
   ASSERT_THAT(kv, pmrt::testing::IsOk());
   ServerOptions opt;
   opt.port = 0;
@@ -356,7 +356,7 @@ TEST_F(ServerTest, ExpiryOptionsAreRefusedByName) {
 // concurrent APPENDs lose no byte.
 TEST(ServerConcurrency, IncrAppendAndGetSetLoseNothing) {
   pmrt::testing::TempDir dir;
-  auto kv = tools::KvStore::Open(dir.File("kv.pool"), testing::CreatePoolOf(64 << 20));
+  auto kv = server::Store::Open(dir.File("kv.pool"), testing::CreatePoolOf(64 << 20));
   ASSERT_THAT(kv, pmrt::testing::IsOk());
   ServerOptions opt;
   opt.port = 0;
@@ -444,12 +444,12 @@ TEST_F(ServerTest, ScanVisitsEveryKeyOnceInOrder) {
 
 // A key-value pool of `pool_bytes` in `dir` and a server on it with `opt` (port 0), started.
 struct Served {
-  std::unique_ptr<tools::KvStore> kv;
+  std::unique_ptr<server::Store> kv;
   std::unique_ptr<Server> server;
 };
-Served Serve(const pmrt::testing::TempDir& dir, tools::KvStoreOptions ko, ServerOptions opt) {
+Served Serve(const pmrt::testing::TempDir& dir, server::StoreOptions ko, ServerOptions opt) {
   Served s;
-  auto kv = tools::KvStore::Open(dir.File("served.pool"), ko);
+  auto kv = server::Store::Open(dir.File("served.pool"), ko);
   EXPECT_THAT(kv, pmrt::testing::IsOk());
   if (!kv.ok()) return s;
   s.kv = std::move(*kv);
@@ -545,7 +545,7 @@ TEST(ServerLimits, VerifiedReadsRefuseADamagedValue) {
   pmrt::testing::TempDir dir;
   const std::string path = dir.File("served.pool");
   {
-    auto kv = tools::KvStore::Open(path, testing::CreatePoolOf(16 << 20));
+    auto kv = server::Store::Open(path, testing::CreatePoolOf(16 << 20));
     ASSERT_THAT(kv, pmrt::testing::IsOk());
     ASSERT_NE((*kv)->tree().put("a", "apple-as-written"), ds::PutResult::kNoMemory);
     ASSERT_NE((*kv)->tree().put("b", "banana-as-written"), ds::PutResult::kNoMemory);
@@ -593,13 +593,13 @@ TEST(ServerLimits, VerifiedReadsRefuseADamagedValue) {
 // guard held for the whole request no epoch would complete while it ran.
 TEST(ServerSlices, LongReadsLetEpochsAdvanceAndWritesGoOn) {
   pmrt::testing::TempDir dir;
-  tools::KvStoreOptions ko = testing::CreatePoolOf(512 << 20);
+  server::StoreOptions ko = testing::CreatePoolOf(512 << 20);
   ko.epochs.interval = std::chrono::milliseconds(2);
   ServerOptions opt;
   opt.threads = 2;
   Served s = Serve(dir, ko, opt);
   ASSERT_NE(s.server, nullptr);
-  tools::KvStore* kv = s.kv.get();
+  server::Store* kv = s.kv.get();
   Server* server = s.server.get();
   // 20 keys of 8 KiB of 'a' (a pattern "*aaa...ab" of 8 KiB tries every start: 8K x 8K steps
   // per key), and a million short keys after them.
@@ -892,7 +892,7 @@ TEST_F(ServerTest, LargeValueRoundTrip) {
 
 TEST(ServerLimits, MaxClientsRefusesTheRest) {
   pmrt::testing::TempDir dir;
-  auto kv = tools::KvStore::Open(dir.File("kv.pool"), testing::CreatePoolOf(32 << 20));
+  auto kv = server::Store::Open(dir.File("kv.pool"), testing::CreatePoolOf(32 << 20));
   ASSERT_THAT(kv, pmrt::testing::IsOk());
   ServerOptions opt;
   opt.port = 0;
@@ -927,7 +927,7 @@ TEST(ServerLimits, MaxClientsRefusesTheRest) {
 
 TEST(ServerLimits, BadOptions) {
   pmrt::testing::TempDir dir;
-  auto kv = tools::KvStore::Open(dir.File("kv.pool"), testing::CreatePoolOf(32 << 20));
+  auto kv = server::Store::Open(dir.File("kv.pool"), testing::CreatePoolOf(32 << 20));
   ASSERT_THAT(kv, pmrt::testing::IsOk());
   ServerOptions opt;
   opt.bind = "not-an-address";

@@ -44,6 +44,12 @@ bool AllowedBeforeAuth(std::string_view name) {
   return name == "auth" || name == "hello" || name == "quit";
 }
 
+// Why FLUSHALL and the connection commands are refused inside MULTI (Executor::Spec).
+constexpr char kFlushInMulti[] =
+    "FLUSHALL inside MULTI is not supported (it removes keys a slice at a time, not as one "
+    "transaction)";
+constexpr char kConnectionInMulti[] = "this command is not allowed inside MULTI";
+
 char Fold(char c, bool nocase) { return nocase ? absl::ascii_tolower(c) : c; }
 
 // Matches the class starting at pattern[*pi] == '[' against c; sets *pi past the class. An
@@ -190,8 +196,8 @@ bool GlobMatch(std::string_view p, std::string_view s, bool nocase) {
   return pi == p.size();
 }
 
-Executor::Executor(tools::KvStore& kv, const ServerOptions& options, const ServerCounters& counters)
-    : kv_(kv), options_(options), counters_(counters) {
+Executor::Executor(Store& store, const ServerOptions& options, const ServerCounters& counters)
+    : store_(store), options_(options), counters_(counters) {
   // Cursors start at a per-run value so that a cursor kept across a restart is most likely
   // unknown (an error) rather than the handle of some other position.
   next_cursor_ =
@@ -214,38 +220,44 @@ Executor::Executor(tools::KvStore& kv, const ServerOptions& options, const Serve
       {"incrbyfloat", {&Executor::IncrByFloat, 3, kWriteKey}},
       {"append", {&Executor::Append, 3, kWriteKey}},
       {"setrange", {&Executor::SetRange, 4, kWriteKey}},
-      {"strlen", {&Executor::StrLen, 2}},
-      {"getrange", {&Executor::GetRange, 4}},
-      {"substr", {&Executor::GetRange, 4}},
+      {"strlen", {&Executor::StrLen, 2, kReadKey}},
+      {"getrange", {&Executor::GetRange, 4, kReadKey}},
+      {"substr", {&Executor::GetRange, 4, kReadKey}},
       {"setex", {&Executor::Unsupported, 4}},  // refused: no key expiry (writes nothing)
       {"psetex", {&Executor::Unsupported, 4}},
-      {"get", {&Executor::Get, 2}},
+      {"get", {&Executor::Get, 2, kReadKey}},
       {"del", {&Executor::Del, -2, kWriteKeys}},
       {"unlink", {&Executor::Del, -2, kWriteKeys}},
-      {"exists", {&Executor::Exists, -2}},
+      {"exists", {&Executor::Exists, -2, kReadKeys}},
       {"mset", {&Executor::MSet, -3, kWritePairs}},
-      {"mget", {&Executor::MGet, -2}},
+      {"msetnx", {&Executor::MSetNx, -3, kWritePairs}},
+      {"mget", {&Executor::MGet, -2, kReadKeys}},
       {"dbsize", {&Executor::DbSize, 1}},
       {"scan", {&Executor::Scan, -2}},
       {"pmrt.range", {&Executor::Range, -3}},
       {"config", {&Executor::Config, -2}},
       {"info", {&Executor::Info, -1}},
       {"command", {&Executor::Command, -1}},
-      {"pmrt.sync", {&Executor::Sync, 1}},
+      {"pmrt.sync", {&Executor::Sync, 1, kRead, "EXEC is durable when it replies"}},
       {"quit", {&Executor::Quit, -1}},
       {"select", {&Executor::Select, 2}},
-      {"flushall", {&Executor::FlushAll, -1, kWriteEach}},
-      {"flushdb", {&Executor::FlushAll, -1, kWriteEach}},
-      {"hello", {&Executor::Hello, -1}},
-      {"auth", {&Executor::Auth, -2}},
+      {"flushall", {&Executor::FlushAll, -1, kWriteEach, kFlushInMulti}},
+      {"flushdb", {&Executor::FlushAll, -1, kWriteEach, kFlushInMulti}},
+      {"hello", {&Executor::Hello, -1, kRead, kConnectionInMulti}},
+      {"auth", {&Executor::Auth, -2, kRead, kConnectionInMulti}},
       {"client", {&Executor::Client, -2}},
       {"time", {&Executor::Time, 1}},
       {"keys", {&Executor::Keys, 2}},
-      {"type", {&Executor::Type, 2}},
+      {"type", {&Executor::Type, 2, kReadKey}},
       {"randomkey", {&Executor::RandomKey, 1}},
       {"rename", {&Executor::Rename, 3, kWriteTwo}},
       {"renamenx", {&Executor::RenameNx, 3, kWriteTwo}},
       {"copy", {&Executor::Copy, -3, kWriteTwo}},
+      {"multi", {&Executor::Multi, 1}},
+      {"exec", {&Executor::Exec, 1}},
+      {"discard", {&Executor::Discard, 1}},
+      {"watch", {&Executor::Watch, -2, kRead, "WATCH inside MULTI is not allowed"}},
+      {"unwatch", {&Executor::Unwatch, 1}},
   };
   settings_.max_clients.store(options_.max_clients, std::memory_order_relaxed);
   settings_.idle_timeout_s.store(options_.idle_timeout_s, std::memory_order_relaxed);
@@ -255,7 +267,7 @@ Executor::Executor(tools::KvStore& kv, const ServerOptions& options, const Serve
                        std::chrono::system_clock::now().time_since_epoch())
                        .count();
   struct stat st;
-  if (!kv_.pool().path().empty() && stat(kv_.pool().path().c_str(), &st) == 0) {
+  if (!store_.pool().path().empty() && stat(store_.pool().path().c_str(), &st) == 0) {
     pool_dev_ = st.st_dev;
     pool_ino_ = st.st_ino;
     watch_file_ = true;
@@ -263,7 +275,7 @@ Executor::Executor(tools::KvStore& kv, const ServerOptions& options, const Serve
 }
 
 void Executor::WatchPoolFile() {
-  if (!watch_file_ || kv_.pool().failed()) return;
+  if (!watch_file_ || store_.pool().failed()) return;
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                           std::chrono::steady_clock::now().time_since_epoch())
                           .count();
@@ -273,11 +285,11 @@ void Executor::WatchPoolFile() {
     return;
   }
   struct stat st;
-  const std::string& path = kv_.pool().path();
+  const std::string& path = store_.pool().path();
   if (stat(path.c_str(), &st) == 0 && st.st_dev == pool_dev_ && st.st_ino == pool_ino_) return;
   // The served file is no longer at its path: whatever is written now would be lost with the
   // server, or a new pool there would be mistaken for this one. Writes stop here.
-  kv_.pool().health_state().Fail(
+  store_.pool().health_state().Fail(
       absl::StrCat("the pool file was removed or replaced while served (", path,
                    " no longer names the file this server opened)"));
   std::fprintf(stderr, "pmrt serve: %s: the pool file was removed or replaced; writes refused\n",
@@ -291,6 +303,7 @@ After Executor::Execute(std::vector<std::string>& argv, Session& session, std::s
   auto it = name.size() <= 32 ? commands_.find(lower) : commands_.end();
   if (it == commands_.end()) {
     AppendError(*out, absl::StrCat("ERR unknown command ", Quote(name)));
+    session.multi_refused = session.multi_refused || session.in_multi;  // EXEC discards it
     return After::kNone;
   }
   // Relaxed: CLIENT LIST of another connection reads it as an independent statistic. The name
@@ -300,6 +313,7 @@ After Executor::Execute(std::vector<std::string>& argv, Session& session, std::s
   const int arity = it->second.arity;
   if ((arity > 0 && n != arity) || (arity < 0 && n < -arity)) {
     WrongArity(*out, name);
+    session.multi_refused = session.multi_refused || session.in_multi;
     return After::kNone;
   }
   // As in Redis, an unknown command or a wrong count is reported before authentication is.
@@ -308,41 +322,89 @@ After Executor::Execute(std::vector<std::string>& argv, Session& session, std::s
     AppendError(*out, "NOAUTH Authentication required.");
     return After::kNone;
   }
+  if (session.in_multi && lower != "exec" && lower != "discard" && lower != "multi" &&
+      lower != "quit") {
+    Queue(argv, lower, it->second, session, *out);
+    return After::kNone;
+  }
   Call call{session, sync_epoch};
   if (it->second.access == Access::kRead) return (this->*it->second.fn)(argv, *out, call);
+  if (!Writes(it->second.access)) return RunRead(it->second, argv, *out, call);
   WatchPoolFile();
-  if (kv_.pool().failed()) {
+  if (store_.pool().failed()) {
     // Nothing written now could become durable: refused, as Redis refuses writes it cannot
     // persist (MISCONF).
-    AppendError(*out, absl::StrCat("ERR writes refused: ", kv_.pool().health().message()));
+    AppendError(*out, absl::StrCat("ERR writes refused: ", store_.pool().health().message()));
     return After::kNone;
   }
   return RunWrite(it->second, argv, *out, call);
 }
 
+std::pair<size_t, size_t> Executor::KeyPositions(Access access, size_t argc) {
+  switch (access) {
+    case Access::kReadKey:
+    case Access::kWriteKey:
+      return {1, argc};  // argv[1] only
+    case Access::kReadKeys:
+    case Access::kWriteKeys:
+      return {1, 1};
+    case Access::kWritePairs:
+      return {1, 2};
+    case Access::kWriteTwo:
+      return {1, 1};  // argv[1], argv[2] and, for COPY, its options (harmless extra stripes)
+    case Access::kRead:
+    case Access::kWriteEach:
+      break;
+  }
+  return {argc, 1};  // none
+}
+
 After Executor::RunWrite(const Spec& spec, Args& a, std::string& out, Call& call) {
   // The stripes are taken here, outside every epoch guard (KeyLocks invariant 2), and the
   // handler's reads and writes of its keys all run under them.
-  size_t first = 1, step = 1;
   switch (spec.access) {
-    case Access::kWriteKey:
-      step = a.size();  // argv[1] only
-      break;
-    case Access::kWriteKeys:
-      break;
-    case Access::kWritePairs:
-      step = 2;
-      break;
     case Access::kWriteTwo: {
       KeyLocks::Held held = locks_.LockTwo(a[1], a[2]);
       return (this->*spec.fn)(a, out, call);
     }
-    case Access::kRead:
     case Access::kWriteEach:
       return (this->*spec.fn)(a, out, call);
+    default:
+      break;
   }
+  const auto [first, step] = KeyPositions(spec.access, a.size());
   KeyLocks::Held held = locks_.Lock(a, first, step);
   return (this->*spec.fn)(a, out, call);
+}
+
+After Executor::RunRead(const Spec& spec, Args& a, std::string& out, Call& call) {
+  // A sequence lock over the multi-key writes: `finished` before `started` (acquire), so equal
+  // counts mean every write that had started has finished and its stores are visible. The
+  // read then ran before any later one started if `started` is unchanged after it (the
+  // acquire fence orders the read's loads before that check; AtomicWrite's release fence
+  // orders its increment before its stores). Otherwise the read runs again under its stripes,
+  // which a multi-key write holds for its whole run.
+  const size_t mark = out.size();
+  const uint64_t finished = atomic_finished_.load(std::memory_order_acquire);
+  const uint64_t started = atomic_started_.load(std::memory_order_acquire);
+  if (started == finished) {
+    const After r = (this->*spec.fn)(a, out, call);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (atomic_started_.load(std::memory_order_relaxed) == started) return r;
+    out.resize(mark);
+  }
+  const auto [first, step] = KeyPositions(spec.access, a.size());
+  KeyLocks::Held held = locks_.Lock(a, first, step);
+  return (this->*spec.fn)(a, out, call);
+}
+
+Executor::AtomicWrite::AtomicWrite(Executor& e) : e_(e) {
+  e_.atomic_started_.fetch_add(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+}
+
+Executor::AtomicWrite::~AtomicWrite() {
+  e_.atomic_finished_.fetch_add(1, std::memory_order_release);
 }
 
 void Executor::Register(Session& session, std::string addr, std::string laddr, int fd) {
@@ -358,6 +420,7 @@ void Executor::Register(Session& session, std::string addr, std::string laddr, i
 }
 
 void Executor::Unregister(Session& session) {
+  UnwatchAll(session);
   std::lock_guard<std::mutex> l(clients_mu_);
   clients_.erase(session.id);
 }
@@ -370,15 +433,75 @@ bool Executor::KeyOk(std::string_view key, std::string& out) const {
 }
 
 void Executor::Oom(size_t value_bytes, std::string& out) {
-  AppendError(out, absl::StrCat("OOM pool ", kv_.pool().path(), " (", kv_.pool().size(),
+  AppendError(out, absl::StrCat("OOM pool ", store_.pool().path(), " (", store_.pool().size(),
                                 " bytes) has no room for a value of ", value_bytes,
                                 " bytes; the key is unchanged"));
 }
 
+namespace {
+
+// The reply for a write the index refused: -OOM for no room, the error otherwise.
+void AppendWriteError(const absl::Status& st, std::string& out, const std::function<void()>& oom) {
+  if (st.code() == absl::StatusCode::kResourceExhausted) {
+    oom();
+  } else {
+    AppendError(out, absl::StrCat("ERR ", st.message()));
+  }
+}
+
+}  // namespace
+
+absl::Status& Executor::WriteError() {
+  thread_local absl::Status error;
+  return error;
+}
+
 bool Executor::Put(std::string_view key, std::string_view value, std::string& out) {
-  if (kv_.tree().put(key, value) != ds::PutResult::kNoMemory) return true;
-  Oom(value.size(), out);
+  RecordUndo(key);
+  absl::StatusOr<ds::PutResult> r = store_.db().put(key, value);
+  if (r.ok()) {
+    Touch(key);
+    return true;
+  }
+  AppendWriteError(r.status(), out, [&] { Oom(value.size(), out); });
+  WriteError() = r.status();
   return false;
+}
+
+int Executor::Insert(std::string_view key, std::string_view value, std::string& out) {
+  RecordUndo(key);
+  absl::StatusOr<ds::InsertResult> r = store_.db().insert_if_absent(key, value);
+  if (r.ok()) {
+    if (*r == ds::InsertResult::kExists) return 0;
+    Touch(key);
+    return 1;
+  }
+  AppendWriteError(r.status(), out, [&] { Oom(value.size(), out); });
+  WriteError() = r.status();
+  return -1;
+}
+
+absl::StatusOr<bool> Executor::Remove(std::string_view key, std::string& out) {
+  RecordUndo(key);
+  absl::StatusOr<bool> r = store_.db().remove(key);
+  if (r.ok()) {
+    if (*r) Touch(key);
+    return r;
+  }
+  AppendWriteError(r.status(), out, [&] {
+    AppendError(out, absl::StrCat("OOM pool ", store_.pool().path(),
+                                  " has no room to log the removal; the key is unchanged"));
+  });
+  WriteError() = r.status();
+  return r;
+}
+
+void Executor::Touch(std::string_view key) {
+  if (watchers_.load(std::memory_order_relaxed) == 0) return;
+  std::lock_guard<std::mutex> l(watch_mu_);
+  auto it = watched_.find(std::string(key));
+  if (it == watched_.end()) return;
+  for (Session* s : it->second) s->watch_touched.store(true, std::memory_order_relaxed);
 }
 
 After Executor::Ping(Args& a, std::string& out, Call&) {
@@ -407,8 +530,8 @@ After Executor::Get(Args& a, std::string& out, Call& call) {
 Executor::Read Executor::ReadValue(std::string_view key, std::string* value,
                                    std::string& out) const {
   if (!settings_.verify_reads.load(std::memory_order_relaxed))
-    return kv_.tree().get(key, value) ? Read::kFound : Read::kAbsent;
-  const absl::StatusOr<bool> found = kv_.tree().get_verified(key, value);
+    return store_.tree().get(key, value) ? Read::kFound : Read::kAbsent;
+  const absl::StatusOr<bool> found = store_.tree().get_verified(key, value);
   if (found.ok()) return *found ? Read::kFound : Read::kAbsent;
   AppendError(out, absl::StrCat("ERR ", CorruptValue(key).message()));
   return Read::kFailed;
@@ -433,18 +556,27 @@ void Executor::AppendReadReply(Read found, std::string_view value, std::string& 
   }
 }
 
-After Executor::Del(Args& a, std::string& out, Call&) {
+After Executor::Del(Args& a, std::string& out, Call& call) {
   int64_t removed = 0;
-  for (size_t i = 1; i < a.size(); ++i) {
-    // A key over the limit cannot be in the tree: nothing to remove.
-    if (a[i].size() <= options_.max_key && kv_.tree().remove(a[i])) ++removed;
+  auto remove_all = [&]() -> absl::Status {
+    for (size_t i = 1; i < a.size(); ++i) {
+      if (a[i].size() > options_.max_key) continue;  // never stored: nothing to remove
+      absl::StatusOr<bool> r = Remove(a[i], out);
+      if (!r.ok()) return r.status();
+      removed += *r ? 1 : 0;
+    }
+    return absl::OkStatus();
+  };
+  // One key: an epoch-scoped removal. Several: one transaction, all or none of them.
+  if (a.size() == 2 ? !remove_all().ok() : !WriteAtomically(call, out, remove_all)) {
+    return After::kNone;
   }
   AppendInteger(out, removed);
   return After::kNone;
 }
 
 bool Executor::Present(std::string_view key) const {
-  return key.size() <= options_.max_key && kv_.tree().read(key, [](std::string_view) {});
+  return key.size() <= options_.max_key && store_.tree().read(key, [](std::string_view) {});
 }
 
 After Executor::Exists(Args& a, std::string& out, Call&) {
@@ -454,7 +586,7 @@ After Executor::Exists(Args& a, std::string& out, Call&) {
   return After::kNone;
 }
 
-After Executor::MSet(Args& a, std::string& out, Call&) {
+After Executor::MSet(Args& a, std::string& out, Call& call) {
   if (a.size() % 2 != 1) {
     WrongArity(out, a[0]);
     return After::kNone;
@@ -463,10 +595,36 @@ After Executor::MSet(Args& a, std::string& out, Call&) {
   for (size_t i = 1; i < a.size(); i += 2) {
     if (!KeyOk(a[i], out)) return After::kNone;
   }
-  for (size_t i = 1; i < a.size(); i += 2) {
-    if (!Put(a[i], a[i + 1], out)) return After::kNone;
+  if (PutPairs(a, out, call)) AppendSimple(out, "OK");
+  return After::kNone;
+}
+
+bool Executor::PutPairs(Args& a, std::string& out, Call& call) {
+  return WriteAtomically(call, out, [&]() -> absl::Status {
+    for (size_t i = 1; i < a.size(); i += 2) {
+      if (!Put(a[i], a[i + 1], out)) return WriteError();
+    }
+    return absl::OkStatus();
+  });
+}
+
+After Executor::MSetNx(Args& a, std::string& out, Call& call) {
+  if (a.size() % 2 != 1) {
+    WrongArity(out, a[0]);
+    return After::kNone;
   }
-  AppendSimple(out, "OK");
+  for (size_t i = 1; i < a.size(); i += 2) {
+    if (!KeyOk(a[i], out)) return After::kNone;
+  }
+  // Under the stripes of every key: none present now means none appears before the puts.
+  for (size_t i = 1; i < a.size(); i += 2) {
+    if (Present(a[i])) {
+      AppendInteger(out, 0);
+      return After::kNone;
+    }
+  }
+  if (!PutPairs(a, out, call)) return After::kNone;
+  AppendInteger(out, 1);
   return After::kNone;
 }
 
@@ -500,7 +658,7 @@ void Executor::ReplyTooLarge(std::string& out, std::string_view command, size_t 
 }
 
 After Executor::DbSize(Args&, std::string& out, Call&) {
-  AppendInteger(out, static_cast<int64_t>(kv_.tree().size()));
+  AppendInteger(out, static_cast<int64_t>(store_.tree().size()));
   return After::kNone;
 }
 
@@ -571,7 +729,7 @@ After Executor::Scan(Args& a, std::string& out, Call&) {
   uint64_t seen = 0;
   size_t key_bytes = 0;
   bool too_large = false;
-  (void)SlicedScan(kv_.tree(), std::move(from), {}, /*values=*/false, /*verify=*/false,
+  (void)SlicedScan(store_.tree(), std::move(from), {}, /*values=*/false, /*verify=*/false,
                    [&](std::string_view k, std::string_view) {
                      if (seen == count) {
                        next.assign(k);
@@ -626,7 +784,7 @@ After Executor::Range(Args& a, std::string& out, Call&) {
     return ++pairs < limit;
   };
   // An empty end: no bound.
-  if (absl::Status st = SlicedScan(kv_.tree(), std::string(a[1]), a[2], /*values=*/true,
+  if (absl::Status st = SlicedScan(store_.tree(), std::string(a[1]), a[2], /*values=*/true,
                                    settings_.verify_reads.load(std::memory_order_relaxed), emit);
       !st.ok()) {
     AppendError(out, absl::StrCat("ERR ", st.message()));
@@ -657,7 +815,7 @@ std::vector<std::pair<std::string, std::string>> Executor::ConfigValues() const 
       {"pmrt-max-reply", std::to_string(options_.max_reply)},
       {"pmrt-epoch-ms", std::to_string(options_.epoch_ms)},
       {"pmrt-threads", std::to_string(options_.threads)},
-      {"pmrt-pool", kv_.pool().path()},
+      {"pmrt-pool", store_.pool().path()},
   };
 }
 
@@ -817,41 +975,41 @@ std::string Executor::InfoText(const std::vector<std::string>& sections) const {
                         settings_.auth_required.load(std::memory_order_relaxed) ? 1 : 0, "\r\n");
   });
   add("Memory", [&] {
-    const alloc::HeapStats hs = kv_.heap().Stats();
+    const alloc::HeapStats hs = store_.heap().Stats();
     const uint64_t rss = ResidentBytes();
     return absl::StrCat(
         "used_memory:", hs.used_bytes, "\r\n", "used_memory_human:", HumanBytes(hs.used_bytes),
         "\r\n", "used_memory_rss:", rss, "\r\n", "used_memory_rss_human:", HumanBytes(rss), "\r\n",
         "maxmemory:0\r\n", "maxmemory_human:0B\r\n", "maxmemory_policy:noeviction\r\n",
-        "mem_allocator:pmrt\r\n", "pmrt_pool_size:", kv_.pool().size(), "\r\n",
+        "mem_allocator:pmrt\r\n", "pmrt_pool_size:", store_.pool().size(), "\r\n",
         "pmrt_heap_free_bytes:", hs.free_bytes, "\r\n");
   });
   add("Persistence", [&] {
     // What the open before this server run found and did (the recovery of a crash).
-    const tools::KvStore::OpenTimes& t = kv_.open_times();
     const auto open_us =
-        std::chrono::duration_cast<std::chrono::microseconds>(t.pool + t.epochs + t.heap + t.tree)
-            .count();
-    const bool clean = kv_.pool().was_clean_shutdown();
+        std::chrono::duration_cast<std::chrono::microseconds>(store_.open_time()).count();
+    const RuntimeStats rs = store_.runtime().stats();
+    const bool clean = store_.pool().was_clean_shutdown();
     std::string rolled_back = "none";
     if (!clean) {
       // The last range recorded before this execution: the epochs the crash interrupted.
-      for (const auto& [lo, hi] : kv_.epochs().failed_ranges()) {
-        if (hi < kv_.epochs().execution_first()) rolled_back = absl::StrCat(lo, "-", hi);
+      for (const auto& [lo, hi] : store_.epochs().failed_ranges()) {
+        if (hi < store_.epochs().execution_first()) rolled_back = absl::StrCat(lo, "-", hi);
       }
     }
-    const epoch::ManagerStats es = kv_.epochs().stats();
+    const epoch::ManagerStats es = store_.epochs().stats();
     return absl::StrCat("loading:0\r\n", "async_loading:0\r\n", "rdb_changes_since_last_save:0\r\n",
                         "rdb_bgsave_in_progress:0\r\n", "rdb_last_bgsave_status:ok\r\n",
                         "aof_enabled:0\r\n", "aof_rewrite_in_progress:0\r\n",
                         "pmrt_durability:epochs\r\n", "pmrt_epoch_interval_ms:", options_.epoch_ms,
-                        "\r\n", "pmrt_epoch_completed:", kv_.epochs().completed(), "\r\n",
+                        "\r\n", "pmrt_epoch_completed:", store_.epochs().completed(), "\r\n",
                         "pmrt_last_open_unix_ms:", start_unix_ms_, "\r\n",
                         "pmrt_last_open_clean:", clean ? 1 : 0, "\r\n",
                         "pmrt_last_open_time_us:", open_us, "\r\n",
                         "pmrt_last_recovery_rolled_back_epochs:", rolled_back, "\r\n",
                         "pmrt_last_recovery_log_entries_replayed:", es.log_entries_replayed, "\r\n",
-                        "pmrt_failed_epoch_ranges:", kv_.epochs().failed_ranges().size(), "\r\n");
+                        "pmrt_last_recovery_index_ops_replayed:", rs.replayed_index_ops, "\r\n",
+                        "pmrt_failed_epoch_ranges:", store_.epochs().failed_ranges().size(), "\r\n");
   });
   add("Stats", [&] {
     return absl::StrCat("total_connections_received:", st.connections_received, "\r\n",
@@ -861,14 +1019,14 @@ std::string Executor::InfoText(const std::vector<std::string>& sections) const {
                         "\r\n", "pmrt_idle_closed:", st.idle_closed, "\r\n");
   });
   add("Replication", [&] { return std::string("role:master\r\nconnected_slaves:0\r\n"); });
-  Pool& pool = kv_.pool();
+  Pool& pool = store_.pool();
   add("Pool", [&] {
     return absl::StrCat("pool_path:", pool.path(), "\r\n", "pool_size:", pool.size(), "\r\n",
                         "pool_grow_by:", pool.grow_by(), "\r\n", "pool_growths:", pool.growths(),
                         "\r\n", "pool_max_size:", pool.max_size(), "\r\n");
   });
   add("Epoch", [&] {
-    epoch::Manager& epochs = kv_.epochs();
+    epoch::Manager& epochs = store_.epochs();
     const epoch::ManagerStats es = epochs.stats();
     return absl::StrCat(
         "epoch_current:", epochs.current(), "\r\n", "epoch_completed:", epochs.completed(), "\r\n",
@@ -878,7 +1036,7 @@ std::string Executor::InfoText(const std::vector<std::string>& sections) const {
         "epoch_log_entries:", es.log_entries, "\r\n");
   });
   add("Heap", [&] {
-    const alloc::HeapStats hs = kv_.heap().Stats();
+    const alloc::HeapStats hs = store_.heap().Stats();
     return absl::StrCat("heap_bytes:", hs.heap_bytes, "\r\n", "heap_used_bytes:", hs.used_bytes,
                         "\r\n", "heap_free_bytes:", hs.free_bytes, "\r\n",
                         "heap_largest_free_extent:", hs.largest_free_extent, "\r\n",
@@ -887,7 +1045,7 @@ std::string Executor::InfoText(const std::vector<std::string>& sections) const {
                         "heap_live_blocks:", hs.live_blocks, "\r\n");
   });
   add("Keyspace",
-      [&] { return absl::StrCat("db0:keys=", kv_.tree().size(), ",expires=0,avg_ttl=0\r\n"); });
+      [&] { return absl::StrCat("db0:keys=", store_.tree().size(), ",expires=0,avg_ttl=0\r\n"); });
   return s;
 }
 
@@ -914,7 +1072,7 @@ After Executor::Sync(Args&, std::string&, Call& call) {
   // Every write acknowledged before this point (to this client or any other) returned from the
   // tree before now, so it ran in an epoch <= current(): once that epoch is complete, all of
   // them are durable.
-  *call.sync_epoch = kv_.epochs().current();
+  *call.sync_epoch = store_.epochs().current();
   return After::kSync;
 }
 
@@ -940,10 +1098,11 @@ After Executor::FlushAll(Args& a, std::string& out, Call&) {
   // Keys are removed outside the scan's guards, a slice at a time (SlicedScan). The sweep
   // only moves forward, so it ends even while other clients insert: keys inserted behind it
   // survive (not atomic).
-  (void)SlicedScan(kv_.tree(), std::string(), {}, /*values=*/false, /*verify=*/false,
+  (void)SlicedScan(store_.tree(), std::string(), {}, /*values=*/false, /*verify=*/false,
                    [&](std::string_view k, std::string_view) {
                      KeyLocks::Held held = locks_.LockOne(k);  // as DEL k
-                     kv_.tree().remove(k);
+                     std::string ignored;
+                     (void)Remove(k, ignored);
                      return true;
                    });
   AppendSimple(out, "OK");

@@ -1,4 +1,4 @@
-// The server's command set: runs one parsed RESP command on a KvStore and encodes its reply.
+// The server's command set: runs one parsed RESP command on the Store and encodes its reply.
 // The network layer (server.h) owns connections and ordering; this file owns semantics. The
 // command list and each command's contract are in docs/server.md.
 //
@@ -14,24 +14,30 @@
 // SCAN cursor table and the client registry have their own mutexes), each call with the session
 // of its own connection. Each write command holds the KeyLocks stripes of its keys for its
 // whole run (key_locks.h), so a read-modify-write (INCR, APPEND, SET ... GET, RENAME) is atomic
-// against every other write to its keys; reads take no lock.
+// against every other write to its keys. Reads take no lock while no multi-key write runs (an
+// EXEC, MSET, MSETNX, a multi-key DEL, RENAME, COPY: each one pmrt transaction); while one
+// does, a read takes the stripes of its keys, so it never sees such a write half done.
 #ifndef PMRT_TOOLS_SERVER_COMMANDS_H_
 #define PMRT_TOOLS_SERVER_COMMANDS_H_
 
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
-#include "tools/kv_store.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "tools/server/key_locks.h"
 #include "tools/server/options.h"
+#include "tools/server/store.h"
 
 namespace pmrt::server {
 
@@ -78,6 +84,17 @@ struct Session {
   int resp = 2;                   // the protocol of this connection's replies (HELLO); mutex
   bool authenticated = false;     // AUTH or HELLO ... AUTH succeeded (or no password is set)
   std::string name;               // CLIENT SETNAME; mutex
+  // MULTI: the commands queued for EXEC, and whether one was refused while queueing (EXEC then
+  // discards them all, as Redis's EXECABORT).
+  bool in_multi = false;
+  bool multi_refused = false;
+  std::vector<std::vector<std::string>> queued;
+  size_t queued_bytes = 0;  // argument bytes of `queued`
+  // WATCH: the keys this connection watches (each registered with the Executor), and whether a
+  // write touched one since (set by the writer, under the Executor's watch mutex; read by the
+  // owner's EXEC while it holds the stripes of every watched key).
+  std::vector<std::string> watched;
+  std::atomic<bool> watch_touched{false};
   std::string lib_name, lib_ver;  // CLIENT SETINFO; mutex
   std::atomic<const char*> last_command{"NULL"};  // a name in the command table (CLIENT LIST)
   std::atomic<int64_t> last_active_ns{0};         // steady clock at the last request read
@@ -92,7 +109,7 @@ class Executor {
     kSync,   // nothing in *out yet: reply +OK once epoch *sync_epoch is complete (PMRT.SYNC)
   };
 
-  Executor(tools::KvStore& kv, const ServerOptions& options, const ServerCounters& counters);
+  Executor(Store& store, const ServerOptions& options, const ServerCounters& counters);
 
   // Runs argv (argv[0] is the command name, any case; argv is not empty) for the connection of
   // `session` and appends its reply (or an -ERR reply) to *out. Arguments may be moved from.
@@ -102,7 +119,7 @@ class Executor {
   // Adds an open connection to the registry (CLIENT LIST): gives it its id and addresses, and
   // its authentication state (authenticated when no password is required).
   void Register(Session& session, std::string addr, std::string laddr, int fd);
-  // Removes it. REQUIRES: Register(session) was called.
+  // Removes it (and its watched keys). REQUIRES: Register(session) was called.
   void Unregister(Session& session);
 
   // The settings that can change at runtime (CONFIG SET), initialised from the options.
@@ -116,13 +133,18 @@ class Executor {
   struct Call {
     Session& session;
     uint64_t* sync_epoch;
+    // Inside EXEC: the stripes are the EXEC's, held already, and the commands run in its
+    // transaction.
+    bool in_exec = false;
     int proto() const { return session.resp; }
   };
   using Handler = After (Executor::*)(Args&, std::string&, Call&);
   // Whether a command writes, and which of its arguments are the keys whose stripes it holds.
   // Every write is refused while the pool is in its failed mode.
   enum class Access : uint8_t {
-    kRead,        // no lock
+    kRead,        // no key, or the whole key space (no isolation from concurrent writes)
+    kReadKey,     // reads argv[1]
+    kReadKeys,    // reads argv[1], argv[2], ... (MGET, EXISTS)
     kWriteKey,    // argv[1]
     kWriteKeys,   // argv[1], argv[2], ... (DEL)
     kWritePairs,  // argv[1], argv[3], ... (MSET)
@@ -133,9 +155,64 @@ class Executor {
     Handler fn;
     int arity;  // Redis convention: n means exactly n arguments (with the name), -n at least n
     Access access = Access::kRead;
+    // Refused between MULTI and EXEC with this reason (queueing fails, EXEC then discards the
+    // transaction); nullptr: queued.
+    const char* not_in_multi = nullptr;
   };
+  static bool Writes(Access a) { return a != Access::kRead && a != Access::kReadKey &&
+                                        a != Access::kReadKeys; }
+  // The positions in argv of the keys a command names (Spec::access): first, step.
+  static std::pair<size_t, size_t> KeyPositions(Access a, size_t argc);
   // Runs a write command's handler under the stripes of its keys (Spec::access).
   After RunWrite(const Spec& spec, Args& a, std::string& out, Call& call);
+  // Runs a read of keys (kReadKey, kReadKeys) so that it never sees a multi-key write half
+  // done: without a lock while none runs, else under the stripes of its keys.
+  After RunRead(const Spec& spec, Args& a, std::string& out, Call& call);
+  // A multi-key write (EXEC, MSET, ...) under its stripes: announced to the readers (RunRead)
+  // for its whole run.
+  class AtomicWrite {
+   public:
+    explicit AtomicWrite(Executor& e);
+    ~AtomicWrite();
+    AtomicWrite(const AtomicWrite&) = delete;
+    AtomicWrite& operator=(const AtomicWrite&) = delete;
+
+   private:
+    Executor& e_;
+  };
+  // Runs fn() (which writes through Put, Insert and Remove and returns WriteError() when one
+  // fails) as one pmrt transaction of the store's engine: committed (durable) when it returns
+  // OK, aborted (nothing changed) when it fails. A transaction too large for one log record runs
+  // as EpochAtomically instead; a write without room is retried after an epoch advance (each
+  // retry calls reset() first, which drops the replies of the failed attempt). REQUIRES: the
+  // caller holds the stripes of every key fn reads or writes, and no epoch guard.
+  absl::Status Atomically(const std::function<absl::Status()>& fn,
+                          const std::function<void()>& reset);
+  // fn() under one epoch guard, each write's previous state kept (RecordUndo): a failure undoes
+  // them in the guard; success waits for the epoch to complete (durable on return).
+  absl::Status EpochAtomically(const std::function<absl::Status()>& fn,
+                               const std::function<void()>& reset);
+  // Inside EpochAtomically: keeps the current state of `key` for the undo.
+  void RecordUndo(std::string_view key);
+  // A multi-key write command's body: fn() as one transaction announced to the readers
+  // (AtomicWrite), or inside EXEC as part of EXEC's. True when it committed; else its error is
+  // in `out` (the failed write's, or the commit's).
+  bool WriteAtomically(Call& call, std::string& out, const std::function<absl::Status()>& fn);
+  // MSET's and MSETNX's writes (argv[1], argv[2], ...) through WriteAtomically.
+  bool PutPairs(Args& a, std::string& out, Call& call);
+  // The write primitives every command uses: through the index (inside a transaction, part of
+  // it), each marking the watchers of its key (WATCH). A failed write appends its reply (-OOM,
+  // or the error) and leaves its status in WriteError(), where EXEC finds it (it then aborts
+  // every queued command) and a multi-key write returns it from its transaction.
+  bool Put(std::string_view key, std::string_view value, std::string& out);
+  // 1 inserted, 0 present (unchanged), -1 failed.
+  int Insert(std::string_view key, std::string_view value, std::string& out);
+  // Whether the key was there; the error when the removal failed.
+  absl::StatusOr<bool> Remove(std::string_view key, std::string& out);
+  // The calling thread's last write failure; EXEC resets it to OK before each command.
+  static absl::Status& WriteError();
+  // Marks every connection that watches `key` (a write changed it).
+  void Touch(std::string_view key);
   // Whether the pool's file is still the one opened (not removed or replaced), looked at no
   // more than once a second; a file gone puts the pool in its failed mode (writes refused).
   void WatchPoolFile();
@@ -181,6 +258,20 @@ class Executor {
   After Quit(Args& a, std::string& out, Call&);
   After Select(Args& a, std::string& out, Call&);
   After FlushAll(Args& a, std::string& out, Call&);
+  After MSetNx(Args& a, std::string& out, Call&);
+  // MULTI, EXEC, DISCARD, WATCH, UNWATCH (multi_commands.cc).
+  After Multi(Args& a, std::string& out, Call&);
+  After Exec(Args& a, std::string& out, Call&);
+  After Discard(Args& a, std::string& out, Call&);
+  After Watch(Args& a, std::string& out, Call&);
+  After Unwatch(Args& a, std::string& out, Call&);
+  // Queues argv for EXEC (or refuses it, marking the transaction); the reply is +QUEUED.
+  void Queue(std::vector<std::string>& argv, const std::string& lower, const Spec& spec,
+             Session& session, std::string& out);
+  // Drops the connection's watched keys from the registry.
+  void UnwatchAll(Session& session);
+  // Leaves MULTI: the queue dropped.
+  static void EndMulti(Session& session);
   // The connection commands (connection_commands.cc).
   After Hello(Args& a, std::string& out, Call&);
   After Auth(Args& a, std::string& out, Call&);
@@ -201,12 +292,13 @@ class Executor {
   After Copy(Args& a, std::string& out, Call&);
   // What MoveValue did.
   enum class Move : uint8_t { kDone, kNoSource, kTargetExists, kFailed };
-  // Writes the value of `src` under `dst` and, with `remove_src`, removes `src`: under one
-  // epoch guard, so that a crash keeps both changes or neither. With `replace` false an existing
-  // `dst` is left alone (kTargetExists). kFailed: an error is appended (no room, damaged value)
-  // and nothing changed. REQUIRES: the caller holds the stripes of both keys; src != dst.
+  // Writes the value of `src` under `dst` and, with `remove_src`, removes `src`: one
+  // transaction (WriteAtomically), so that a crash keeps both changes or neither. With `replace`
+  // false an existing `dst` is left alone (kTargetExists). kFailed: an error is appended (no
+  // room, damaged value) and nothing changed. REQUIRES: the caller holds the stripes of both
+  // keys; src != dst.
   Move MoveValue(std::string_view src, std::string_view dst, bool remove_src, bool replace,
-                 std::string& out);
+                 std::string& out, Call& call);
   After ConfigSet(Args& a, std::string& out, Call&);
 
   // Whether `key` is present (a key longer than --max-key never is), without copying its value.
@@ -227,8 +319,6 @@ class Executor {
   // The reply for what ReadValue found: `value` as a bulk string, a null bulk, or nothing more
   // (kFailed: its error is appended already).
   static void AppendReadReply(Read found, std::string_view value, std::string& out, int proto);
-  // Writes `value` under `key`; false with an -OOM reply when the heap is full.
-  bool Put(std::string_view key, std::string_view value, std::string& out);
   // The OOM error of a write the pool has no room for (pool path and size, value size).
   void Oom(size_t value_bytes, std::string& out);
   // The INFO text of the named sections (lower case; empty: the default ones).
@@ -240,11 +330,20 @@ class Executor {
   uint64_t SaveCursor(std::string next_key);
   std::optional<std::string> LoadCursor(uint64_t cursor);
 
-  tools::KvStore& kv_;
+  Store& store_;
   const ServerOptions& options_;
   const ServerCounters& counters_;
   std::unordered_map<std::string, Spec> commands_;
   KeyLocks locks_;
+  // Multi-key writes started and finished (AtomicWrite): a read that finds them equal before it
+  // and `started` unchanged after it saw none half done (a sequence lock; RunRead).
+  std::atomic<uint64_t> atomic_started_{0};
+  std::atomic<uint64_t> atomic_finished_{0};
+  // WATCH: key -> the sessions watching it. `watchers_` counts the registrations, so that a
+  // write with nobody watching pays one relaxed load.
+  std::atomic<uint64_t> watchers_{0};
+  std::mutex watch_mu_;
+  std::unordered_map<std::string, std::vector<Session*>> watched_;  // guarded by watch_mu_
   LiveSettings settings_;
   // When this Executor was made (the server's start): INFO's recovery fields name the open
   // that preceded it.

@@ -19,12 +19,23 @@ KeyLocks::Held KeyLocks::Lock(const std::vector<std::string>& argv, size_t first
   for (size_t i = first; i < argv.size(); i += step) {
     held.stripes_.push_back(static_cast<uint16_t>(StripeOf(argv[i])));
   }
+  LockHeld(held);
+  return held;
+}
+
+KeyLocks::Held KeyLocks::LockKeys(const std::vector<std::string_view>& keys) {
+  Held held(this);
+  for (std::string_view k : keys) held.stripes_.push_back(static_cast<uint16_t>(StripeOf(k)));
+  LockHeld(held);
+  return held;
+}
+
+void KeyLocks::LockHeld(Held& held) {
   // Ascending and distinct (invariant 1): a key named twice, or two keys on one stripe, lock it
   // once, and every command takes its stripes in the same order.
   std::sort(held.stripes_.begin(), held.stripes_.end());
   held.stripes_.erase(std::unique(held.stripes_.begin(), held.stripes_.end()), held.stripes_.end());
   for (uint16_t s : held.stripes_) stripes_[s].mu.lock();
-  return held;
 }
 
 KeyLocks::Held KeyLocks::LockOne(std::string_view key) {

@@ -58,6 +58,8 @@ class KeyLocks {
   // Locks the stripes of argv[first], argv[first + step], ... (those that exist).
   // REQUIRES: step >= 1; the calling thread holds no stripe.
   Held Lock(const std::vector<std::string>& argv, size_t first, size_t step);
+  // Locks the stripes of `keys`. REQUIRES: as Lock.
+  Held LockKeys(const std::vector<std::string_view>& keys);
   // Locks the stripe of one key. REQUIRES: the calling thread holds no stripe.
   Held LockOne(std::string_view key);
   // Locks the stripes of two keys (one when they share it). REQUIRES: as LockOne.
@@ -66,6 +68,8 @@ class KeyLocks {
   static size_t StripeOf(std::string_view key);
 
  private:
+  // Sorts, dedups and locks held.stripes_.
+  void LockHeld(Held& held);
   struct alignas(64) Stripe {  // one per cache line: stripes of unrelated keys do not contend
     std::mutex mu;
   };

@@ -2,8 +2,8 @@
 // and COPY, with Redis 7's replies and error strings. Every value is a string.
 //
 // RENAME, RENAMENX and COPY run under the stripes of both keys (Access::kWriteTwo), so no other
-// write interleaves; their tree writes run under one epoch guard (MoveValue), so they land in
-// one epoch and a crash, which rolls back whole epochs, keeps both changes or neither.
+// write interleaves; their writes are one pmrt transaction (MoveValue, Executor::
+// WriteAtomically): a crash keeps both changes or neither, and both are durable at the reply.
 #include <random>
 #include <string>
 #include <vector>
@@ -42,7 +42,7 @@ After Executor::Keys(Args& a, std::string& out, Call&) {
   bool done = false;
   while (!done) {
     std::vector<std::string> slice;
-    kv_.tree().scan(from, 256, [&](std::string_view k, std::string_view) {
+    store_.tree().scan(from, 256, [&](std::string_view k, std::string_view) {
       slice.emplace_back(k);
       return true;
     });
@@ -91,7 +91,7 @@ After Executor::RandomKey(Args&, std::string& out, Call& call) {
   constexpr size_t kMaxDepth = 256;
   auto first_at = [this](std::string_view from, std::string* key) {
     bool found = false;
-    kv_.tree().scan(from, 1, [&](std::string_view k, std::string_view) {
+    store_.tree().scan(from, 1, [&](std::string_view k, std::string_view) {
       key->assign(k);
       found = true;
       return false;
@@ -143,56 +143,29 @@ After Executor::RandomKey(Args&, std::string& out, Call& call) {
 }
 
 Executor::Move Executor::MoveValue(std::string_view src, std::string_view dst, bool remove_src,
-                                   bool replace, std::string& out) {
-  // A write under a caller's guard cannot wait for room (a full external log, a heap that needs
-  // a boundary to reuse frees): it fails with nothing changed. Then the first change is undone
-  // in the same guard, the guard ends, an epoch boundary makes room, and the move is tried
-  // again from the start (the stripes are still held: nothing else changed the keys).
-  constexpr int kAttempts = 3;
-  size_t value_bytes = 0;
-  for (int attempt = 0; attempt < kAttempts; ++attempt) {
-    bool undo_later = false;
-    bool had_dst = false;
-    std::string old;
-    {
-      epoch::Guard guard(kv_.epochs());
-      std::string value;
-      switch (ReadValue(src, &value, out)) {
-        case Read::kFailed:
-          return Move::kFailed;
-        case Read::kAbsent:
-          return Move::kNoSource;
-        case Read::kFound:
-          break;
-      }
-      value_bytes = value.size();
-      had_dst = kv_.tree().get(dst, &old);
-      if (had_dst && !replace) return Move::kTargetExists;
-      if (kv_.tree().put(dst, value) != ds::PutResult::kNoMemory) {
-        if (!remove_src || kv_.tree().remove(src)) return Move::kDone;
-        // The remove could not be logged: undo the put in this epoch, so that it holds neither.
-        const bool undone =
-            had_dst ? kv_.tree().put(dst, old) != ds::PutResult::kNoMemory : kv_.tree().remove(dst);
-        undo_later = !undone;
-      }
-    }
-    if (undo_later) {
-      // Outside the guard the undo can wait for room. Until its epoch completes a crash could
-      // keep the new `dst` beside the intact `src`, and the old `dst` is then gone (docs/server.md,
-      // "Durability"); the reply is an error.
-      if (had_dst) {
-        if (!Put(dst, old, out)) return Move::kFailed;
-      } else {
-        kv_.tree().remove(dst);
-      }
-    }
-    if (!kv_.epochs().Advance().ok()) break;  // the failed mode: no room will come
+                                   bool replace, std::string& out, Call& call) {
+  // The caller holds both keys' stripes: what is read here stays so until the writes.
+  std::string value;
+  switch (ReadValue(src, &value, out)) {
+    case Read::kFailed:
+      return Move::kFailed;
+    case Read::kAbsent:
+      return Move::kNoSource;
+    case Read::kFound:
+      break;
   }
-  Oom(value_bytes, out);
-  return Move::kFailed;
+  if (!replace && Present(dst)) return Move::kTargetExists;
+  const bool done = WriteAtomically(call, out, [&]() -> absl::Status {
+    if (!Put(dst, value, out)) return WriteError();
+    if (remove_src) {
+      if (absl::StatusOr<bool> r = Remove(src, out); !r.ok()) return r.status();
+    }
+    return absl::OkStatus();
+  });
+  return done ? Move::kDone : Move::kFailed;
 }
 
-After Executor::Rename(Args& a, std::string& out, Call&) {
+After Executor::Rename(Args& a, std::string& out, Call& call) {
   if (!Present(a[1])) {
     AppendError(out, kNoSuchKey);
     return After::kNone;
@@ -202,7 +175,7 @@ After Executor::Rename(Args& a, std::string& out, Call&) {
     return After::kNone;
   }
   if (!KeyOk(a[2], out)) return After::kNone;
-  switch (MoveValue(a[1], a[2], /*remove_src=*/true, /*replace=*/true, out)) {
+  switch (MoveValue(a[1], a[2], /*remove_src=*/true, /*replace=*/true, out, call)) {
     case Move::kDone:
       AppendSimple(out, "OK");
       break;
@@ -216,7 +189,7 @@ After Executor::Rename(Args& a, std::string& out, Call&) {
   return After::kNone;
 }
 
-After Executor::RenameNx(Args& a, std::string& out, Call&) {
+After Executor::RenameNx(Args& a, std::string& out, Call& call) {
   if (!Present(a[1])) {
     AppendError(out, kNoSuchKey);
     return After::kNone;
@@ -226,7 +199,7 @@ After Executor::RenameNx(Args& a, std::string& out, Call&) {
     return After::kNone;
   }
   if (!KeyOk(a[2], out)) return After::kNone;
-  switch (MoveValue(a[1], a[2], /*remove_src=*/true, /*replace=*/false, out)) {
+  switch (MoveValue(a[1], a[2], /*remove_src=*/true, /*replace=*/false, out, call)) {
     case Move::kDone:
       AppendInteger(out, 1);
       break;
@@ -242,7 +215,7 @@ After Executor::RenameNx(Args& a, std::string& out, Call&) {
   return After::kNone;
 }
 
-After Executor::Copy(Args& a, std::string& out, Call&) {
+After Executor::Copy(Args& a, std::string& out, Call& call) {
   // COPY source destination [DB destination-db] [REPLACE]
   bool replace = false;
   for (size_t i = 3; i < a.size(); ++i) {
@@ -273,7 +246,7 @@ After Executor::Copy(Args& a, std::string& out, Call&) {
     return After::kNone;
   }
   if (!KeyOk(a[2], out)) return After::kNone;
-  switch (MoveValue(a[1], a[2], /*remove_src=*/false, replace, out)) {
+  switch (MoveValue(a[1], a[2], /*remove_src=*/false, replace, out, call)) {
     case Move::kDone:
       AppendInteger(out, 1);
       break;

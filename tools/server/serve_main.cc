@@ -18,9 +18,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "tools/bytes_format.h"
-#include "tools/kv_store.h"
 #include "tools/server/resp.h"
 #include "tools/server/server.h"
+#include "tools/server/store.h"
 
 namespace pmrt::tools {
 namespace {
@@ -32,8 +32,9 @@ constexpr char kUsage[] =
     "                       [--max-reply BYTES] [--timeout SECONDS] [--verify-reads]\n"
     "                       [--requirepass PASSWORD] [--config FILE]\n"
     "\n"
-    "Serves the key-value tree of POOL over RESP2 and RESP3 (the Redis protocol; redis-cli,\n"
-    "redis-benchmark and redis-py work) until SIGINT or SIGTERM, then closes the pool cleanly.\n"
+    "Serves index db0 of the runtime pool POOL over RESP2 and RESP3 (the Redis protocol;\n"
+    "redis-cli, redis-benchmark and redis-py work) until SIGINT or SIGTERM, then closes the\n"
+    "pool cleanly.\n"
     "\n"
     "  --port P            TCP port (default 7379; 0 picks a free one, printed at start)\n"
     "  --bind ADDRS        IPv4 or IPv6 addresses to listen on, separated by blanks or commas\n"
@@ -88,7 +89,7 @@ bool ParseInt(const std::string& text, int lo, int hi, int* out) {
 
 // Parses the flags into *opt and *kv_opt; false (after a message) on a usage error.
 bool ParseFlags(const std::vector<std::string>& args, server::ServerOptions* opt,
-                KvStoreOptions* kv_opt) {
+                server::StoreOptions* kv_opt) {
   for (size_t i = 1; i < args.size(); i += 2) {
     const std::string& name = args[i];
     if (name == "--verify-reads") {  // the one flag without a value
@@ -231,7 +232,7 @@ int ServeMain(const std::vector<std::string>& args) {
   }
   if (args.empty() || args[0].rfind("--", 0) == 0) return Usage();
   server::ServerOptions opt;
-  KvStoreOptions kv_opt;
+  server::StoreOptions kv_opt;
   // The --config file's settings come first, so that every flag given overrides them.
   std::vector<std::string> flags = {args[0]};
   for (size_t i = 1; i + 1 < args.size(); ++i) {
@@ -267,7 +268,7 @@ int ServeMain(const std::vector<std::string>& args) {
   // pool refused here is left byte-identical.
   kv_opt.check_tree = true;
   kv_opt.trial_open = true;
-  auto kv = KvStore::Open(path, kv_opt);
+  auto kv = server::Store::Open(path, kv_opt);
   if (!kv.ok()) {
     std::fprintf(stderr, "pmrt serve: %s, not served\n", kv.status().ToString().c_str());
     return 1;

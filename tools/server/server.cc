@@ -500,7 +500,7 @@ void Server::Worker::Close(Connection& c) {
 
 void Server::Worker::CheckSyncWaiters() {
   if (waiters_.empty()) return;
-  const uint64_t completed = server_.kv_.epochs().completed();
+  const uint64_t completed = server_.store_.epochs().completed();
   std::vector<Connection*> ready;
   for (Connection& c : waiters_) {
     if (c.sync_epoch <= completed) ready.push_back(&c);
@@ -549,9 +549,9 @@ void Server::Worker::CloseAll() {
   incoming_.clear();
 }
 
-Server::Server(tools::KvStore& kv, ServerOptions options) : kv_(kv), options_(std::move(options)) {}
+Server::Server(Store& store, ServerOptions options) : store_(store), options_(std::move(options)) {}
 
-absl::StatusOr<std::unique_ptr<Server>> Server::Create(tools::KvStore& kv, ServerOptions options) {
+absl::StatusOr<std::unique_ptr<Server>> Server::Create(Store& store, ServerOptions options) {
   if (options.threads <= 0) options.threads = std::max(1u, std::thread::hardware_concurrency());
   if (options.port < 0 || options.port > 65535)
     return absl::InvalidArgumentError(
@@ -574,7 +574,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(tools::KvStore& kv, Serve
   }
   options.bind = absl::StrJoin(binds, " ");
 
-  std::unique_ptr<Server> s(new Server(kv, std::move(options)));
+  std::unique_ptr<Server> s(new Server(store, std::move(options)));
   // Port 0: the first address gets a free port, and every other one is bound to the same; if
   // that port is taken on another address, all are closed and a new free port is tried.
   const bool any_port = s->options_.port == 0;
@@ -618,13 +618,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(tools::KvStore& kv, Serve
   s->stop_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (s->stop_fd_ < 0) return absl::InternalError(Errno("pmrt serve: eventfd"));
   s->reserve_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  s->executor_ = std::make_unique<Executor>(kv, s->options_, s->counters_);
+  s->executor_ = std::make_unique<Executor>(store, s->options_, s->counters_);
   return s;
 }
 
 absl::Status Server::Start() {
   if (started_) return absl::FailedPreconditionError("pmrt serve: already started");
-  syncer_ = std::make_unique<Syncer>(kv_.epochs(), [this] {
+  syncer_ = std::make_unique<Syncer>(store_.epochs(), [this] {
     for (auto& w : workers_) w->Wake();
   });
   for (int i = 0; i < options_.threads; ++i) {

@@ -1,8 +1,8 @@
 // The pmrt key-value server: RESP2 and RESP3 (the Redis protocol) over TCP, IPv4 and IPv6, on a
-// KvStore's durable Masstree.
+// Store (a runtime pool's durable Masstree "db0", with transactions).
 //
-//   auto kv = pmrt::tools::KvStore::Open(path, {.create_size = 1 << 30});
-//   auto server = pmrt::server::Server::Create(**kv, {.port = 0});   // 0: an ephemeral port
+//   auto store = pmrt::server::Store::Open(path, {.create_size = 1 << 30});
+//   auto server = pmrt::server::Server::Create(**store, {.port = 0});  // 0: an ephemeral port
 //   (*server)->Start();
 //   ... (*server)->port() ...
 //   (*server)->Stop();                      // closes every connection; then close the store
@@ -40,7 +40,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "tools/kv_store.h"
+#include "tools/server/store.h"
 #include "tools/server/commands.h"
 #include "tools/server/options.h"
 
@@ -51,7 +51,7 @@ class Server {
   // Binds and listens on every address of options.bind (no thread yet). Errors:
   // kInvalidArgument (bad address or options), kUnavailable (an address is in use or cannot be
   // bound), naming the address.
-  static absl::StatusOr<std::unique_ptr<Server>> Create(tools::KvStore& kv, ServerOptions options);
+  static absl::StatusOr<std::unique_ptr<Server>> Create(Store& store, ServerOptions options);
   ~Server();  // Stop()
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -72,11 +72,11 @@ class Server {
   class Syncer;
 
  private:
-  Server(tools::KvStore& kv, ServerOptions options);
+  Server(Store& store, ServerOptions options);
   void AcceptLoop();
   void Accept(int listen_fd);
 
-  tools::KvStore& kv_;
+  Store& store_;
   ServerOptions options_;
   std::vector<int> listen_fds_;  // one per --bind address
   int stop_fd_ = -1;             // eventfd that wakes the acceptor at Stop

@@ -135,17 +135,8 @@ After Executor::Set(Args& a, std::string& out, Call& call) {
 
 After Executor::SetNx(Args& a, std::string& out, Call&) {
   if (!KeyOk(a[1], out)) return After::kNone;
-  switch (kv_.tree().insert_if_absent(a[1], a[2])) {
-    case ds::InsertResult::kInserted:
-      AppendInteger(out, 1);
-      break;
-    case ds::InsertResult::kExists:
-      AppendInteger(out, 0);
-      break;
-    case ds::InsertResult::kNoMemory:
-      Oom(a[2].size(), out);
-      break;
-  }
+  const int inserted = Insert(a[1], a[2], out);
+  if (inserted >= 0) AppendInteger(out, inserted);
   return After::kNone;
 }
 
@@ -166,7 +157,7 @@ After Executor::GetDel(Args& a, std::string& out, Call& call) {
   if (!KeyOk(a[1], out)) return After::kNone;
   std::string old;
   const Read found = ReadValue(a[1], &old, out);
-  if (found == Read::kFound) kv_.tree().remove(a[1]);
+  if (found == Read::kFound && !Remove(a[1], out).ok()) return After::kNone;
   AppendReadReply(found, old, out, call.proto());
   return After::kNone;
 }

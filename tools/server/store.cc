@@ -1,0 +1,91 @@
+#include "tools/server/store.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace pmrt::server {
+
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path,
+                                                   const StoreOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  struct stat sb;
+  const bool create = options.create_size != 0 && stat(path.c_str(), &sb) != 0 && errno == ENOENT;
+  if (options.trial_open && !create) {
+    // The same open in memory, replay and check included; it ends (pool closed, lock released)
+    // before the real one.
+    auto trial = OpenOnce(path, options, /*trial=*/true);
+    if (!trial.ok()) return trial.status();
+    if (absl::Status st = (*trial)->Close(); !st.ok()) return st;
+  }
+  auto store = OpenOnce(path, options, /*trial=*/false);
+  if (store.ok()) (*store)->open_time_ = std::chrono::steady_clock::now() - start;
+  return store;
+}
+
+absl::StatusOr<std::unique_ptr<Store>> Store::OpenOnce(const std::string& path,
+                                                       const StoreOptions& options, bool trial) {
+  std::unique_ptr<Store> s(new Store());
+  struct stat sb;
+  s->created_ = !trial && options.create_size != 0 && stat(path.c_str(), &sb) != 0 &&
+                errno == ENOENT;
+  RuntimeOptions ro;
+  ro.create_size = trial ? 0 : options.create_size;
+  ro.pool = options.pool;
+  ro.epochs = options.epochs;
+  ro.txn = options.txn;
+  ro.trial_open = false;  // this class runs its own trial, the tree's check included
+  // The server reads and writes the tree directly: every entry of a restart's replay is
+  // applied below, before the first client.
+  ro.background_replay = false;
+  if (trial) {
+    ro.pool.private_mapping = true;
+    ro.epochs.interval = std::chrono::milliseconds(0);  // no advancer thread for the trial
+    ro.txn.background = false;
+  }
+  auto rt = Runtime::Open(path, std::move(ro));
+  if (!rt.ok()) {
+    if (rt.status().code() == absl::StatusCode::kInvalidArgument &&
+        rt.status().message().find("pool layout is") != std::string_view::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(rt.status().message(),
+                       " (`pmrt serve` serves runtime pools, layout \"", kRuntimeLayout,
+                       "\": give it a new path and it creates one)"));
+    }
+    return rt.status();
+  }
+  s->rt_ = std::move(*rt);
+  if (absl::Status st = s->rt_->finish_replay(); !st.ok()) {
+    return absl::Status(st.code(), absl::StrCat(path, ": applying the index operations of the "
+                                                      "transactions a crash interrupted: ",
+                                                st.message()));
+  }
+  auto db = s->rt_->index(kDbIndex);
+  if (!db.ok()) return db.status();
+  s->db_ = *db;
+  if (options.check_tree) {
+    if (absl::Status st = s->db_->tree().CheckInvariants(nullptr, nullptr, /*values=*/false);
+        !st.ok()) {
+      return absl::DataLossError(absl::StrCat(path, ": index ", kDbIndex,
+                                              " fails its check (`pmrt check ", path,
+                                              "` lists the damage): ", st.message()));
+    }
+  }
+  return s;
+}
+
+absl::Status Store::Close() {
+  db_ = nullptr;
+  if (rt_ == nullptr) return absl::OkStatus();
+  absl::Status st = rt_->Close();
+  rt_.reset();
+  return st;
+}
+
+Store::~Store() { Close().IgnoreError(); }
+
+}  // namespace pmrt::server

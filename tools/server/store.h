@@ -1,0 +1,80 @@
+// server::Store: what `pmrt serve` serves — a runtime pool (runtime/runtime.h) and its index
+// "db0", Redis's database 0. Commands outside MULTI write the index epoch-scoped; EXEC, MSET,
+// MSETNX, multi-key DEL and the keyspace commands that write two keys run as one pmrt
+// transaction each (docs/server.md, "Durability").
+//
+//   auto store = pmrt::server::Store::Open("/dev/shm/redis.pool", {.create_size = 1 << 30});
+//   pmrt::Index& db = (*store)->db();
+//   db.put("k", "v");                    // durable at the next epoch boundary
+//   (*store)->runtime().sync();          // ... or now
+//
+// Open finishes a restart's replay of committed transactions before it returns (the server
+// reads and writes the tree directly: no entry may be pending), and with check_tree checks the
+// tree's structure first. A pool of another layout (a key-value pool of `pmrt create`, say) is
+// refused with the layout named; nothing in it is written.
+#ifndef PMRT_TOOLS_SERVER_STORE_H_
+#define PMRT_TOOLS_SERVER_STORE_H_
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "runtime/runtime.h"
+
+namespace pmrt::server {
+
+// The index that holds Redis's database 0.
+inline constexpr char kDbIndex[] = "db0";
+
+struct StoreOptions {
+  // Create the pool with this size when the file does not exist (0: it must exist).
+  size_t create_size = 0;
+  PoolOptions pool;
+  epoch::ManagerOptions epochs;
+  txn::Options txn;
+  // Check the tree's structure as part of the open (CheckInvariants without the values): a
+  // damaged tree is kDataLoss naming the node, instead of a crash or hang at a later walk.
+  bool check_tree = false;
+  // An existing pool is first opened, recovered and checked on a private mapping of the file;
+  // only when that succeeds is it opened for writing (a refused pool is left byte-identical).
+  bool trial_open = false;
+};
+
+class Store {
+ public:
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path,
+                                                     const StoreOptions& options = {});
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  Runtime& runtime() const { return *rt_; }
+  Index& db() const { return *db_; }
+  ds::DurableMasstree& tree() const { return db_->tree(); }
+  Pool& pool() const { return rt_->pool(); }
+  epoch::Manager& epochs() const { return rt_->epochs(); }
+  alloc::Heap& heap() const { return rt_->heap(); }
+  txn::Engine& engine() const { return rt_->engine(); }
+  // True when this Open created the pool file.
+  bool created() const { return created_; }
+  // How long the open took, the trial open and the replay of committed transactions included.
+  std::chrono::nanoseconds open_time() const { return open_time_; }
+
+  // Closes everything now (the destructor does the same); the first error.
+  absl::Status Close();
+
+ private:
+  Store() = default;
+  static absl::StatusOr<std::unique_ptr<Store>> OpenOnce(const std::string& path,
+                                                         const StoreOptions& options, bool trial);
+  std::unique_ptr<Runtime> rt_;
+  Index* db_ = nullptr;
+  bool created_ = false;
+  std::chrono::nanoseconds open_time_{0};
+};
+
+}  // namespace pmrt::server
+
+#endif  // PMRT_TOOLS_SERVER_STORE_H_
