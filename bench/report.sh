@@ -23,7 +23,8 @@
 #               2 threads; the restart after a crash (not with --quick)
 #   allocbench  bench/allocbench.sh: pmrt's heap vs PMDK vs glibc, four allocator benchmarks
 #   server      bench/server_bench.sh (when present): redis-benchmark against `pmrt serve` and
-#               Debian's redis-server (persistence off, and appendonly + appendfsync everysec)
+#               Debian's redis-server (persistence off, appendonly + appendfsync everysec and
+#               always), the 3-shard proxy; MULTI/EXEC with bench/server_txbench.cc
 #
 # Output, in the results directory: SUITE.jsonl (the JSON lines of the suite's latest run),
 # SUITE.txt (the script's output and tables), charts/NAME.{dat,gp} (gnuplot data and scripts),
@@ -98,7 +99,7 @@ want ycsb && targets+=(pmrt-ycsb)
 want txbench && targets+=(pmrt-txbench)
 want index-txbench && targets+=(pmrt-index-txbench)
 want allocbench && targets+=(pmrt-allocbench)
-want server && [[ -x $server_script ]] && targets+=(pmrt-cli)
+want server && [[ -x $server_script ]] && targets+=(pmrt-cli pmrt-server-txbench)
 if ((${#targets[@]})); then
   say "build: ${targets[*]} (build/release, -j${PMRT_JOBS:-2})"
   [[ -f build/release/build.ninja ]] || cmake --preset release >/dev/null

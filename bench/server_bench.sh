@@ -7,17 +7,20 @@
 #
 #   redis-benchmark -p PORT -t TESTS -n N -P PIPELINE -q --csv      (50 clients, the default)
 #
-# for each PIPELINE. Every server keeps its data under one temporary directory on /dev/shm
+# for each PIPELINE, and for the test "multi" bench/server_txbench.cc (pmrt-server-txbench: 50
+# clients pipelining N MULTI; SET; INCR; EXEC transactions; its rps counts EXECs;
+# not through the proxy, which refuses MULTI). Every server keeps its data under one temporary directory on /dev/shm
 # (tmpfs): pmrt's pool with PMEM_IS_PMEM_FORCE=1 (the pmem backend: cache-line flushes and
 # fences, as on real persistent memory), redis's append-only file. Each figure is the median of
 # REPEAT runs, each against a fresh server. Prints a table; with --json FILE, also appends one
 # JSON line per figure: {"bench":"server","system":...,"test":"SET","pipeline":16,"rps":...}
-# (test: SET, GET, INCR, MSET).
+# (test: SET, GET, INCR, MSET, MULTI).
 #
 #   bench/server_bench.sh [--json FILE] [PMRT_BINARY]
 #     PMRT_BINARY   default build/release/tools/pmrt
 #   environment: N=200000 PIPELINES="1 16" REPEAT=3 EPOCH_MS=64 THREADS=0 (0: one per core)
-#                TESTS=set,get,incr,mset (redis-benchmark -t; MSET sets 10 keys per request)
+#                TESTS=set,get,incr,mset,multi (redis-benchmark -t, MSET sets 10 keys per
+#                request; multi: pmrt-server-txbench)
 #                SYSTEMS (default: every one available: pmrt redis-nopersist redis-aof-everysec
 #                redis-aof-always pmrt-cluster3)
 #                KEYSPACE=K   random keys among K (redis-benchmark -r K; default: one key,
@@ -51,7 +54,10 @@ REPEAT=${REPEAT:-3}
 EPOCH_MS=${EPOCH_MS:-64}
 THREADS=${THREADS:-0}
 KEYSPACE=${KEYSPACE:-}
-TESTS=${TESTS:-set,get,incr,mset}
+TESTS=${TESTS:-set,get,incr,mset,multi}
+# redis-benchmark's tests: TESTS without multi.
+RB_TESTS=$(tr ',' '\n' <<<"$TESTS" | grep -vx multi | paste -sd, -)
+TXBENCH=$(dirname "$BIN")/../bench/pmrt-server-txbench
 rflag=()
 [[ -n $KEYSPACE ]] && rflag=(-r "$KEYSPACE")
 
@@ -158,7 +164,7 @@ read -r -a tests <<<"$(tr 'a-z,' 'A-Z ' <<<"$TESTS")"
 
 echo "# machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1)," \
   "load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# redis-benchmark -t $TESTS -n $N -P {$PIPELINES} ${rflag[*]} -q (50 clients); median of $REPEAT;" \
+echo "# redis-benchmark -t $RB_TESTS -n $N -P {$PIPELINES} ${rflag[*]} -q (50 clients); median of $REPEAT;" \
   "$(redis-server --version 2>/dev/null | cut -d' ' -f1-3)"
 declare -A results
 for sys in "${systems[@]}"; do
@@ -166,13 +172,22 @@ for sys in "${systems[@]}"; do
     for rep in $(seq "$REPEAT"); do
       start "$sys" || exit 1
       # --csv: "SET","434782.59",... (redis 7 adds latency columns; the second is requests/s).
-      redis-benchmark -p "$port" -t "$TESTS" -n "$N" -P "$p" "${rflag[@]}" -q --csv 2>"$dir/err" |
-        tr -d '"' | awk -F, 'NR > 1 || $1 != "test" {split($1, name, " "); print name[1], $2}' \
-          >"$dir/out"
-      # (Through the proxy redis-benchmark warns that CONFIG GET is refused: not an error.)
-      sed -i '/Could not fetch server CONFIG/d' "$dir/err"
-      if [[ -s $dir/err ]] || [[ $(wc -l <"$dir/out") != "${#tests[@]}" ]]; then
-        echo "server_bench.sh: redis-benchmark against $sys failed: $(cat "$dir/err")" >&2
+      : >"$dir/out"
+      : >"$dir/err"
+      if [[ -n $RB_TESTS ]]; then
+        redis-benchmark -p "$port" -t "$RB_TESTS" -n "$N" -P "$p" "${rflag[@]}" -q --csv \
+          2>"$dir/err" | tr -d '"' |
+          awk -F, 'NR > 1 || $1 != "test" {split($1, name, " "); print name[1], $2}' >"$dir/out"
+        # (Through the proxy redis-benchmark warns that CONFIG GET is refused: not an error.)
+        sed -i '/Could not fetch server CONFIG/d' "$dir/err"
+      fi
+      if [[ ,$TESTS, == *,multi,* && $sys != pmrt-cluster3 ]]; then
+        "$TXBENCH" --port "$port" --clients 50 --transactions "$N" --pipeline "$p" \
+          --keyspace "${KEYSPACE:-100000}" --system "$sys" 2>>"$dir/err" |
+          sed -n 's/.*MULTI\/EXEC: \([0-9]*\) transactions.*/MULTI \1/p' >>"$dir/out"
+      fi
+      if [[ -s $dir/err ]]; then
+        echo "server_bench.sh: a benchmark against $sys failed: $(cat "$dir/err")" >&2
       fi
       while read -r test rps; do
         results[$sys,$test,$p]+="$rps "
