@@ -580,7 +580,7 @@ SERVERS = [("pmrt", "pmrt serve (durable Masstree, pmem backend)"),
            ("redis-aof-everysec", "redis-server, appendonly yes + appendfsync everysec"),
            ("redis-aof-always", "redis-server, appendonly yes + appendfsync always"),
            ("pmrt-cluster3", "3 pmrt serve shards behind nutcracker")]
-SERVER_TESTS = ("SET", "GET", "INCR", "MSET")
+SERVER_TESTS = ("SET", "GET", "INCR", "MSET", "MULTI")
 
 
 def render_server(rows):
@@ -612,9 +612,14 @@ def render_server(rows):
             lines += [f"Keyspace {num(ks)} (`redis-benchmark -r {ks}`):", ""]
         lines += table(["requests/s"] + [f"{t} -P {p}" for t, p in cols], body)
     r0 = runs[0]
-    lines.append(Note(f"`redis-benchmark -t {','.join(t.lower() for t in present)} "
+    rb = [t.lower() for t in present if t != "MULTI"]
+    multi = (" MULTI: transactions (EXECs) per second of `pmrt-server-txbench` (`MULTI; SET; "
+             "INCR; EXEC`, the same clients and pipeline depth, random keys among 100,000; "
+             "not through the proxy, which refuses `MULTI`)." if "MULTI" in present else "")
+    lines.append(Note(f"`redis-benchmark -t {','.join(rb)} "
                       f"-n {r0.get('n')}`, {r0.get('clients')} "
-                      f"clients, median of {r0.get('repeat')} runs, each against a fresh server."))
+                      f"clients, median of {r0.get('repeat')} runs, each against a fresh server."
+                      + multi))
     return lines
 
 
