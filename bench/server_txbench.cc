@@ -145,10 +145,10 @@ int main(int argc, char** argv) {
   const double cpu = CpuSeconds() - cpu0;
   if (failed) return 1;
   const double rps = static_cast<double>(done.load()) / secs;
-  std::printf("%s MULTI/EXEC: %.0f transactions/s (%ld in %.2f s, %d clients, pipeline %d; "
-              "client CPU %.2f s)\n",
-              f.system.c_str(), rps, static_cast<long>(done.load()), secs, f.clients, f.pipeline,
-              cpu);
+  std::printf(
+      "%s MULTI/EXEC: %.0f transactions/s (%ld in %.2f s, %d clients, pipeline %d; "
+      "client CPU %.2f s)\n",
+      f.system.c_str(), rps, static_cast<long>(done.load()), secs, f.clients, f.pipeline, cpu);
   if (!f.json.empty()) {
     FILE* out = std::fopen(f.json.c_str(), "a");
     if (out == nullptr) {

@@ -38,16 +38,16 @@ class Recovery {
  public:
   explicit Recovery(Engine::Impl& impl) : impl_(impl) {}
 
-  absl::Status OpenDirectory();  // 0
-  void ReadDescriptor();         // 1
-  void WalkLogs();               // 2
-  void SortByStamp();            // 3
-  void RebuildIndex();           // 4
-  void ReplayData();             // 5
-  absl::Status ReplayHeap();     // 6
+  absl::Status OpenDirectory();   // 0
+  void ReadDescriptor();          // 1
+  void WalkLogs();                // 2
+  void SortByStamp();             // 3
+  void RebuildIndex();            // 4
+  void ReplayData();              // 5
+  absl::Status ReplayHeap();      // 6
   absl::Status ReplayLogical();   // 6b
   absl::Status RecordReplayed();  // 7 (8 is the caller's Sync)
-  void Finish();                 // the engine's volatile state after recovery
+  void Finish();                  // the engine's volatile state after recovery
 
  private:
   Engine::Impl& impl_;
@@ -288,12 +288,20 @@ absl::Status Engine::Impl::Recover() {
     // Steps 5 to 7 run inside one epoch guard: the replayed words, the heap's changes, the layer
     // above's (its own guards nest in this one) and the stamp belong to one epoch, which step
     // 8's Sync makes durable, all of it or (a crash first) none.
+    absl::Status st;
     {
       epoch::Guard g(epochs);
       r.ReplayData();
-      RETURN_IF_ERROR(r.ReplayHeap());
-      RETURN_IF_ERROR(r.ReplayLogical());
-      RETURN_IF_ERROR(r.RecordReplayed());
+      st = r.ReplayHeap();
+      if (st.ok()) st = r.ReplayLogical();
+      if (st.ok()) st = r.RecordReplayed();
+    }
+    if (!st.ok()) {
+      // Part of steps 5-6b may stand in this epoch without the stamp: none of it may become
+      // durable (the teardown's advances would make it so, and the next open would apply the
+      // heap's operations a second time). The failed mode records no epoch complete.
+      pool.health_state().Fail(absl::StrCat("transaction recovery failed: ", st.message()));
+      return st;
     }
     RETURN_IF_ERROR(epochs.Sync());  // 8
   }

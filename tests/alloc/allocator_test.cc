@@ -195,8 +195,7 @@ TEST(HeapTest, FullHeapWaitsForPendingFreesInsteadOfFailing) {
     EXPECT_EQ(Heap::LastError(), AllocError::kPoolFull);
   }
   const epoch::ManagerStats later = r.epochs->stats();
-  EXPECT_LE(later.advances - now.advances,
-            later.requested_advances - now.requested_advances + 1);
+  EXPECT_LE(later.advances - now.advances, later.requested_advances - now.requested_advances + 1);
   ASSERT_OK(r.heap->Check());
   // With manual clocking the caller owns the boundaries: a full heap fails at once.
   Memory m2(4 << 20);

@@ -562,11 +562,7 @@ FirstOpenOutcome RunFirstOpen(uint64_t seed) {
     ASSERT_OK((*rt)->sync());
     ASSERT_OK((*rt)->Close());
   }();
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  sim.SetCrashPoints(Sim::CrashPoints::kNone);
-  out.stats = sim.stats();
-  out.failures = sim.failures();
-  out.sites = sim.sites_seen();
+  pmrt::testing::FinishRun(sim, start, &out);
   return out;
 }
 

@@ -101,6 +101,15 @@ int Kills() {
   return n > 0 ? n : 8;
 }
 
+// Kills `server` 50 to 300 ms from now (drawn from rng), on a thread of its own.
+std::thread KillSoon(testing::ServerProcess& server, std::mt19937_64& rng) {
+  const auto delay = std::chrono::milliseconds(50 + rng() % 250);
+  return std::thread([&server, delay] {
+    std::this_thread::sleep_for(delay);
+    server.Kill();
+  });
+}
+
 // The pool after the kills, opened in-process: its tree's invariants and the heap hold.
 void ExpectPoolIntact(const std::string& pool) {
   auto kv = server::Store::Open(pool);
@@ -286,11 +295,7 @@ TEST(ServerCrash, TransactionsAreAtomicAndDurableAcrossSigkill) {
       break;
     }
     // 2. Transfers until the kill.
-    const auto delay = std::chrono::milliseconds(50 + rng() % 250);
-    std::thread killer([&] {
-      std::this_thread::sleep_for(delay);
-      server.Kill();
-    });
+    std::thread killer = KillSoon(server, rng);
     for (;;) {
       const int64_t n = static_cast<int64_t>(models.size());
       const int from = static_cast<int>(rng() % kAccounts);
@@ -318,8 +323,8 @@ TEST(ServerCrash, TransactionsAreAtomicAndDurableAcrossSigkill) {
         if (!r) break;
       }
       if (!r) break;
-      ASSERT_EQ(r->ToString(), multi ? absl::StrCat("[:", next[from], ", :", next[to], ", +OK]")
-                                     : "+OK");
+      ASSERT_EQ(r->ToString(),
+                multi ? absl::StrCat("[:", next[from], ", :", next[to], ", +OK]") : "+OK");
       acked = n;
       ++total_txns;
     }
@@ -381,11 +386,7 @@ TEST(ServerCrash, RenamesAreAtomicAcrossSigkill) {
       break;
     }
     // 2. Pipelined moves until the kill.
-    const auto delay = std::chrono::milliseconds(50 + rng() % 250);
-    std::thread killer([&] {
-      std::this_thread::sleep_for(delay);
-      server.Kill();
-    });
+    std::thread killer = KillSoon(server, rng);
     for (int batch = 0;; ++batch) {
       std::string req;
       int n = 0;

@@ -14,8 +14,8 @@
 #include "gtest/gtest.h"
 #include "tests/server/resp_client.h"
 #include "tests/util/test_util.h"
-#include "tools/server/store.h"
 #include "tools/server/server.h"
+#include "tools/server/store.h"
 
 namespace pmrt::server::testing {
 

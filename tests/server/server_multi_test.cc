@@ -170,6 +170,20 @@ TEST_F(MultiTest, TransactionsLargerThanALogRecord) {
   EXPECT_EQ(Call(c, {"MSETNX", "m3", "x", "m4", "y"}), ":0");
   EXPECT_EQ(Call(c, {"MSETNX", "m4", "x", "m5", big}), ":1");
   EXPECT_EQ(Call(c, {"STRLEN", "m5"}), ":102400");
+  // Many small keys past one record: MSET, then a DEL that counts each key once (the record
+  // overflows part-way, the transaction is aborted and the epoch runs it from the start).
+  std::vector<std::string> mset = {"MSET"}, del = {"DEL"};
+  for (int i = 0; i < 1000; ++i) {
+    const std::string key = absl::StrCat("many:key-with-a-longer-name-", i);
+    mset.push_back(key);
+    mset.push_back("value");
+    del.push_back(key);
+  }
+  del.push_back("many:missing");
+  EXPECT_EQ(Call(c, mset), "+OK");
+  EXPECT_EQ(Call(c, {"EXISTS", "many:key-with-a-longer-name-999"}), ":1");
+  EXPECT_EQ(Call(c, del), ":1000");
+  EXPECT_EQ(Call(c, {"EXISTS", "many:key-with-a-longer-name-0"}), ":0");
 }
 
 TEST_F(MultiTest, MSetNxWritesAllOrNothing) {

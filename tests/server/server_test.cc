@@ -27,8 +27,8 @@
 #include "tests/server/resp_client.h"
 #include "tests/server/server_fixture.h"
 #include "tests/util/test_util.h"
-#include "tools/server/store.h"
 #include "tools/server/commands.h"
+#include "tools/server/store.h"
 
 namespace pmrt::server {
 namespace {

@@ -550,9 +550,8 @@ TEST(TxnCrashTest, MutationGateKillsEverySite) {
   const auto sites = pmrt::testing::ExpectSites(
       baseline.sites, "txn.", kGenericSites,
       {txn_internal::kOrderMutant, txn_internal::kRuleMutant, txn_internal::kStampMutant,
-       txn_internal::kSoloMutant,
-       alloc_internal::kDirtyBitmapMark, alloc_internal::kDirtyBitmapInit,
-       txn_internal::kReturnLineMutant});
+       txn_internal::kSoloMutant, alloc_internal::kDirtyBitmapMark,
+       alloc_internal::kDirtyBitmapInit, txn_internal::kReturnLineMutant});
   const auto survivors = pmrt::testing::RunMutationGate(
       sites,
       [] {

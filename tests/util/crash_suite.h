@@ -146,6 +146,16 @@ absl::Status RunNestedCheck(CrashImage& img, const Sim::Options& options, Body&&
   return st;
 }
 
+// The end of a run that started at `start`: the crash points off (what is torn down next makes
+// no images) and the simulator's stats, failures and sites in *out.
+inline void FinishRun(Sim& sim, std::chrono::steady_clock::time_point start, CrashOutcome* out) {
+  out->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  sim.SetCrashPoints(Sim::CrashPoints::kNone);
+  out->stats = sim.stats();
+  out->failures = sim.failures();
+  out->sites = sim.sites_seen();
+}
+
 // One run of a crash-simulator suite. A simulator over `pool_size` bytes with `options` (stopping
 // at `target_images` images) starts with no crash points while `setup(sim, pool_options)` creates
 // the pool on sim.working() (pool_options: the sim backend) and opens what the workload needs
@@ -171,11 +181,7 @@ Outcome RunUnderSim(size_t pool_size, Sim::Options options, uint64_t target_imag
   sim.SetCrashPoints(mode);
   const auto start = std::chrono::steady_clock::now();
   workload(sim, *rt, out);
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  sim.SetCrashPoints(Sim::CrashPoints::kNone);
-  out.stats = sim.stats();
-  out.failures = sim.failures();
-  out.sites = sim.sites_seen();
+  FinishRun(sim, start, &out);
   return out;
 }
 

@@ -463,6 +463,8 @@ bool Executor::Put(std::string_view key, std::string_view value, std::string& ou
     Touch(key);
     return true;
   }
+  DropLastUndo();
+  DropLastUndo();
   AppendWriteError(r.status(), out, [&] { Oom(value.size(), out); });
   WriteError() = r.status();
   return false;
@@ -476,6 +478,8 @@ int Executor::Insert(std::string_view key, std::string_view value, std::string& 
     Touch(key);
     return 1;
   }
+  DropLastUndo();
+  DropLastUndo();
   AppendWriteError(r.status(), out, [&] { Oom(value.size(), out); });
   WriteError() = r.status();
   return -1;
@@ -488,6 +492,7 @@ absl::StatusOr<bool> Executor::Remove(std::string_view key, std::string& out) {
     if (*r) Touch(key);
     return r;
   }
+  DropLastUndo();
   AppendWriteError(r.status(), out, [&] {
     AppendError(out, absl::StrCat("OOM pool ", store_.pool().path(),
                                   " has no room to log the removal; the key is unchanged"));
@@ -499,7 +504,7 @@ absl::StatusOr<bool> Executor::Remove(std::string_view key, std::string& out) {
 void Executor::Touch(std::string_view key) {
   if (watchers_.load(std::memory_order_relaxed) == 0) return;
   std::lock_guard<std::mutex> l(watch_mu_);
-  auto it = watched_.find(std::string(key));
+  auto it = watched_.find(absl::string_view(key.data(), key.size()));
   if (it == watched_.end()) return;
   for (Session* s : it->second) s->watch_touched.store(true, std::memory_order_relaxed);
 }
@@ -559,6 +564,7 @@ void Executor::AppendReadReply(Read found, std::string_view value, std::string& 
 After Executor::Del(Args& a, std::string& out, Call& call) {
   int64_t removed = 0;
   auto remove_all = [&]() -> absl::Status {
+    removed = 0;  // a retry starts over
     for (size_t i = 1; i < a.size(); ++i) {
       if (a[i].size() > options_.max_key) continue;  // never stored: nothing to remove
       absl::StatusOr<bool> r = Remove(a[i], out);
@@ -998,18 +1004,18 @@ std::string Executor::InfoText(const std::vector<std::string>& sections) const {
       }
     }
     const epoch::ManagerStats es = store_.epochs().stats();
-    return absl::StrCat("loading:0\r\n", "async_loading:0\r\n", "rdb_changes_since_last_save:0\r\n",
-                        "rdb_bgsave_in_progress:0\r\n", "rdb_last_bgsave_status:ok\r\n",
-                        "aof_enabled:0\r\n", "aof_rewrite_in_progress:0\r\n",
-                        "pmrt_durability:epochs\r\n", "pmrt_epoch_interval_ms:", options_.epoch_ms,
-                        "\r\n", "pmrt_epoch_completed:", store_.epochs().completed(), "\r\n",
-                        "pmrt_last_open_unix_ms:", start_unix_ms_, "\r\n",
-                        "pmrt_last_open_clean:", clean ? 1 : 0, "\r\n",
-                        "pmrt_last_open_time_us:", open_us, "\r\n",
-                        "pmrt_last_recovery_rolled_back_epochs:", rolled_back, "\r\n",
-                        "pmrt_last_recovery_log_entries_replayed:", es.log_entries_replayed, "\r\n",
-                        "pmrt_last_recovery_index_ops_replayed:", rs.replayed_index_ops, "\r\n",
-                        "pmrt_failed_epoch_ranges:", store_.epochs().failed_ranges().size(), "\r\n");
+    return absl::StrCat(
+        "loading:0\r\n", "async_loading:0\r\n", "rdb_changes_since_last_save:0\r\n",
+        "rdb_bgsave_in_progress:0\r\n", "rdb_last_bgsave_status:ok\r\n", "aof_enabled:0\r\n",
+        "aof_rewrite_in_progress:0\r\n", "pmrt_durability:epochs\r\n",
+        "pmrt_epoch_interval_ms:", options_.epoch_ms, "\r\n",
+        "pmrt_epoch_completed:", store_.epochs().completed(), "\r\n",
+        "pmrt_last_open_unix_ms:", start_unix_ms_, "\r\n", "pmrt_last_open_clean:", clean ? 1 : 0,
+        "\r\n", "pmrt_last_open_time_us:", open_us, "\r\n",
+        "pmrt_last_recovery_rolled_back_epochs:", rolled_back, "\r\n",
+        "pmrt_last_recovery_log_entries_replayed:", es.log_entries_replayed, "\r\n",
+        "pmrt_last_recovery_index_ops_replayed:", rs.replayed_index_ops, "\r\n",
+        "pmrt_failed_epoch_ranges:", store_.epochs().failed_ranges().size(), "\r\n");
   });
   add("Stats", [&] {
     return absl::StrCat("total_connections_received:", st.connections_received, "\r\n",

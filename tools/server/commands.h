@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "tools/server/key_locks.h"
@@ -77,13 +78,13 @@ struct LiveSettings {
 // other connections read (CLIENT LIST) are atomics or written under the registry's mutex
 // (Executor::clients_mu_); the owner reads its own without the mutex.
 struct Session {
-  uint64_t id = 0;                // CLIENT ID: unique in this server run; set by Register
-  std::string addr, laddr;        // "ip:port" of the peer and of the local end (Register)
-  int fd = -1;                    // the socket (CLIENT LIST's fd=)
-  int64_t created_ns = 0;         // steady clock at Register
-  int resp = 2;                   // the protocol of this connection's replies (HELLO); mutex
-  bool authenticated = false;     // AUTH or HELLO ... AUTH succeeded (or no password is set)
-  std::string name;               // CLIENT SETNAME; mutex
+  uint64_t id = 0;             // CLIENT ID: unique in this server run; set by Register
+  std::string addr, laddr;     // "ip:port" of the peer and of the local end (Register)
+  int fd = -1;                 // the socket (CLIENT LIST's fd=)
+  int64_t created_ns = 0;      // steady clock at Register
+  int resp = 2;                // the protocol of this connection's replies (HELLO); mutex
+  bool authenticated = false;  // AUTH or HELLO ... AUTH succeeded (or no password is set)
+  std::string name;            // CLIENT SETNAME; mutex
   // MULTI: the commands queued for EXEC, and whether one was refused while queueing (EXEC then
   // discards them all, as Redis's EXECABORT).
   bool in_multi = false;
@@ -95,9 +96,15 @@ struct Session {
   // owner's EXEC while it holds the stripes of every watched key).
   std::vector<std::string> watched;
   std::atomic<bool> watch_touched{false};
-  std::string lib_name, lib_ver;  // CLIENT SETINFO; mutex
+  std::string lib_name, lib_ver;                  // CLIENT SETINFO; mutex
   std::atomic<const char*> last_command{"NULL"};  // a name in the command table (CLIENT LIST)
   std::atomic<int64_t> last_active_ns{0};         // steady clock at the last request read
+};
+
+// A key's state before an atomic write changed it (Executor::RecordUndo; nullopt: absent).
+struct KeyState {
+  std::string key;
+  std::optional<std::string> value;
 };
 
 class Executor {
@@ -159,8 +166,9 @@ class Executor {
     // transaction); nullptr: queued.
     const char* not_in_multi = nullptr;
   };
-  static bool Writes(Access a) { return a != Access::kRead && a != Access::kReadKey &&
-                                        a != Access::kReadKeys; }
+  static bool Writes(Access a) {
+    return a != Access::kRead && a != Access::kReadKey && a != Access::kReadKeys;
+  }
   // The positions in argv of the keys a command names (Spec::access): first, step.
   static std::pair<size_t, size_t> KeyPositions(Access a, size_t argc);
   // Runs a write command's handler under the stripes of its keys (Spec::access).
@@ -182,18 +190,28 @@ class Executor {
   };
   // Runs fn() (which writes through Put, Insert and Remove and returns WriteError() when one
   // fails) as one pmrt transaction of the store's engine: committed (durable) when it returns
-  // OK, aborted (nothing changed) when it fails. A transaction too large for one log record runs
+  // OK, aborted (nothing changed; an undo the abort had no room for is redone after its guard,
+  // else kDataLoss) when it fails. A transaction too large for one log record runs
   // as EpochAtomically instead; a write without room is retried after an epoch advance (each
   // retry calls reset() first, which drops the replies of the failed attempt). REQUIRES: the
   // caller holds the stripes of every key fn reads or writes, and no epoch guard.
   absl::Status Atomically(const std::function<absl::Status()>& fn,
                           const std::function<void()>& reset);
   // fn() under one epoch guard, each write's previous state kept (RecordUndo): a failure undoes
-  // them in the guard; success waits for the epoch to complete (durable on return).
+  // them in the guard; success waits for the epoch to complete (durable on return; kUnavailable
+  // when that failed: the writes are applied, not durable).
   absl::Status EpochAtomically(const std::function<absl::Status()>& fn,
                                const std::function<void()>& reset);
-  // Inside EpochAtomically: keeps the current state of `key` for the undo.
+  using UndoEntry = KeyState;
+  // Inside Atomically and EpochAtomically: keeps the current state of `key` before a write of
+  // it; DropLastUndo forgets it again when the write failed (changed nothing).
   void RecordUndo(std::string_view key);
+  void DropLastUndo();
+  // Writes back each entry whose key does not hold its state; returns those it had no room for.
+  std::vector<UndoEntry> Restore(std::vector<UndoEntry> entries);
+  // Restore outside every guard (a write can wait for room there); kDataLoss naming the keys it
+  // could still not restore.
+  absl::Status RestoreAfterGuard(std::vector<UndoEntry> entries);
   // A multi-key write command's body: fn() as one transaction announced to the readers
   // (AtomicWrite), or inside EXEC as part of EXEC's. True when it committed; else its error is
   // in `out` (the failed write's, or the commit's).
@@ -343,7 +361,7 @@ class Executor {
   // write with nobody watching pays one relaxed load.
   std::atomic<uint64_t> watchers_{0};
   std::mutex watch_mu_;
-  std::unordered_map<std::string, std::vector<Session*>> watched_;  // guarded by watch_mu_
+  absl::flat_hash_map<std::string, std::vector<Session*>> watched_;  // guarded by watch_mu_
   LiveSettings settings_;
   // When this Executor was made (the server's start): INFO's recovery fields name the open
   // that preceded it.

@@ -13,10 +13,12 @@
 // reply waits for that epoch to complete (Sync). Either way a write that finds no room inside
 // the transaction's guard (a heap that needs a boundary to reuse frees) is retried after an
 // epoch advance, twice at most.
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "tools/server/commands.h"
@@ -31,12 +33,8 @@ using After = Executor::After;
 // the transaction is then discarded at EXEC).
 constexpr size_t kMaxQueued = 1 << 20;
 
-// The previous state of each key written under EpochAtomically's guard, oldest first.
-struct UndoEntry {
-  std::string key;
-  std::optional<std::string> value;  // nullopt: the key was absent
-};
-thread_local std::vector<UndoEntry>* t_undo = nullptr;
+// The states of the keys the running atomic write changed, oldest first (RecordUndo).
+thread_local std::vector<KeyState>* t_undo = nullptr;
 
 size_t ArgBytes(const std::vector<std::string>& argv) {
   size_t n = 0;
@@ -54,6 +52,47 @@ void Executor::RecordUndo(std::string_view key) {
   t_undo->push_back(std::move(e));
 }
 
+void Executor::DropLastUndo() {
+  if (t_undo != nullptr && !t_undo->empty()) t_undo->pop_back();
+}
+
+namespace {
+
+// The first entry of each key: its state before the command's first write of it. Restoring
+// these (in any order) undoes every write.
+std::vector<KeyState> FirstPerKey(std::vector<KeyState> undo) {
+  absl::flat_hash_set<std::string> seen;
+  std::vector<KeyState> out;
+  for (KeyState& e : undo)
+    if (seen.insert(e.key).second) out.push_back(std::move(e));
+  return out;
+}
+
+}  // namespace
+
+std::vector<KeyState> Executor::Restore(std::vector<KeyState> entries) {
+  std::vector<UndoEntry> left;
+  for (UndoEntry& e : entries) {
+    std::string v;
+    const bool has = store_.tree().get(e.key, &v);
+    if (has == e.value.has_value() && (!has || v == *e.value)) continue;  // as it was
+    const bool done = e.value.has_value()
+                          ? store_.tree().put(e.key, *e.value) != ds::PutResult::kNoMemory
+                          : store_.tree().remove(e.key) || !Present(e.key);
+    if (!done) left.push_back(std::move(e));
+  }
+  return left;
+}
+
+absl::Status Executor::RestoreAfterGuard(std::vector<UndoEntry> entries) {
+  // Outside every guard a write can wait for room (a boundary that makes frees reusable).
+  const std::vector<UndoEntry> left = Restore(std::move(entries));
+  if (left.empty()) return absl::OkStatus();
+  return absl::DataLossError(
+      absl::StrCat("the store had no room to undo the writes of a failed command on ", left.size(),
+                   " key(s), among them '", left[0].key, "': they hold the command's values"));
+}
+
 absl::Status Executor::Atomically(const std::function<absl::Status()>& fn,
                                   const std::function<void()>& reset) {
   constexpr int kAttempts = 3;
@@ -61,15 +100,23 @@ absl::Status Executor::Atomically(const std::function<absl::Status()>& fn,
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
     if (attempt > 0) reset();
     txn::Engine& engine = store_.engine();
+    std::vector<UndoEntry> undo;
     st = engine.Begin();
     if (st.ok()) {
       WriteError() = absl::OkStatus();
+      t_undo = &undo;
       st = fn();
+      t_undo = nullptr;
       if (st.ok()) {
-        st = engine.Commit();
+        st = engine.Commit();  // a failed commit aborts
       } else {
-        (void)engine.Abort();  // every index operation undone
+        (void)engine.Abort();
       }
+    }
+    if (!st.ok() && !undo.empty()) {
+      // The abort undid the index operations in its guard; one that found no room there is
+      // put right here (kept states, compared with the tree).
+      if (absl::Status u = RestoreAfterGuard(FirstPerKey(std::move(undo))); !u.ok()) return u;
     }
     if (st.code() == absl::StatusCode::kInvalidArgument) {
       // The operations do not fit in one log record: one epoch instead.
@@ -89,37 +136,28 @@ absl::Status Executor::EpochAtomically(const std::function<absl::Status()>& fn,
   absl::Status st;
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
     if (attempt > 0) reset();
-    std::vector<UndoEntry> undo;
-    std::vector<UndoEntry> undo_later;
+    std::vector<UndoEntry> undo, left;
     {
       epoch::Guard guard(store_.epochs());
       t_undo = &undo;
       WriteError() = absl::OkStatus();
       st = fn();
       t_undo = nullptr;
-      if (!st.ok()) {
-        // Undone newest first in the same guard: the epoch holds none of the writes. An undo
-        // that finds no room itself is retried after the guard.
-        for (auto it = undo.rbegin(); it != undo.rend(); ++it) {
-          const bool undone = it->value.has_value()
-                                  ? store_.tree().put(it->key, *it->value) !=
-                                        ds::PutResult::kNoMemory
-                                  : store_.tree().remove(it->key) || !store_.tree().read(
-                                        it->key, [](std::string_view) {});
-          if (!undone) undo_later.push_back(std::move(*it));
-        }
-      }
+      // Undone in the same guard: the epoch holds none of the writes. What finds no room here
+      // is undone after the guard, where it can wait; until that epoch completes a crash could
+      // keep part of the writes (docs/server.md, "Transactions"), and the reply is an error.
+      if (!st.ok()) left = Restore(FirstPerKey(std::move(undo)));
     }
-    // Outside the guard an undo can wait for room. Until its epoch completes a crash could keep
-    // part of the writes (docs/server.md, "Durability"); the reply is an error.
-    for (UndoEntry& e : undo_later) {
-      if (e.value.has_value()) {
-        (void)store_.db().put(e.key, *e.value);
-      } else {
-        (void)store_.db().remove(e.key);
-      }
+    if (!left.empty()) {
+      if (absl::Status u = RestoreAfterGuard(std::move(left)); !u.ok()) return u;
     }
-    if (st.ok()) return store_.epochs().Sync();  // durable when the reply is sent
+    if (st.ok()) {
+      if (absl::Status sync = store_.epochs().Sync(); !sync.ok()) {
+        return absl::UnavailableError(
+            absl::StrCat("applied, but not made durable: ", sync.message()));
+      }
+      return st;
+    }
     if (st.code() != absl::StatusCode::kResourceExhausted) return st;
     if (!store_.epochs().Advance().ok()) return st;
   }
@@ -142,6 +180,9 @@ bool Executor::WriteAtomically(Call& call, std::string& out,
     AppendError(out, absl::StrCat("OOM pool ", store_.pool().path(), " (", store_.pool().size(),
                                   " bytes) has no room for this write: ", st.message(),
                                   "; nothing was changed"));
+  } else if (st.code() == absl::StatusCode::kUnavailable ||
+             st.code() == absl::StatusCode::kDataLoss) {
+    AppendError(out, absl::StrCat("ERR ", st.message()));  // says what was changed
   } else {
     AppendError(out, absl::StrCat("ERR ", st.message(), "; nothing was changed"));
   }
@@ -158,9 +199,9 @@ void Executor::Queue(std::vector<std::string>& argv, const std::string& lower, c
   const size_t bytes = ArgBytes(argv);
   if (session.queued.size() >= kMaxQueued || session.queued_bytes + bytes > MaxReply()) {
     session.multi_refused = true;
-    AppendError(out, absl::StrCat("ERR MULTI queue is full (", session.queued.size(),
-                                  " commands, ", session.queued_bytes,
-                                  " bytes); the transaction will be discarded"));
+    AppendError(out,
+                absl::StrCat("ERR MULTI queue is full (", session.queued.size(), " commands, ",
+                             session.queued_bytes, " bytes); the transaction will be discarded"));
     return;
   }
   (void)lower;
@@ -239,8 +280,8 @@ After Executor::Exec(Args&, std::string& out, Call& call) {
   if (writes) {
     WatchPoolFile();
     if (store_.pool().failed()) {
-      AppendError(out, absl::StrCat("EXECABORT writes refused: ",
-                                    store_.pool().health().message()));
+      AppendError(out,
+                  absl::StrCat("EXECABORT writes refused: ", store_.pool().health().message()));
       return After::kNone;
     }
   }
@@ -268,8 +309,10 @@ After Executor::Exec(Args&, std::string& out, Call& call) {
     st = run();  // reads only: the stripes make them one snapshot of their keys
   }
   if (!st.ok()) {
+    const bool applied =
+        st.code() == absl::StatusCode::kUnavailable || st.code() == absl::StatusCode::kDataLoss;
     AppendError(out, absl::StrCat("EXECABORT Transaction discarded: ", st.message(),
-                                  "; no command of it was applied"));
+                                  applied ? "" : "; no command of it was applied"));
     return After::kNone;
   }
   AppendArrayHeader(out, queued.size());
@@ -284,10 +327,9 @@ After Executor::Watch(Args& a, std::string& out, Call& call) {
   KeyLocks::Held held = locks_.Lock(a, 1, 1);
   std::lock_guard<std::mutex> l(watch_mu_);
   for (size_t i = 1; i < a.size(); ++i) {
-    bool already = false;
-    for (const std::string& w : session.watched) already = already || w == a[i];
-    if (already) continue;
-    watched_[a[i]].push_back(&session);
+    std::vector<Session*>& by = watched_[a[i]];
+    if (std::find(by.begin(), by.end(), &session) != by.end()) continue;  // watched already
+    by.push_back(&session);
     session.watched.push_back(a[i]);
     watchers_.fetch_add(1, std::memory_order_relaxed);
   }

@@ -40,9 +40,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "tools/server/store.h"
 #include "tools/server/commands.h"
 #include "tools/server/options.h"
+#include "tools/server/store.h"
 
 namespace pmrt::server {
 

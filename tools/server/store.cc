@@ -31,8 +31,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::OpenOnce(const std::string& path,
                                                        const StoreOptions& options, bool trial) {
   std::unique_ptr<Store> s(new Store());
   struct stat sb;
-  s->created_ = !trial && options.create_size != 0 && stat(path.c_str(), &sb) != 0 &&
-                errno == ENOENT;
+  s->created_ =
+      !trial && options.create_size != 0 && stat(path.c_str(), &sb) != 0 && errno == ENOENT;
   RuntimeOptions ro;
   ro.create_size = trial ? 0 : options.create_size;
   ro.pool = options.pool;
@@ -52,16 +52,16 @@ absl::StatusOr<std::unique_ptr<Store>> Store::OpenOnce(const std::string& path,
     if (rt.status().code() == absl::StatusCode::kInvalidArgument &&
         rt.status().message().find("pool layout is") != std::string_view::npos) {
       return absl::InvalidArgumentError(
-          absl::StrCat(rt.status().message(),
-                       " (`pmrt serve` serves runtime pools, layout \"", kRuntimeLayout,
-                       "\": give it a new path and it creates one)"));
+          absl::StrCat(rt.status().message(), " (`pmrt serve` serves runtime pools, layout \"",
+                       kRuntimeLayout, "\": give it a new path and it creates one)"));
     }
     return rt.status();
   }
   s->rt_ = std::move(*rt);
   if (absl::Status st = s->rt_->finish_replay(); !st.ok()) {
-    return absl::Status(st.code(), absl::StrCat(path, ": applying the index operations of the "
-                                                      "transactions a crash interrupted: ",
+    return absl::Status(st.code(), absl::StrCat(path,
+                                                ": applying the index operations of the "
+                                                "transactions a crash interrupted: ",
                                                 st.message()));
   }
   auto db = s->rt_->index(kDbIndex);
