@@ -23,12 +23,12 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "tests/server/resp_client.h"
+#include "tools/server/resp_client.h"
 
 namespace {
 
-using pmrt::server::testing::Client;
-using pmrt::server::testing::Encode;
+using pmrt::server::Client;
+using pmrt::server::Encode;
 
 struct Flags {
   int port = 0;
