@@ -601,6 +601,8 @@ def render_server(rows):
             if any((s, t, p) in rps for t, p in cols):
                 body.append([names.get(s, s)] + [num(rps.get((s, t, p))) for t, p in cols])
         for s in known[1:]:
+            if s == "pmrt-cluster3":
+                continue  # pmrt behind its own proxy: its row is enough, no ratio
             ratios = [rps[("pmrt", t, p)] / rps[(s, t, p)] if ("pmrt", t, p) in rps and
                       (s, t, p) in rps else None for t, p in cols]
             if any(x is not None for x in ratios):
