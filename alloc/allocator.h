@@ -170,6 +170,8 @@ class Heap {
   uint64_t AllocationsSinceOpen() const;
   // Deep consistency check of the metadata: chunk states, extent runs, bitmap bits beyond a
   // chunk's blocks, free chunks with allocated bits. kDataLoss naming the chunk and offset.
+  // REQUIRES: a quiet heap: no allocation or free runs meanwhile, and no epoch boundary (one
+  // returns empty chunks), or a chunk changing state can read as damaged.
   absl::Status Check() const;
   // Recovers now every metadata line still tagged with a failed epoch of an earlier execution
   // (the heap recovers them lazily, at their next change; until then they name that epoch):

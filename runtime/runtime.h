@@ -186,8 +186,8 @@ class Index {
 class Runtime {
  public:
   // Opens (or creates, with options.create_size) the pool at `path` and every layer. Errors:
-  // the pool's (kNotFound, kFailedPrecondition for another layout, kDataLoss for a corrupt
-  // header, kFailedPrecondition for a pool in use), each layer's recovery errors, kDataLoss when
+  // the pool's (kNotFound, kInvalidArgument for another layout, kDataLoss for a corrupt header,
+  // kFailedPrecondition for a pool in use), each layer's recovery errors, kDataLoss when
   // the root region holds no runtime header of this format, kInvalidArgument for options.
   static absl::StatusOr<std::unique_ptr<Runtime>> Open(const std::string& path,
                                                        RuntimeOptions options = {});

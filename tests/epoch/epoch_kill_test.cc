@@ -206,7 +206,8 @@ struct Tally {
 };
 
 // Runs the kill loop of `cfg` on a fresh pool; returns the first oracle failure.
-absl::Status RunKills(const KillConfig& cfg, Tally& tally, int* kills_run) {
+absl::Status RunKills(const KillConfig& cfg, Tally& tally, int* kills_run,
+                      uint64_t seed_offset = 0) {
   testing::TempDir dir;
   const std::string path = dir.File("epoch-kill.pool");
   PoolOptions po;
@@ -222,7 +223,8 @@ absl::Status RunKills(const KillConfig& cfg, Tally& tally, int* kills_run) {
   const char* env = std::getenv("PMRT_KILLS");
   KillLoopOptions o;
   o.kills = env ? std::atoi(env) : 200;
-  o.seed = 11 + static_cast<uint64_t>(cfg.backend) * 2 + (cfg.clocking == Clocking::kManual);
+  o.seed = 11 + static_cast<uint64_t>(cfg.backend) * 2 + (cfg.clocking == Clocking::kManual) +
+           seed_offset * 1000;
   o.max_delay_us = cfg.recovery ? 400 : cfg.clocking == Clocking::kManual ? 4000 : 12000;
   o.wait_ready = !cfg.recovery;  // aimed at recovery: the delay counts from the fork
   // One kill in four after the child is ready, timed as when not aimed at recovery, so that
@@ -308,6 +310,13 @@ TEST_P(EpochKillTest, RecoversTheFailedEpochsStart) {
   Tally tally;
   int kills = 0;
   EXPECT_OK(RunKills(cfg, tally, &kills));
+  // Aimed at recovery: a kill lands inside Manager::Open only when it beats a short step (one
+  // in four kills waits for it; how many land depends on the machine's load). Runs with other
+  // seeds follow until one has, three at most.
+  for (uint64_t more = 1; cfg.recovery && kills >= 100 && tally.in_recovery == 0 && more <= 3;
+       ++more) {
+    EXPECT_OK(RunKills(cfg, tally, &kills, more));
+  }
   std::printf(
       "%s %s%s: %d kills (%d recovered by the next child; %d in Pool::Open, %d in "
       "Manager::Open, %d inside Advance), %lu operations acknowledged, %d checked recoveries "

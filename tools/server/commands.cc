@@ -324,7 +324,7 @@ After Executor::Execute(std::vector<std::string>& argv, Session& session, std::s
   }
   if (session.in_multi && lower != "exec" && lower != "discard" && lower != "multi" &&
       lower != "quit") {
-    Queue(argv, lower, it->second, session, *out);
+    Queue(argv, it->second, session, *out);
     return After::kNone;
   }
   Call call{session, sync_epoch};

@@ -284,8 +284,7 @@ class Executor {
   After Watch(Args& a, std::string& out, Call&);
   After Unwatch(Args& a, std::string& out, Call&);
   // Queues argv for EXEC (or refuses it, marking the transaction); the reply is +QUEUED.
-  void Queue(std::vector<std::string>& argv, const std::string& lower, const Spec& spec,
-             Session& session, std::string& out);
+  void Queue(std::vector<std::string>& argv, const Spec& spec, Session& session, std::string& out);
   // Drops the connection's watched keys from the registry.
   void UnwatchAll(Session& session);
   // Leaves MULTI: the queue dropped.

@@ -29,8 +29,8 @@ namespace {
 
 using After = Executor::After;
 
-// Queued commands and their argument bytes per connection (beyond them MULTI's queue refuses:
-// the transaction is then discarded at EXEC).
+// The most commands one MULTI queues (their arguments are bounded by MaxReply() bytes); past
+// either bound the command is refused and EXEC discards the transaction.
 constexpr size_t kMaxQueued = 1 << 20;
 
 // The states of the keys the running atomic write changed, oldest first (RecordUndo).
@@ -189,8 +189,8 @@ bool Executor::WriteAtomically(Call& call, std::string& out,
   return false;
 }
 
-void Executor::Queue(std::vector<std::string>& argv, const std::string& lower, const Spec& spec,
-                     Session& session, std::string& out) {
+void Executor::Queue(std::vector<std::string>& argv, const Spec& spec, Session& session,
+                     std::string& out) {
   if (spec.not_in_multi != nullptr) {
     session.multi_refused = true;
     AppendError(out, absl::StrCat("ERR ", spec.not_in_multi));
@@ -204,7 +204,6 @@ void Executor::Queue(std::vector<std::string>& argv, const std::string& lower, c
                              session.queued_bytes, " bytes); the transaction will be discarded"));
     return;
   }
-  (void)lower;
   session.queued_bytes += bytes;
   session.queued.push_back(std::move(argv));
   AppendSimple(out, "QUEUED");
