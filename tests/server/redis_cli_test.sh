@@ -59,7 +59,11 @@ expect bye GETDEL greeting
 expect 0 STRLEN greeting
 expect 9 SET counter 0 XX GET
 expect "ERR syntax error" SET counter 0 XX NX
-expect "ERR SET option EX is not supported by pmrt serve (no key expiry)" SET counter 1 EX 10
+expect OK SET counter 1 EX 100
+expect 100 TTL counter
+expect 1 PERSIST counter
+expect -1 TTL counter
+expect "ERR invalid expire time in 'set' command" SET counter 1 EX 0
 expect 2 DEL counter float
 
 # The keyspace and connection commands, and RESP3 through redis-cli -3.

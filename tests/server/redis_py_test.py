@@ -8,6 +8,7 @@ Usage: redis_py_test.py PORT. Exit 77 (skipped) when redis-py is not installed.
 
 import multiprocessing
 import sys
+import time
 
 try:
     import redis
@@ -60,7 +61,31 @@ def strings(r):
     assert r.delete("a", "missing") == 1
     assert r.unlink("b") == 1
     expect_error("not an integer", r.incr, "s")
-    expect_error("not supported", r.set, "e", "v", ex=10)
+
+
+def expiry(r):
+    r.flushdb()
+    assert r.set("e", "v", ex=100) is True
+    assert 99 <= r.ttl("e") <= 100
+    assert 99000 <= r.pttl("e") <= 100000
+    assert r.expire("e", 50, gt=True) is False
+    assert r.expire("e", 50, lt=True) is True
+    assert r.persist("e") is True and r.ttl("e") == -1
+    assert r.ttl("missing") == -2
+    assert r.setex("s", 100, "v") is True and r.psetex("p", 100000, "v") is True
+    assert r.getex("s", persist=True) == "v" and r.ttl("s") == -1
+    assert r.pexpireat("s", 4102444800000) is True
+    assert r.expiretime("s") == 4102444800 and r.pexpiretime("s") == 4102444800000
+    assert r.incr("counter") == 1 and r.expire("counter", 100) is True
+    assert r.incr("counter") == 2 and r.ttl("counter") > 0  # INCR keeps the deadline
+    assert r.set("counter", 5) is True and r.ttl("counter") == -1  # SET clears it
+    assert r.set("gone", "v", px=50) is True
+    time.sleep(0.2)
+    assert r.get("gone") is None and r.exists("gone") == 0
+    assert "gone" not in r.keys()
+    expect_error("invalid expire time in 'setex' command", r.setex, "x", 0, "v")
+    expect_error("not an integer", r.expire, "e", "soon")
+    assert r.touch("e", "missing") == 1
 
 
 def keyspace(r):
@@ -226,6 +251,7 @@ def main():
     r = client()
     r.flushall()
     strings(r)
+    expiry(r)
     keyspace(r)
     connection(r)
     pipelines(r)

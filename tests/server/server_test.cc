@@ -63,7 +63,6 @@ TEST_F(ServerTest, EveryCommand) {
   EXPECT_EQ(Call(c, {"SET", "k2", "v2", "nx"}), "+OK");
   EXPECT_EQ(Call(c, {"SETNX", "k2", "x"}), ":0");
   EXPECT_EQ(Call(c, {"SETNX", "k3", "v3"}), ":1");
-  EXPECT_THAT(Call(c, {"SET", "k1", "v", "EX", "10"}), HasSubstr("not supported"));
   EXPECT_EQ(Call(c, {"SET", "k1", "v", "bogus"}), "-ERR syntax error");
   EXPECT_EQ(Call(c, {"MSET", "a", "1", "b", "2"}), "+OK");
   EXPECT_THAT(Call(c, {"MSET", "a", "1", "b"}), HasSubstr("wrong number of arguments"));
@@ -331,24 +330,6 @@ TEST_F(ServerTest, SetNxXxGetCombinations) {
   EXPECT_EQ(Call(c, {"SET", "k", "v", "XX", "GET", "NX"}), "-ERR syntax error");
   EXPECT_EQ(Call(c, {"SET", "k", "v", "bogus"}), "-ERR syntax error");
   EXPECT_EQ(Call(c, {"GET", "k"}), "\"v5\"");
-}
-
-TEST_F(ServerTest, ExpiryOptionsAreRefusedByName) {
-  Client c = Connect();
-  for (const auto& [opt, arg] : std::vector<std::pair<std::string, std::string>>{
-           {"EX", "10"}, {"px", "100"}, {"ExAt", "1"}, {"PXAT", "1"}, {"keepttl", ""}}) {
-    std::vector<std::string> argv = {"SET", "k", "v", opt};
-    if (!arg.empty()) argv.push_back(arg);
-    EXPECT_EQ(Call(c, argv), absl::StrCat("-ERR SET option ", absl::AsciiStrToUpper(opt),
-                                          " is not supported by pmrt serve (no key expiry)"));
-  }
-  EXPECT_EQ(Call(c, {"SET", "k", "v", "NX", "EX", "10"}),
-            "-ERR SET option EX is not supported by pmrt serve (no key expiry)");
-  EXPECT_EQ(Call(c, {"SETEX", "k", "10", "v"}),
-            "-ERR SETEX is not supported by pmrt serve (no key expiry)");
-  EXPECT_EQ(Call(c, {"psetex", "k", "10", "v"}),
-            "-ERR PSETEX is not supported by pmrt serve (no key expiry)");
-  EXPECT_EQ(Call(c, {"EXISTS", "k"}), ":0");
 }
 
 // Read-modify-write commands are atomic against every other write of their key: concurrent

@@ -209,7 +209,7 @@ Executor::Executor(Store& store, const ServerOptions& options, const ServerCount
   commands_ = {
       {"ping", {&Executor::Ping, -1}},
       {"echo", {&Executor::Echo, 2}},
-      {"set", {&Executor::Set, -3, kWriteKey}},
+      {"set", {&Executor::Set, -3, kWriteKey, nullptr, Deadlines::kIfOption}},
       {"setnx", {&Executor::SetNx, 3, kWriteKey}},
       {"getset", {&Executor::GetSet, 3, kWriteKey}},
       {"getdel", {&Executor::GetDel, 2, kWriteKey}},
@@ -223,8 +223,19 @@ Executor::Executor(Store& store, const ServerOptions& options, const ServerCount
       {"strlen", {&Executor::StrLen, 2, kReadKey}},
       {"getrange", {&Executor::GetRange, 4, kReadKey}},
       {"substr", {&Executor::GetRange, 4, kReadKey}},
-      {"setex", {&Executor::Unsupported, 4}},  // refused: no key expiry (writes nothing)
-      {"psetex", {&Executor::Unsupported, 4}},
+      {"setex", {&Executor::SetEx, 4, kWriteKey, nullptr, Deadlines::kYes}},
+      {"psetex", {&Executor::SetEx, 4, kWriteKey, nullptr, Deadlines::kYes}},
+      {"getex", {&Executor::GetEx, -2, kWriteKey, nullptr, Deadlines::kIfOption}},
+      {"expire", {&Executor::Expire, -3, kWriteKey, nullptr, Deadlines::kYes}},
+      {"pexpire", {&Executor::Expire, -3, kWriteKey, nullptr, Deadlines::kYes}},
+      {"expireat", {&Executor::Expire, -3, kWriteKey, nullptr, Deadlines::kYes}},
+      {"pexpireat", {&Executor::Expire, -3, kWriteKey, nullptr, Deadlines::kYes}},
+      {"persist", {&Executor::Persist, 2, kWriteKey}},
+      {"ttl", {&Executor::TimeToLive, 2, kReadKey}},
+      {"pttl", {&Executor::TimeToLive, 2, kReadKey}},
+      {"expiretime", {&Executor::TimeToLive, 2, kReadKey}},
+      {"pexpiretime", {&Executor::TimeToLive, 2, kReadKey}},
+      {"touch", {&Executor::Exists, -2, kReadKeys}},
       {"get", {&Executor::Get, 2, kReadKey}},
       {"del", {&Executor::Del, -2, kWriteKeys}},
       {"unlink", {&Executor::Del, -2, kWriteKeys}},
@@ -359,12 +370,31 @@ std::pair<size_t, size_t> Executor::KeyPositions(Access access, size_t argc) {
   return {argc, 1};  // none
 }
 
+namespace {
+
+// Whether argv (SET, GETEX) names an expiry option: the command then writes a deadline.
+bool NamesExpiryOption(const std::vector<std::string>& a) {
+  for (size_t i = 2; i < a.size(); ++i) {
+    if (a[i].size() < 2 || a[i].size() > 4) continue;
+    const std::string o = Lower(a[i]);
+    if (o == "ex" || o == "px" || o == "exat" || o == "pxat") return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 After Executor::RunWrite(const Spec& spec, Args& a, std::string& out, Call& call) {
   // The stripes are taken here, outside every epoch guard (KeyLocks invariant 2), and the
-  // handler's reads and writes of its keys all run under them.
+  // handler's reads and writes of its keys all run under them. A key whose deadline has passed
+  // is removed first, so that no write finds it (SETNX, APPEND) or keeps its deadline.
   switch (spec.access) {
     case Access::kWriteTwo: {
+      // RENAME, COPY: one transaction, which moves the deadline with the value.
       KeyLocks::Held held = locks_.LockTwo(a[1], a[2]);
+      for (size_t i : {1, 2}) {
+        if (ExpireIfNeeded(a[i], out) == Expiry::kFailed) return After::kNone;
+      }
       return (this->*spec.fn)(a, out, call);
     }
     case Access::kWriteEach:
@@ -374,7 +404,48 @@ After Executor::RunWrite(const Spec& spec, Args& a, std::string& out, Call& call
   }
   const auto [first, step] = KeyPositions(spec.access, a.size());
   KeyLocks::Held held = locks_.Lock(a, first, step);
+  bool deadline = false;
+  for (size_t i = first; i < a.size(); i += step) {
+    switch (ExpireIfNeeded(a[i], out)) {
+      case Expiry::kFailed:
+        return After::kNone;
+      case Expiry::kLive:
+        deadline = true;
+        break;
+      case Expiry::kNone:
+        break;
+    }
+  }
+  // A command of one key writes it epoch-scoped (the others run as one transaction each): when
+  // it may change both the value and the deadline, both go in one guard.
+  const bool one_key =
+      spec.access == Access::kWriteKey || (spec.access == Access::kWriteKeys && a.size() == 2);
+  const bool writes_deadline = spec.deadlines == Deadlines::kYes ||
+                               (spec.deadlines == Deadlines::kIfOption && NamesExpiryOption(a));
+  if (one_key && (deadline || writes_deadline)) return RunInEpoch(spec, a, out, call);
   return (this->*spec.fn)(a, out, call);
+}
+
+After Executor::RunInEpoch(const Spec& spec, Args& a, std::string& out, Call& call) {
+  const size_t mark = out.size();
+  const Args original = a;  // a handler may move from its arguments; a retry needs them
+  After after = After::kNone;
+  const absl::Status st = EpochAtomically(
+      [&] {
+        after = (this->*spec.fn)(a, out, call);
+        return WriteError();
+      },
+      [&] {
+        out.resize(mark);
+        a = original;
+      },
+      /*durable=*/false);
+  if (st.code() == absl::StatusCode::kDataLoss) {
+    out.resize(mark);  // the undo failed: the error says which keys hold what
+    AppendError(out, absl::StrCat("ERR ", st.message()));
+  }
+  // Otherwise a failed write has put its own error in the reply.
+  return st.ok() ? after : After::kNone;
 }
 
 After Executor::RunRead(const Spec& spec, Args& a, std::string& out, Call& call) {
@@ -456,14 +527,15 @@ absl::Status& Executor::WriteError() {
   return error;
 }
 
-bool Executor::Put(std::string_view key, std::string_view value, std::string& out) {
+bool Executor::Put(std::string_view key, std::string_view value, std::string& out, Ttl ttl) {
   RecordUndo(key);
   absl::StatusOr<ds::PutResult> r = store_.db().put(key, value);
   if (r.ok()) {
     Touch(key);
-    return true;
+    // The value first, then the deadline's removal: a reader (which reads the deadline first)
+    // sees the old value with its deadline, the new one with it, or the new one alone.
+    return ttl == Ttl::kKeep || ClearDeadline(key, out).ok();
   }
-  DropLastUndo();
   DropLastUndo();
   AppendWriteError(r.status(), out, [&] { Oom(value.size(), out); });
   WriteError() = r.status();
@@ -479,7 +551,6 @@ int Executor::Insert(std::string_view key, std::string_view value, std::string& 
     return 1;
   }
   DropLastUndo();
-  DropLastUndo();
   AppendWriteError(r.status(), out, [&] { Oom(value.size(), out); });
   WriteError() = r.status();
   return -1;
@@ -490,6 +561,9 @@ absl::StatusOr<bool> Executor::Remove(std::string_view key, std::string& out) {
   absl::StatusOr<bool> r = store_.db().remove(key);
   if (r.ok()) {
     if (*r) Touch(key);
+    // The value first, then its deadline: a reader that finds the deadline gone finds the
+    // value gone too.
+    if (absl::StatusOr<bool> d = ClearDeadline(key, out); !d.ok()) return d.status();
     return r;
   }
   DropLastUndo();
@@ -534,6 +608,7 @@ After Executor::Get(Args& a, std::string& out, Call& call) {
 
 Executor::Read Executor::ReadValue(std::string_view key, std::string* value,
                                    std::string& out) const {
+  if (Expired(key)) return Read::kAbsent;  // the deadline first (Put, Remove: their order)
   if (!settings_.verify_reads.load(std::memory_order_relaxed))
     return store_.tree().get(key, value) ? Read::kFound : Read::kAbsent;
   const absl::StatusOr<bool> found = store_.tree().get_verified(key, value);
@@ -582,7 +657,8 @@ After Executor::Del(Args& a, std::string& out, Call& call) {
 }
 
 bool Executor::Present(std::string_view key) const {
-  return key.size() <= options_.max_key && store_.tree().read(key, [](std::string_view) {});
+  return key.size() <= options_.max_key && !Expired(key) &&
+         store_.tree().read(key, [](std::string_view) {});
 }
 
 After Executor::Exists(Args& a, std::string& out, Call&) {
@@ -664,6 +740,8 @@ void Executor::ReplyTooLarge(std::string& out, std::string_view command, size_t 
 }
 
 After Executor::DbSize(Args&, std::string& out, Call&) {
+  // As Redis's: a key past its deadline counts until it is removed (accessed, or by the active
+  // expiry cycle).
   AppendInteger(out, static_cast<int64_t>(store_.tree().size()));
   return After::kNone;
 }
@@ -743,7 +821,7 @@ After Executor::Scan(Args& a, std::string& out, Call&) {
                        return false;
                      }
                      ++seen;
-                     if (strings && (!match || GlobMatch(*match, k))) {
+                     if (strings && (!match || GlobMatch(*match, k)) && !Expired(k)) {
                        keys.emplace_back(k);
                        key_bytes += k.size() + 16;
                        if (key_bytes > MaxReply()) {
@@ -781,6 +859,7 @@ After Executor::Range(Args& a, std::string& out, Call&) {
   uint64_t pairs = 0;
   bool too_large = false;
   auto emit = [&](std::string_view k, std::string_view v) {
+    if (Expired(k)) return true;
     AppendBulk(body, k);
     AppendBulk(body, v);
     if (body.size() > MaxReply()) {
@@ -815,6 +894,7 @@ std::vector<std::pair<std::string, std::string>> Executor::ConfigValues() const 
       {"requirepass", settings_.requirepass()},
       {"maxclients", std::to_string(settings_.max_clients.load(std::memory_order_relaxed))},
       {"timeout", std::to_string(settings_.idle_timeout_s.load(std::memory_order_relaxed))},
+      {"hz", std::to_string(options_.hz)},
       {"pmrt-verify-reads", settings_.verify_reads.load(std::memory_order_relaxed) ? "yes" : "no"},
       {"proto-max-bulk-len", std::to_string(options_.limits.max_bulk)},
       {"pmrt-max-key-len", std::to_string(options_.max_key)},
@@ -1021,8 +1101,9 @@ std::string Executor::InfoText(const std::vector<std::string>& sections) const {
     return absl::StrCat("total_connections_received:", st.connections_received, "\r\n",
                         "rejected_connections:", st.rejected_connections, "\r\n",
                         "total_commands_processed:", st.commands_processed, "\r\n",
-                        "protocol_errors:", st.protocol_errors, "\r\n", "pmrt_syncs:", st.syncs,
-                        "\r\n", "pmrt_idle_closed:", st.idle_closed, "\r\n");
+                        "protocol_errors:", st.protocol_errors, "\r\n",
+                        "expired_keys:", expired_keys(), "\r\n", "pmrt_syncs:", st.syncs, "\r\n",
+                        "pmrt_idle_closed:", st.idle_closed, "\r\n");
   });
   add("Replication", [&] { return std::string("role:master\r\nconnected_slaves:0\r\n"); });
   Pool& pool = store_.pool();
@@ -1050,8 +1131,10 @@ std::string Executor::InfoText(const std::vector<std::string>& sections) const {
                         "heap_chunks_returned:", hs.chunks_returned, "\r\n",
                         "heap_live_blocks:", hs.live_blocks, "\r\n");
   });
-  add("Keyspace",
-      [&] { return absl::StrCat("db0:keys=", store_.tree().size(), ",expires=0,avg_ttl=0\r\n"); });
+  add("Keyspace", [&] {
+    return absl::StrCat("db0:keys=", store_.tree().size(),
+                        ",expires=", store_.expires().tree().size(), ",avg_ttl=0\r\n");
+  });
   return s;
 }
 
@@ -1108,7 +1191,13 @@ After Executor::FlushAll(Args& a, std::string& out, Call&) {
                    [&](std::string_view k, std::string_view) {
                      KeyLocks::Held held = locks_.LockOne(k);  // as DEL k
                      std::string ignored;
-                     (void)Remove(k, ignored);
+                     if (Deadline(k).has_value()) {
+                       // Value and deadline in one guard, as DEL of a key with a deadline.
+                       (void)EpochAtomically([&] { return Remove(k, ignored).status(); }, [] {},
+                                             /*durable=*/false);
+                     } else {
+                       (void)Remove(k, ignored);
+                     }
                      return true;
                    });
   AppendSimple(out, "OK");

@@ -21,6 +21,7 @@
 #define PMRT_TOOLS_SERVER_COMMANDS_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -46,6 +47,21 @@ namespace pmrt::server {
 // "[^abc]", "[a-z]" classes, '\' escapes the next byte. Bytes, not characters; `nocase`
 // folds ASCII letters.
 bool GlobMatch(std::string_view pattern, std::string_view s, bool nocase = false);
+
+// Redis's reply to an argument that must be a 64-bit integer and is not.
+inline constexpr char kNotInteger[] = "ERR value is not an integer or out of range";
+
+// A 64-bit signed decimal in Redis's strict form (string2ll): an optional '-', then "0" alone
+// or a digit 1-9 and more digits, nothing else (no '+', blanks or leading zeros; "-0" is not
+// one), within [INT64_MIN, INT64_MAX].
+bool ParseI64(std::string_view s, int64_t* out);
+
+// The deadline (unix milliseconds) an expiry argument names, as Redis reads SET's EX/PX/EXAT/
+// PXAT and SETEX's: a positive integer of seconds or milliseconds, from now when `relative`.
+// False with Redis's error appended (kNotInteger; "invalid expire time in 'COMMAND' command"
+// for zero, a negative number or an overflow).
+bool ParseExpiry(std::string_view arg, bool seconds, bool relative, std::string_view command,
+                 int64_t* deadline_ms, std::string& out);
 
 // The settings CONFIG SET changes while the server runs (the rest of ServerOptions is fixed at
 // start). Read by the workers (timeout), the acceptor (maxclients) and every command
@@ -101,10 +117,12 @@ struct Session {
   std::atomic<int64_t> last_active_ns{0};         // steady clock at the last request read
 };
 
-// A key's state before an atomic write changed it (Executor::RecordUndo; nullopt: absent).
+// A key's state in one index before an atomic write changed it (Executor::RecordUndo; nullopt:
+// absent): its value in db0, or with `deadline` its entry in db0.expires.
 struct KeyState {
   std::string key;
   std::optional<std::string> value;
+  bool deadline = false;
 };
 
 class Executor {
@@ -133,6 +151,14 @@ class Executor {
   LiveSettings& settings() { return settings_; }
   const LiveSettings& settings() const { return settings_; }
 
+  // One cycle of the active expiry, as Redis's: walks db0.expires from where the last cycle
+  // stopped, 20 deadlines at a time, removing the keys whose deadline has passed, and goes on
+  // while more than one in ten of a batch had expired, for at most `budget`. Called by the
+  // server's expiry thread (--hz times a second); does nothing while writes are refused.
+  void ActiveExpireCycle(std::chrono::milliseconds budget);
+  // Keys removed because their deadline had passed (INFO's expired_keys).
+  uint64_t expired_keys() const { return expired_keys_.load(std::memory_order_relaxed); }
+
  private:
   using Args = std::vector<std::string>;
   // What a handler gets besides its arguments: its connection's session, and where PMRT.SYNC
@@ -158,6 +184,11 @@ class Executor {
     kWriteEach,   // the handler locks each key it writes, one at a time (FLUSHALL)
     kWriteTwo,    // argv[1] and argv[2] (RENAME, COPY)
   };
+  enum class Deadlines : uint8_t {
+    kNo,        // writes none of its own (a key's deadline may still be kept or removed)
+    kYes,       // EXPIRE and the like, SETEX
+    kIfOption,  // SET, GETEX: when an argument names an expiry option (EX, PX, EXAT, PXAT)
+  };
   struct Spec {
     Handler fn;
     int arity;  // Redis convention: n means exactly n arguments (with the name), -n at least n
@@ -165,14 +196,22 @@ class Executor {
     // Refused between MULTI and EXEC with this reason (queueing fails, EXEC then discards the
     // transaction); nullptr: queued.
     const char* not_in_multi = nullptr;
+    // Whether the command writes a deadline (RunWrite then runs it in one epoch guard).
+    Deadlines deadlines = Deadlines::kNo;
   };
   static bool Writes(Access a) {
     return a != Access::kRead && a != Access::kReadKey && a != Access::kReadKeys;
   }
   // The positions in argv of the keys a command names (Spec::access): first, step.
   static std::pair<size_t, size_t> KeyPositions(Access a, size_t argc);
-  // Runs a write command's handler under the stripes of its keys (Spec::access).
+  // Runs a write command's handler under the stripes of its keys (Spec::access), after removing
+  // those of its keys whose deadline has passed. A command of one key that has a deadline, or
+  // writes one, runs in one epoch guard (RunInEpoch): its writes of the key's value and of its
+  // deadline reach the pool together.
   After RunWrite(const Spec& spec, Args& a, std::string& out, Call& call);
+  // The handler in one epoch guard (EpochAtomically, durable at the next boundary): on failure
+  // every write of it is undone and its error is the reply.
+  After RunInEpoch(const Spec& spec, Args& a, std::string& out, Call& call);
   // Runs a read of keys (kReadKey, kReadKeys) so that it never sees a multi-key write half
   // done: without a lock while none runs, else under the stripes of its keys.
   After RunRead(const Spec& spec, Args& a, std::string& out, Call& call);
@@ -198,14 +237,16 @@ class Executor {
   absl::Status Atomically(const std::function<absl::Status()>& fn,
                           const std::function<void()>& reset);
   // fn() under one epoch guard, each write's previous state kept (RecordUndo): a failure undoes
-  // them in the guard; success waits for the epoch to complete (durable on return; kUnavailable
-  // when that failed: the writes are applied, not durable).
+  // them in the guard. With `durable`, success waits for the epoch to complete (durable on
+  // return; kUnavailable when that failed: the writes are applied, not durable); without, the
+  // writes are durable at the next boundary, as every single-key write.
   absl::Status EpochAtomically(const std::function<absl::Status()>& fn,
-                               const std::function<void()>& reset);
+                               const std::function<void()>& reset, bool durable = true);
   using UndoEntry = KeyState;
-  // Inside Atomically and EpochAtomically: keeps the current state of `key` before a write of
-  // it; DropLastUndo forgets it again when the write failed (changed nothing).
-  void RecordUndo(std::string_view key);
+  // Inside Atomically and EpochAtomically: keeps the current state of `key` (its value, or with
+  // `deadline` its deadline) before a write of it; DropLastUndo forgets it again when the write
+  // failed (changed nothing).
+  void RecordUndo(std::string_view key, bool deadline = false);
   void DropLastUndo();
   // Writes back each entry whose key does not hold its state; returns those it had no room for.
   std::vector<UndoEntry> Restore(std::vector<UndoEntry> entries);
@@ -222,11 +263,34 @@ class Executor {
   // it), each marking the watchers of its key (WATCH). A failed write appends its reply (-OOM,
   // or the error) and leaves its status in WriteError(), where EXEC finds it (it then aborts
   // every queued command) and a multi-key write returns it from its transaction.
-  bool Put(std::string_view key, std::string_view value, std::string& out);
+  // A Put replaces the key's deadline too (SET, GETSET, MSET: the key has none afterwards),
+  // unless `ttl` is kKeep (INCR, APPEND, SETRANGE, SET ... KEEPTTL).
+  enum class Ttl : uint8_t { kClear, kKeep };
+  bool Put(std::string_view key, std::string_view value, std::string& out, Ttl ttl = Ttl::kClear);
   // 1 inserted, 0 present (unchanged), -1 failed.
   int Insert(std::string_view key, std::string_view value, std::string& out);
-  // Whether the key was there; the error when the removal failed.
+  // Whether the key was there; the error when the removal failed. Its deadline goes with it.
   absl::StatusOr<bool> Remove(std::string_view key, std::string& out);
+  // Key expiry (expiry_commands.cc). A deadline is a unix time in milliseconds; a key is gone
+  // once the clock is past it: every read treats it as absent, every write removes it first
+  // (RunWrite, EXEC), and the active cycle removes it without any access.
+  static int64_t NowMs();
+  // The deadline of `key`, if it has one.
+  std::optional<int64_t> Deadline(std::string_view key) const;
+  // Whether `key` has a deadline the clock is past (it reads as absent).
+  bool Expired(std::string_view key) const;
+  // What ExpireIfNeeded found.
+  enum class Expiry : uint8_t {
+    kNone,    // no deadline (any there was has passed, and the key is removed now)
+    kLive,    // a deadline not reached yet
+    kFailed,  // the key's deadline has passed and its removal failed: an error is appended
+  };
+  // Removes `key`, value and deadline in one epoch guard, when its deadline has passed.
+  // REQUIRES: the caller holds the key's stripe and no epoch guard.
+  Expiry ExpireIfNeeded(std::string_view key, std::string& out);
+  // Writes the key's deadline, or removes it (true when it had one). Failures as Put's.
+  bool SetDeadline(std::string_view key, int64_t deadline_ms, std::string& out);
+  absl::StatusOr<bool> ClearDeadline(std::string_view key, std::string& out);
   // The calling thread's last write failure; EXEC resets it to OK before each command.
   static absl::Status& WriteError();
   // Marks every connection that watches `key` (a write changed it).
@@ -251,7 +315,13 @@ class Executor {
   After StrLen(Args& a, std::string& out, Call&);
   After GetRange(Args& a, std::string& out, Call&);
   After SetRange(Args& a, std::string& out, Call&);
-  After Unsupported(Args& a, std::string& out, Call&);
+  After SetEx(Args& a, std::string& out, Call&);  // SETEX and PSETEX
+  After GetEx(Args& a, std::string& out, Call&);
+  // EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT (the name says which).
+  After Expire(Args& a, std::string& out, Call&);
+  // TTL, PTTL, EXPIRETIME, PEXPIRETIME.
+  After TimeToLive(Args& a, std::string& out, Call&);
+  After Persist(Args& a, std::string& out, Call&);
   // Adds `delta` to the integer under `key` (0 when absent) and replies with the sum.
   void AddToInteger(std::string_view key, int64_t delta, std::string& out);
   // False (with an -ERR reply appended) when a string of base + added bytes would be longer
@@ -304,6 +374,8 @@ class Executor {
   After Keys(Args& a, std::string& out, Call&);
   After Type(Args& a, std::string& out, Call&);
   After RandomKey(Args& a, std::string& out, Call&);
+  // A key drawn at random (RandomKey's descent); false when the store is empty.
+  bool RandomPick(std::string* key);
   After Rename(Args& a, std::string& out, Call&);
   After RenameNx(Args& a, std::string& out, Call&);
   After Copy(Args& a, std::string& out, Call&);
@@ -365,6 +437,10 @@ class Executor {
   // When this Executor was made (the server's start): INFO's recovery fields name the open
   // that preceded it.
   int64_t start_unix_ms_ = 0;
+
+  std::atomic<uint64_t> expired_keys_{0};
+  std::mutex sweep_mu_;     // one active expiry cycle at a time
+  std::string sweep_from_;  // where the next cycle starts; guarded by sweep_mu_
 
   std::atomic<uint64_t> next_client_id_{1};
   mutable std::mutex clients_mu_;

@@ -56,7 +56,7 @@ After Executor::Keys(Args& a, std::string& out, Call&) {
         done = true;
         break;
       }
-      if (!GlobMatch(pattern, k)) continue;
+      if (!GlobMatch(pattern, k) || Expired(k)) continue;
       bytes += k.size() + 16;
       if (bytes > MaxReply()) {
         too_large = true;
@@ -81,6 +81,20 @@ After Executor::Type(Args& a, std::string& out, Call&) {
 }
 
 After Executor::RandomKey(Args&, std::string& out, Call& call) {
+  // A key past its deadline is drawn again, as in Redis, a bounded number of times: a store
+  // whose keys are nearly all expired and not yet removed answers nil.
+  std::string key;
+  for (int tries = 0; tries < 16; ++tries) {
+    if (!RandomPick(&key)) break;
+    if (Expired(key)) continue;
+    AppendBulk(out, key);
+    return After::kNone;
+  }
+  AppendNull(out, call.proto());
+  return After::kNone;
+}
+
+bool Executor::RandomPick(std::string* picked) {
   // A random descent of the key space, byte by byte: at a prefix p that some keys share, a byte
   // is drawn uniformly between the smallest and the largest byte that follows p in a key, and
   // the descent goes on along the first key at or after p + that byte. Bytes every key shares
@@ -99,10 +113,7 @@ After Executor::RandomKey(Args&, std::string& out, Call& call) {
     return found;
   };
   std::string prefix, key, probe;
-  if (!first_at("", &key)) {
-    AppendNull(out, call.proto());
-    return After::kNone;
-  }
+  if (!first_at("", &key)) return false;
   auto extends = [&](std::string_view k) {
     return k.size() > prefix.size() && k.substr(0, prefix.size()) == prefix;
   };
@@ -138,8 +149,8 @@ After Executor::RandomKey(Args&, std::string& out, Call& call) {
     prefix.push_back(key[prefix.size()]);
   }
   if (prefix.size() == kMaxDepth || !first_at(prefix, &key)) first_at("", &key);
-  AppendBulk(out, key);
-  return After::kNone;
+  *picked = std::move(key);
+  return true;
 }
 
 Executor::Move Executor::MoveValue(std::string_view src, std::string_view dst, bool remove_src,
@@ -155,8 +166,10 @@ Executor::Move Executor::MoveValue(std::string_view src, std::string_view dst, b
       break;
   }
   if (!replace && Present(dst)) return Move::kTargetExists;
+  const std::optional<int64_t> deadline = Deadline(src);  // moved or copied with the value
   const bool done = WriteAtomically(call, out, [&]() -> absl::Status {
-    if (!Put(dst, value, out)) return WriteError();
+    if (deadline.has_value() && !SetDeadline(dst, *deadline, out)) return WriteError();
+    if (!Put(dst, value, out, deadline.has_value() ? Ttl::kKeep : Ttl::kClear)) return WriteError();
     if (remove_src) {
       if (absl::StatusOr<bool> r = Remove(src, out); !r.ok()) return r.status();
     }

@@ -44,11 +44,11 @@ size_t ArgBytes(const std::vector<std::string>& argv) {
 
 }  // namespace
 
-void Executor::RecordUndo(std::string_view key) {
+void Executor::RecordUndo(std::string_view key, bool deadline) {
   if (t_undo == nullptr) return;
-  UndoEntry e{std::string(key), std::nullopt};
+  UndoEntry e{std::string(key), std::nullopt, deadline};
   std::string v;
-  if (store_.tree().get(key, &v)) e.value = std::move(v);
+  if ((deadline ? store_.expires() : store_.db()).tree().get(key, &v)) e.value = std::move(v);
   t_undo->push_back(std::move(e));
 }
 
@@ -58,13 +58,13 @@ void Executor::DropLastUndo() {
 
 namespace {
 
-// The first entry of each key: its state before the command's first write of it. Restoring
-// these (in any order) undoes every write.
+// The first entry of each key of each index: its state before the command's first write of it.
+// Restoring these (in any order) undoes every write.
 std::vector<KeyState> FirstPerKey(std::vector<KeyState> undo) {
-  absl::flat_hash_set<std::string> seen;
+  absl::flat_hash_set<std::pair<std::string, bool>> seen;
   std::vector<KeyState> out;
   for (KeyState& e : undo)
-    if (seen.insert(e.key).second) out.push_back(std::move(e));
+    if (seen.insert({e.key, e.deadline}).second) out.push_back(std::move(e));
   return out;
 }
 
@@ -73,12 +73,12 @@ std::vector<KeyState> FirstPerKey(std::vector<KeyState> undo) {
 std::vector<KeyState> Executor::Restore(std::vector<KeyState> entries) {
   std::vector<UndoEntry> left;
   for (UndoEntry& e : entries) {
+    ds::DurableMasstree& tree = (e.deadline ? store_.expires() : store_.db()).tree();
     std::string v;
-    const bool has = store_.tree().get(e.key, &v);
+    const bool has = tree.get(e.key, &v);
     if (has == e.value.has_value() && (!has || v == *e.value)) continue;  // as it was
-    const bool done = e.value.has_value()
-                          ? store_.tree().put(e.key, *e.value) != ds::PutResult::kNoMemory
-                          : store_.tree().remove(e.key) || !Present(e.key);
+    const bool done = e.value.has_value() ? tree.put(e.key, *e.value) != ds::PutResult::kNoMemory
+                                          : tree.remove(e.key) || !tree.get(e.key, &v);
     if (!done) left.push_back(std::move(e));
   }
   return left;
@@ -131,7 +131,7 @@ absl::Status Executor::Atomically(const std::function<absl::Status()>& fn,
 }
 
 absl::Status Executor::EpochAtomically(const std::function<absl::Status()>& fn,
-                                       const std::function<void()>& reset) {
+                                       const std::function<void()>& reset, bool durable) {
   constexpr int kAttempts = 3;
   absl::Status st;
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
@@ -152,6 +152,7 @@ absl::Status Executor::EpochAtomically(const std::function<absl::Status()>& fn,
       if (absl::Status u = RestoreAfterGuard(std::move(left)); !u.ok()) return u;
     }
     if (st.ok()) {
+      if (!durable) return st;
       if (absl::Status sync = store_.epochs().Sync(); !sync.ok()) {
         return absl::UnavailableError(
             absl::StrCat("applied, but not made durable: ", sync.message()));
@@ -264,6 +265,14 @@ After Executor::Exec(Args&, std::string& out, Call& call) {
   }
   for (const std::string& k : session.watched) keys.push_back(k);
   KeyLocks::Held held = locks_.LockKeys(keys);
+  // Keys past their deadline are removed before anything is read: a watched one so removed
+  // fails the EXEC, as in Redis (it changed since WATCH).
+  for (std::string_view k : keys) {
+    if (ExpireIfNeeded(k, out) == Expiry::kFailed) {
+      UnwatchAll(session);
+      return After::kNone;
+    }
+  }
   // A watched key written since WATCH: the writer marked this session before it released the
   // key's stripe, which this EXEC holds now, so no later write can be missed.
   const bool touched = session.watch_touched.load(std::memory_order_relaxed);
@@ -324,6 +333,12 @@ After Executor::Watch(Args& a, std::string& out, Call& call) {
   // Under the keys' stripes: a write of a key either finished before the registration (the
   // watcher reads its result) or starts after it and sees it (Touch runs under the stripe).
   KeyLocks::Held held = locks_.Lock(a, 1, 1);
+  // A key already past its deadline is removed now, so that its removal does not count as a
+  // change at EXEC (it was gone when watched, as in Redis).
+  for (size_t i = 1; i < a.size(); ++i) {
+    std::string ignored;
+    (void)ExpireIfNeeded(a[i], ignored);
+  }
   std::lock_guard<std::mutex> l(watch_mu_);
   for (size_t i = 1; i < a.size(); ++i) {
     std::vector<Session*>& by = watched_[a[i]];

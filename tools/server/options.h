@@ -33,6 +33,9 @@ struct ServerOptions {
   // server closes it, as Redis's `timeout`; 0 (the default, as Redis's): never. A connection
   // waiting in PMRT.SYNC is not idle. Checked about once a second.
   int idle_timeout_s = 0;
+  // Active expiry cycles a second (Executor::ActiveExpireCycle), each of at most a quarter of
+  // its period, as Redis's `hz`; 0: a key past its deadline is removed only when accessed.
+  int hz = 10;
   // Compare every value read (GET, MGET, PMRT.RANGE) with its checksum and reply with an error
   // instead of bytes that differ from what was written (a damaged pool). Off by default: a
   // read then costs one CRC32C over its key and value.

@@ -29,7 +29,7 @@ constexpr char kUsage[] =
     "usage: pmrt serve POOL [--port P] [--bind ADDR] [--create-size BYTES] [--grow-by BYTES]\n"
     "                       [--epoch-ms N] [--threads N] [--max-clients N] [--max-bulk BYTES] "
     "[--max-key BYTES]\n"
-    "                       [--max-reply BYTES] [--timeout SECONDS] [--verify-reads]\n"
+    "                       [--max-reply BYTES] [--timeout SECONDS] [--hz N] [--verify-reads]\n"
     "                       [--requirepass PASSWORD] [--config FILE]\n"
     "\n"
     "Serves index db0 of the runtime pool POOL over RESP2 and RESP3 (the Redis protocol;\n"
@@ -50,16 +50,19 @@ constexpr char kUsage[] =
     "  --max-reply BYTES   largest reply of MGET, PMRT.RANGE, SCAN (default 512M; never below\n"
     "                      the largest bulk string)\n"
     "  --timeout SECONDS   close a connection idle this long (default 0: never, as Redis)\n"
+    "  --hz N              active expiry cycles a second (default 10, as Redis's hz; 0: keys\n"
+    "                      past their deadline are removed only when accessed)\n"
     "  --verify-reads      compare every value read with its checksum; a damaged value is\n"
     "                      an error reply, never served\n"
     "  --requirepass PASSWORD  clients must AUTH with it before any other command\n"
     "  --config FILE       read settings from FILE first, Redis-style \"name value\" lines\n"
-    "                      (port, bind, requirepass, maxclients, timeout, proto-max-bulk-len,\n"
+    "                      (port, bind, requirepass, maxclients, timeout, hz, proto-max-bulk-len,\n"
     "                      pmrt-verify-reads, pmrt-max-key-len, pmrt-max-reply, pmrt-epoch-ms,\n"
     "                      pmrt-threads, pmrt-create-size, pmrt-grow-by); flags override it\n"
     "\n"
-    "Commands: the string commands, KEYS TYPE RANDOMKEY RENAME RENAMENX COPY, HELLO AUTH\n"
-    "CLIENT TIME, CONFIG GET/SET, INFO, PMRT.SYNC, PMRT.RANGE... (docs/server.md).\n"
+    "Commands: the string commands, EXPIRE TTL PERSIST and the like, KEYS TYPE RANDOMKEY\n"
+    "RENAME COPY, MULTI EXEC WATCH, HELLO AUTH CLIENT TIME, CONFIG GET/SET, INFO, PMRT.SYNC,\n"
+    "PMRT.RANGE... (docs/server.md).\n"
     "\n"
     "Durability: a reply to a write means the write will be durable by the next epoch\n"
     "boundary (every --epoch-ms, 64 ms by default): a crash loses at most the writes of the\n"
@@ -128,6 +131,8 @@ bool ParseFlags(const std::vector<std::string>& args, server::ServerOptions* opt
       opt->max_reply = size;
     } else if (name == "--timeout") {
       ok = ParseInt(v, 0, 1 << 30, &opt->idle_timeout_s);
+    } else if (name == "--hz") {
+      ok = ParseInt(v, 0, 500, &opt->hz);
     } else if (name == "--requirepass") {
       opt->requirepass = v;
     } else if (name == "--max-key") {
@@ -153,6 +158,7 @@ constexpr std::pair<const char*, const char*> kConfigNames[] = {
     {"requirepass", "--requirepass"},
     {"maxclients", "--max-clients"},
     {"timeout", "--timeout"},
+    {"hz", "--hz"},
     {"proto-max-bulk-len", "--max-bulk"},
     {"pmrt-verify-reads", "--verify-reads"},
     {"pmrt-max-key-len", "--max-key"},

@@ -70,6 +70,7 @@ class Server {
   struct Connection;
   class Worker;
   class Syncer;
+  class Expirer;
 
  private:
   Server(Store& store, ServerOptions options);
@@ -86,6 +87,7 @@ class Server {
   ServerCounters counters_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Syncer> syncer_;
+  std::unique_ptr<Expirer> expirer_;  // null with --hz 0
   std::vector<std::unique_ptr<Worker>> workers_;
   size_t next_worker_ = 0;
   std::thread acceptor_;

@@ -57,29 +57,54 @@ absl::StatusOr<std::unique_ptr<Store>> Store::OpenOnce(const std::string& path,
     }
     return rt.status();
   }
-  s->rt_ = std::move(*rt);
-  if (absl::Status st = s->rt_->finish_replay(); !st.ok()) {
+  if (absl::Status st = s->Bind(std::move(*rt), path, options); !st.ok()) return st;
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<Store>> Store::Attach(std::unique_ptr<Pool> pool,
+                                                     const StoreOptions& options) {
+  RuntimeOptions ro;
+  ro.epochs = options.epochs;
+  ro.txn = options.txn;
+  ro.background_replay = false;
+  const std::string path = pool->path();
+  auto rt = Runtime::Attach(std::move(pool), std::move(ro));
+  if (!rt.ok()) return rt.status();
+  std::unique_ptr<Store> s(new Store());
+  if (absl::Status st = s->Bind(std::move(*rt), path, options); !st.ok()) return st;
+  return s;
+}
+
+absl::Status Store::Bind(std::unique_ptr<Runtime> rt, const std::string& path,
+                         const StoreOptions& options) {
+  rt_ = std::move(rt);
+  if (absl::Status st = rt_->finish_replay(); !st.ok()) {
     return absl::Status(st.code(), absl::StrCat(path,
                                                 ": applying the index operations of the "
                                                 "transactions a crash interrupted: ",
                                                 st.message()));
   }
-  auto db = s->rt_->index(kDbIndex);
+  auto db = rt_->index(kDbIndex);
   if (!db.ok()) return db.status();
-  s->db_ = *db;
+  db_ = *db;
+  auto expires = rt_->index(kExpiresIndex);
+  if (!expires.ok()) return expires.status();
+  expires_ = *expires;
   if (options.check_tree) {
-    if (absl::Status st = s->db_->tree().CheckInvariants(nullptr, nullptr, /*values=*/false);
-        !st.ok()) {
-      return absl::DataLossError(absl::StrCat(path, ": index ", kDbIndex,
-                                              " fails its check (`pmrt check ", path,
-                                              "` lists the damage): ", st.message()));
+    for (Index* index : {db_, expires_}) {
+      if (absl::Status st = index->tree().CheckInvariants(nullptr, nullptr, /*values=*/false);
+          !st.ok()) {
+        return absl::DataLossError(absl::StrCat(path, ": index ", index->name(),
+                                                " fails its check (`pmrt check ", path,
+                                                "` lists the damage): ", st.message()));
+      }
     }
   }
-  return s;
+  return absl::OkStatus();
 }
 
 absl::Status Store::Close() {
-  db_ = nullptr;
+  db_ = expires_ = nullptr;
   if (rt_ == nullptr) return absl::OkStatus();
   absl::Status st = rt_->Close();
   rt_.reset();

@@ -25,8 +25,12 @@
 
 namespace pmrt::server {
 
-// The index that holds Redis's database 0.
+// The index that holds Redis's database 0: key -> value.
 inline constexpr char kDbIndex[] = "db0";
+// The deadlines of the keys of db0 that have one (EXPIRE, SET ... EX): key -> the unix time in
+// milliseconds after which the key is gone, 8 bytes little-endian. Every key here is in db0:
+// a write that changes both indexes runs in one epoch guard or one transaction.
+inline constexpr char kExpiresIndex[] = "db0.expires";
 
 struct StoreOptions {
   // Create the pool with this size when the file does not exist (0: it must exist).
@@ -46,12 +50,17 @@ class Store {
  public:
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path,
                                                      const StoreOptions& options = {});
+  // The same on a pool opened by the caller (an in-memory pool over the crash simulator, say):
+  // create_size, pool options and trial_open are not used. The store owns the pool from now on.
+  static absl::StatusOr<std::unique_ptr<Store>> Attach(std::unique_ptr<Pool> pool,
+                                                       const StoreOptions& options = {});
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
   Runtime& runtime() const { return *rt_; }
   Index& db() const { return *db_; }
+  Index& expires() const { return *expires_; }
   ds::DurableMasstree& tree() const { return db_->tree(); }
   Pool& pool() const { return rt_->pool(); }
   epoch::Manager& epochs() const { return rt_->epochs(); }
@@ -69,8 +78,12 @@ class Store {
   Store() = default;
   static absl::StatusOr<std::unique_ptr<Store>> OpenOnce(const std::string& path,
                                                          const StoreOptions& options, bool trial);
+  // Binds the indexes of a runtime just opened (the replay finished first) and checks them.
+  absl::Status Bind(std::unique_ptr<Runtime> rt, const std::string& path,
+                    const StoreOptions& options);
   std::unique_ptr<Runtime> rt_;
   Index* db_ = nullptr;
+  Index* expires_ = nullptr;
   bool created_ = false;
   std::chrono::nanoseconds open_time_{0};
 };

@@ -23,31 +23,7 @@ namespace {
 
 using After = Executor::After;
 
-constexpr char kNotInteger[] = "ERR value is not an integer or out of range";
 constexpr char kNotFloat[] = "ERR value is not a valid float";
-
-// A 64-bit signed decimal in Redis's strict form (string2ll): an optional '-', then "0" alone
-// or a digit 1-9 and more digits, nothing else (no '+', blanks or leading zeros; "-0" is not
-// one), within [INT64_MIN, INT64_MAX].
-bool ParseI64(std::string_view s, int64_t* out) {
-  if (s == "0") {
-    *out = 0;
-    return true;
-  }
-  const bool negative = !s.empty() && s[0] == '-';
-  if (negative) s.remove_prefix(1);
-  if (s.empty() || s.size() > 19 || s[0] < '1' || s[0] > '9') return false;
-  uint64_t v = 0;  // 19 digits cannot overflow 64 bits
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + static_cast<uint64_t>(c - '0');
-  }
-  constexpr uint64_t kMax = std::numeric_limits<int64_t>::max();
-  if (v > kMax + (negative ? 1 : 0)) return false;
-  // Two's complement conversion (defined in C++20): 2^63 negated is INT64_MIN.
-  *out = negative ? static_cast<int64_t>(0 - v) : static_cast<int64_t>(v);
-  return true;
-}
 
 // A long double as Redis's string2ld reads it (strtold): no leading blank, every byte used, not
 // NaN, no overflow to infinity or underflow to zero. "inf" and hexadecimal forms are accepted.
@@ -80,6 +56,26 @@ std::string FormatLongDouble(long double v) {
 
 }  // namespace
 
+bool ParseI64(std::string_view s, int64_t* out) {
+  if (s == "0") {
+    *out = 0;
+    return true;
+  }
+  const bool negative = !s.empty() && s[0] == '-';
+  if (negative) s.remove_prefix(1);
+  if (s.empty() || s.size() > 19 || s[0] < '1' || s[0] > '9') return false;
+  uint64_t v = 0;  // 19 digits cannot overflow 64 bits
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  constexpr uint64_t kMax = std::numeric_limits<int64_t>::max();
+  if (v > kMax + (negative ? 1 : 0)) return false;
+  // Two's complement conversion (defined in C++20): 2^63 negated is INT64_MIN.
+  *out = negative ? static_cast<int64_t>(0 - v) : static_cast<int64_t>(v);
+  return true;
+}
+
 bool Executor::LengthOk(uint64_t base, uint64_t added, std::string& out) const {
   const uint64_t max = options_.limits.max_bulk;
   if (added <= max && base <= max - added) return true;
@@ -88,7 +84,11 @@ bool Executor::LengthOk(uint64_t base, uint64_t added, std::string& out) const {
 }
 
 After Executor::Set(Args& a, std::string& out, Call& call) {
-  bool nx = false, xx = false, get = false;
+  // Redis's parse: NX excludes XX; the expiry options exclude each other and KEEPTTL (one may
+  // repeat: the last counts), and each needs its argument.
+  bool nx = false, xx = false, get = false, keepttl = false;
+  std::string expiry;  // EX, PX, EXAT or PXAT; empty: none
+  std::string_view expiry_arg;
   for (size_t i = 3; i < a.size(); ++i) {
     const std::string opt = absl::AsciiStrToUpper(a[i]);
     if (opt == "NX" && !xx) {
@@ -97,18 +97,33 @@ After Executor::Set(Args& a, std::string& out, Call& call) {
       xx = true;
     } else if (opt == "GET") {
       get = true;
-    } else if (opt == "EX" || opt == "PX" || opt == "EXAT" || opt == "PXAT" || opt == "KEEPTTL") {
-      AppendError(out, absl::StrCat("ERR SET option ", opt,
-                                    " is not supported by pmrt serve (no key expiry)"));
-      return After::kNone;
+    } else if (opt == "KEEPTTL" && expiry.empty()) {
+      keepttl = true;
+    } else if ((opt == "EX" || opt == "PX" || opt == "EXAT" || opt == "PXAT") && !keepttl &&
+               (expiry.empty() || expiry == opt) && i + 1 < a.size()) {
+      expiry = opt;
+      expiry_arg = a[++i];
     } else {
       AppendError(out, "ERR syntax error");
       return After::kNone;
     }
   }
+  int64_t deadline = 0;
+  if (!expiry.empty() &&
+      !ParseExpiry(expiry_arg, expiry == "EX" || expiry == "EXAT",
+                   /*relative=*/expiry == "EX" || expiry == "PX", "set", &deadline, out)) {
+    return After::kNone;
+  }
   if (!KeyOk(a[1], out)) return After::kNone;
+  // The write itself: with an expiry, the deadline before the value (a reader reads the
+  // deadline first), or the key removed when the deadline has passed already (as Redis).
+  auto write = [&]() -> bool {
+    if (expiry.empty()) return Put(a[1], a[2], out, keepttl ? Ttl::kKeep : Ttl::kClear);
+    if (deadline <= NowMs()) return Remove(a[1], out).ok();
+    return SetDeadline(a[1], deadline, out) && Put(a[1], a[2], out, Ttl::kKeep);
+  };
   if (!nx && !xx && !get) {
-    if (Put(a[1], a[2], out)) AppendSimple(out, "OK");
+    if (write()) AppendSimple(out, "OK");
     return After::kNone;
   }
   std::string old;
@@ -117,10 +132,10 @@ After Executor::Set(Args& a, std::string& out, Call& call) {
   const bool found = read == Read::kFound;
   // As in Redis: with GET the reply is the old value (or nil) whether or not NX/XX let the
   // write happen; without it, a write NX/XX prevents is a nil reply.
-  const bool write = !(nx && found) && !(xx && !found);
-  if (write && !Put(a[1], a[2], out)) return After::kNone;
+  const bool writes = !(nx && found) && !(xx && !found);
+  if (writes && !write()) return After::kNone;
   if (!get) {
-    if (write) {
+    if (writes) {
       AppendSimple(out, "OK");
     } else {
       AppendNull(out, call.proto());
@@ -183,7 +198,7 @@ void Executor::AddToInteger(std::string_view key, int64_t delta, std::string& ou
     AppendError(out, "ERR increment or decrement would overflow");
     return;
   }
-  if (Put(key, std::to_string(sum), out)) AppendInteger(out, sum);
+  if (Put(key, std::to_string(sum), out, Ttl::kKeep)) AppendInteger(out, sum);
 }
 
 After Executor::Incr(Args& a, std::string& out, Call&) {
@@ -234,7 +249,7 @@ After Executor::IncrByFloat(Args& a, std::string& out, Call&) {
     return After::kNone;
   }
   const std::string result = FormatLongDouble(value);
-  if (Put(a[1], result, out)) AppendBulk(out, result);
+  if (Put(a[1], result, out, Ttl::kKeep)) AppendBulk(out, result);
   return After::kNone;
 }
 
@@ -252,7 +267,7 @@ After Executor::Append(Args& a, std::string& out, Call&) {
     case Read::kFailed:
       return After::kNone;
   }
-  if (Put(a[1], value, out)) AppendInteger(out, static_cast<int64_t>(value.size()));
+  if (Put(a[1], value, out, Ttl::kKeep)) AppendInteger(out, static_cast<int64_t>(value.size()));
   return After::kNone;
 }
 
@@ -318,13 +333,7 @@ After Executor::SetRange(Args& a, std::string& out, Call&) {
   if (!LengthOk(at, a[3].size(), out)) return After::kNone;
   if (value.size() < at + a[3].size()) value.resize(at + a[3].size(), '\0');  // zero padding
   value.replace(at, a[3].size(), a[3]);
-  if (Put(a[1], value, out)) AppendInteger(out, static_cast<int64_t>(value.size()));
-  return After::kNone;
-}
-
-After Executor::Unsupported(Args& a, std::string& out, Call&) {
-  AppendError(out, absl::StrCat("ERR ", absl::AsciiStrToUpper(a[0]),
-                                " is not supported by pmrt serve (no key expiry)"));
+  if (Put(a[1], value, out, Ttl::kKeep)) AppendInteger(out, static_cast<int64_t>(value.size()));
   return After::kNone;
 }
 

@@ -1,0 +1,328 @@
+// Key expiry for the Executor (commands.h): EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT (with NX, XX,
+// GT, LT), TTL, PTTL, EXPIRETIME, PEXPIRETIME, PERSIST, SETEX, PSETEX, GETEX, the deadline
+// primitives every command uses, and the active expiry cycle. docs/server.md, "Expiry", has the
+// contract.
+//
+// A deadline lives in index db0.expires (store.h), beside the value in db0. Invariants:
+//   1. Every key of db0.expires is a key of db0. A write that changes both runs in one epoch
+//      guard (RunWrite's RunInEpoch, ExpireIfNeeded, FLUSHALL) or one transaction (EXEC, MSET,
+//      RENAME, COPY, multi-key DEL), so a crash keeps both changes or neither.
+//   2. Writers order their stores for readers, which take no lock and read the deadline first,
+//      then the value: a deadline is written before its value (SET ... EX), a value is removed
+//      before its deadline (DEL, expiry), and a value replaced before its deadline is removed
+//      (SET). So a reader never pairs a live deadline's absence with a value it should not see.
+//   3. A key is gone once the clock is past its deadline, whether or not it is removed yet:
+//      reads treat it as absent (ReadValue, Present), writes remove it first under its stripe
+//      (RunWrite, EXEC, WATCH), and the active cycle removes it without any access.
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "tools/server/commands.h"
+#include "tools/server/resp.h"
+
+namespace pmrt::server {
+namespace {
+
+using After = Executor::After;
+
+void InvalidExpire(std::string_view command, std::string& out) {
+  AppendError(out, absl::StrCat("ERR invalid expire time in '", std::string(command), "' command"));
+}
+
+std::string EncodeDeadline(int64_t ms) {
+  std::string v(sizeof(ms), '\0');
+  std::memcpy(v.data(), &ms, sizeof(ms));  // host order (x86: little-endian)
+  return v;
+}
+
+int64_t UnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::optional<int64_t> DecodeDeadline(std::string_view v) {
+  if (v.size() != sizeof(int64_t)) return std::nullopt;
+  int64_t ms;
+  std::memcpy(&ms, v.data(), sizeof(ms));
+  return ms;
+}
+
+}  // namespace
+
+bool ParseExpiry(std::string_view arg, bool seconds, bool relative, std::string_view command,
+                 int64_t* deadline_ms, std::string& out) {
+  int64_t v;
+  if (!ParseI64(arg, &v)) {
+    AppendError(out, kNotInteger);
+    return false;
+  }
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  if (v <= 0 || (seconds && v > kMax / 1000)) {
+    InvalidExpire(command, out);
+    return false;
+  }
+  if (seconds) v *= 1000;
+  if (relative) {
+    const int64_t now = UnixMs();
+    if (v > kMax - now) {
+      InvalidExpire(command, out);
+      return false;
+    }
+    v += now;
+  }
+  *deadline_ms = v;
+  return true;
+}
+
+int64_t Executor::NowMs() { return UnixMs(); }
+
+std::optional<int64_t> Executor::Deadline(std::string_view key) const {
+  std::optional<int64_t> d;
+  store_.expires().tree().read(key, [&](std::string_view v) { d = DecodeDeadline(v); });
+  return d;
+}
+
+bool Executor::Expired(std::string_view key) const {
+  const std::optional<int64_t> d = Deadline(key);
+  return d.has_value() && NowMs() > *d;  // as Redis: gone once the clock is past the deadline
+}
+
+Executor::Expiry Executor::ExpireIfNeeded(std::string_view key, std::string& out) {
+  const std::optional<int64_t> d = Deadline(key);
+  if (!d.has_value()) return Expiry::kNone;
+  if (NowMs() <= *d) return Expiry::kLive;
+  std::string ignored;
+  const absl::Status st = EpochAtomically([&] { return Remove(key, ignored).status(); }, [] {},
+                                          /*durable=*/false);
+  if (!st.ok()) {
+    AppendError(out,
+                absl::StrCat("ERR key ", std::string(key.substr(0, 128)),
+                             " is past its deadline and could not be removed: ", st.message()));
+    return Expiry::kFailed;
+  }
+  expired_keys_.fetch_add(1, std::memory_order_relaxed);
+  return Expiry::kNone;
+}
+
+bool Executor::SetDeadline(std::string_view key, int64_t deadline_ms, std::string& out) {
+  RecordUndo(key, /*deadline=*/true);
+  absl::StatusOr<ds::PutResult> r = store_.expires().put(key, EncodeDeadline(deadline_ms));
+  if (r.ok()) {
+    Touch(key);
+    return true;
+  }
+  DropLastUndo();
+  if (r.status().code() == absl::StatusCode::kResourceExhausted) {
+    AppendError(out, absl::StrCat("OOM pool ", store_.pool().path(),
+                                  " has no room for the key's deadline; the key is unchanged"));
+  } else {
+    AppendError(out, absl::StrCat("ERR ", r.status().message()));
+  }
+  WriteError() = r.status();
+  return false;
+}
+
+absl::StatusOr<bool> Executor::ClearDeadline(std::string_view key, std::string& out) {
+  if (!Deadline(key).has_value()) return false;
+  RecordUndo(key, /*deadline=*/true);
+  absl::StatusOr<bool> r = store_.expires().remove(key);
+  if (r.ok()) {
+    if (*r) Touch(key);
+    return r;
+  }
+  DropLastUndo();
+  if (r.status().code() == absl::StatusCode::kResourceExhausted) {
+    AppendError(out, absl::StrCat("OOM pool ", store_.pool().path(),
+                                  " has no room to log the removal of the key's deadline; the key "
+                                  "is unchanged"));
+  } else {
+    AppendError(out, absl::StrCat("ERR ", r.status().message()));
+  }
+  WriteError() = r.status();
+  return r;
+}
+
+void Executor::ActiveExpireCycle(std::chrono::milliseconds budget) {
+  std::lock_guard<std::mutex> l(sweep_mu_);
+  if (store_.pool().failed()) return;  // writes are refused: nothing could be removed
+  constexpr size_t kBatch = 20;        // Redis's ACTIVE_EXPIRE_CYCLE_KEYS_PER_LOOP
+  const auto end = std::chrono::steady_clock::now() + budget;
+  for (;;) {
+    // A batch of deadlines, copied under one tree scan; the keys are then locked and removed
+    // one at a time outside it (KeyLocks invariant 2).
+    std::vector<std::pair<std::string, int64_t>> batch;
+    store_.expires().tree().scan(sweep_from_, kBatch, [&](std::string_view k, std::string_view v) {
+      batch.emplace_back(std::string(k), DecodeDeadline(v).value_or(0));
+      return true;
+    });
+    const bool at_end = batch.size() < kBatch;
+    if (at_end) {
+      sweep_from_.clear();  // the next cycle starts over
+    } else {
+      sweep_from_ = batch.back().first;
+      sweep_from_.push_back('\0');  // the smallest key after the last one
+    }
+    const int64_t now = NowMs();
+    size_t expired = 0;
+    for (const auto& [key, deadline] : batch) {
+      if (now <= deadline) continue;
+      KeyLocks::Held held = locks_.LockOne(key);
+      std::string ignored;
+      if (ExpireIfNeeded(key, ignored) == Expiry::kNone) ++expired;
+    }
+    // As Redis: go on while the batches are more than 10% stale, within the budget.
+    if (at_end || expired * 10 <= batch.size() || std::chrono::steady_clock::now() >= end) return;
+  }
+}
+
+After Executor::Expire(Args& a, std::string& out, Call&) {
+  const std::string name = absl::AsciiStrToLower(a[0]);
+  const bool seconds = name == "expire" || name == "expireat";
+  const bool absolute = name.ends_with("at");
+  bool nx = false, xx = false, gt = false, lt = false;
+  for (size_t i = 3; i < a.size(); ++i) {
+    const std::string opt = absl::AsciiStrToLower(a[i]);
+    if (opt == "nx") {
+      nx = true;
+    } else if (opt == "xx") {
+      xx = true;
+    } else if (opt == "gt") {
+      gt = true;
+    } else if (opt == "lt") {
+      lt = true;
+    } else {
+      AppendError(out, absl::StrCat("ERR Unsupported option ", a[i].substr(0, 128)));
+      return After::kNone;
+    }
+  }
+  if (nx && (xx || gt || lt)) {
+    AppendError(out, "ERR NX and XX, GT or LT options at the same time are not compatible");
+    return After::kNone;
+  }
+  if (gt && lt) {
+    AppendError(out, "ERR GT and LT options at the same time are not compatible");
+    return After::kNone;
+  }
+  int64_t when;
+  if (!ParseI64(a[2], &when)) {
+    AppendError(out, kNotInteger);
+    return After::kNone;
+  }
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  if (seconds && (when > kMax / 1000 || when < kMin / 1000)) {
+    InvalidExpire(name, out);
+    return After::kNone;
+  }
+  if (seconds) when *= 1000;
+  const int64_t base = absolute ? 0 : NowMs();
+  if (when > kMax - base) {
+    InvalidExpire(name, out);
+    return After::kNone;
+  }
+  when += base;
+  if (!Present(a[1])) {
+    AppendInteger(out, 0);
+    return After::kNone;
+  }
+  // No deadline counts as an infinite one (GT never raises it, LT always lowers it).
+  const std::optional<int64_t> current = Deadline(a[1]);
+  if ((nx && current.has_value()) || (xx && !current.has_value()) ||
+      (gt && (!current.has_value() || when <= *current)) ||
+      (lt && current.has_value() && when >= *current)) {
+    AppendInteger(out, 0);
+    return After::kNone;
+  }
+  // A deadline already past removes the key now (as Redis's checkAlreadyExpired).
+  const bool done = when <= NowMs() ? Remove(a[1], out).ok() : SetDeadline(a[1], when, out);
+  if (done) AppendInteger(out, 1);
+  return After::kNone;
+}
+
+After Executor::TimeToLive(Args& a, std::string& out, Call&) {
+  const std::string name = absl::AsciiStrToLower(a[0]);
+  const bool ms = name[0] == 'p';
+  const bool absolute = name.ends_with("time");
+  const std::optional<int64_t> deadline = Deadline(a[1]);  // before the value (invariant 2)
+  if (!Present(a[1])) {
+    AppendInteger(out, -2);
+  } else if (!deadline.has_value()) {
+    AppendInteger(out, -1);
+  } else {
+    const int64_t left = std::max<int64_t>(absolute ? *deadline : *deadline - NowMs(), 0);
+    AppendInteger(out, ms ? left : (left + 500) / 1000);
+  }
+  return After::kNone;
+}
+
+After Executor::Persist(Args& a, std::string& out, Call&) {
+  if (!Present(a[1])) {
+    AppendInteger(out, 0);
+    return After::kNone;
+  }
+  const absl::StatusOr<bool> removed = ClearDeadline(a[1], out);
+  if (removed.ok()) AppendInteger(out, *removed ? 1 : 0);
+  return After::kNone;
+}
+
+After Executor::SetEx(Args& a, std::string& out, Call&) {
+  const std::string name = absl::AsciiStrToLower(a[0]);
+  int64_t deadline;
+  if (!ParseExpiry(a[2], /*seconds=*/name == "setex", /*relative=*/true, name, &deadline, out) ||
+      !KeyOk(a[1], out)) {
+    return After::kNone;
+  }
+  if (SetDeadline(a[1], deadline, out) && Put(a[1], a[3], out, Ttl::kKeep)) {
+    AppendSimple(out, "OK");
+  }
+  return After::kNone;
+}
+
+After Executor::GetEx(Args& a, std::string& out, Call& call) {
+  std::string expiry;  // EX, PX, EXAT or PXAT; empty: none
+  std::string_view expiry_arg;
+  bool persist = false;
+  for (size_t i = 2; i < a.size(); ++i) {
+    const std::string opt = absl::AsciiStrToUpper(a[i]);
+    if ((opt == "EX" || opt == "PX" || opt == "EXAT" || opt == "PXAT") && !persist &&
+        (expiry.empty() || expiry == opt) && i + 1 < a.size()) {
+      expiry = opt;
+      expiry_arg = a[++i];
+    } else if (opt == "PERSIST" && expiry.empty()) {
+      persist = true;
+    } else {
+      AppendError(out, "ERR syntax error");
+      return After::kNone;
+    }
+  }
+  int64_t deadline = 0;
+  if (!expiry.empty() &&
+      !ParseExpiry(expiry_arg, expiry == "EX" || expiry == "EXAT",
+                   /*relative=*/expiry == "EX" || expiry == "PX", "getex", &deadline, out)) {
+    return After::kNone;
+  }
+  if (!KeyOk(a[1], out)) return After::kNone;
+  std::string value;
+  const Read found = ReadValue(a[1], &value, out);
+  if (found == Read::kFound) {
+    bool done = true;
+    if (!expiry.empty()) {
+      done = deadline <= NowMs() ? Remove(a[1], out).ok() : SetDeadline(a[1], deadline, out);
+    } else if (persist) {
+      done = ClearDeadline(a[1], out).ok();
+    }
+    if (!done) return After::kNone;
+  }
+  AppendReadReply(found, value, out, call.proto());
+  return After::kNone;
+}
+
+}  // namespace pmrt::server
