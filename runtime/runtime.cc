@@ -125,7 +125,13 @@ absl::StatusOr<bool> Index::remove(std::string_view key) {
   if (rt_.replaying()) RETURN_IF_ERROR(rt_.Materialize(id_, key));
   if (!rt_.engine_->InTransaction()) return tree_->remove(key);
   std::optional<std::string> old = tree_->get(key);
-  if (!old.has_value()) return false;
+  if (!old.has_value()) {
+    // Logged all the same: the transaction's result is "absent", and a crash that rolls back an
+    // epoch-scoped remove of this key made before it (in the failed epoch) must not bring the
+    // key back past the transaction's replay. Nothing to undo.
+    if (absl::Status st = Log(kOpRemove, key, {}, [] {}); !st.ok()) return st;
+    return false;
+  }
   if (!tree_->remove(key)) return NoRoom("remove", name_);
   ds::DurableMasstree* tree = tree_.get();
   auto undo = [tree, k = std::string(key), old = std::move(*old)] {

@@ -579,6 +579,69 @@ TEST(RuntimeCrashTest, FirstOpenIsCrashAtomic) {
   }
 }
 
+// An epoch-scoped remove of a key, then a transaction that removes it again (finding it absent)
+// and writes another key: a crash before the epoch completes rolls the first remove back, and the
+// transaction's replay must remove the key all the same. Every image where the transaction's
+// write is there must have the key absent.
+pmrt::testing::CrashOutcome RunRemoveAfterEpochScopedRemove(uint64_t seed) {
+  pmrt::testing::CrashOutcome out;
+  Sim::Options options;
+  options.seed = seed;
+  options.max_images_per_point = pmrt::testing::kMainImagesPerPoint;
+  auto sim_or = Sim::Create(kPoolSize, options);
+  EXPECT_OK(sim_or);
+  if (!sim_or.ok()) return out;
+  Sim& sim = **sim_or;
+  sim.SetCrashPoints(Sim::CrashPoints::kNone);
+  auto pool = Pool::CreateInMemory(sim.working(), kPoolSize, kLayout,
+                                   pmrt::testing::SimPoolOptions(sim), "sim-pool");
+  EXPECT_OK(pool);
+  if (!pool.ok()) return out;
+  bool committed = false;
+  sim.SetHandler([&](CrashImage& img) -> absl::Status {
+    auto r = OpenImage(img.base(), pmrt::testing::EadrPoolOptions());
+    if (!r.ok()) return r.status();
+    auto idx = (*r)->find_index("idx");
+    if (!idx.ok()) return idx.status();
+    const bool txn_there = (*idx)->get("after").has_value();
+    if (committed && !txn_there) return absl::DataLossError("the committed transaction was lost");
+    if (txn_there && (*idx)->get("k").has_value()) {
+      return absl::DataLossError("the transaction's remove of k was not replayed");
+    }
+    return absl::OkStatus();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  [&] {
+    auto rt = Runtime::Attach(std::move(*pool), TestOptions());
+    ASSERT_OK(rt);
+    auto idx = (*rt)->index("idx");
+    ASSERT_OK(idx);
+    ASSERT_OK((*idx)->put("k", "before"));
+    ASSERT_OK((*rt)->sync());
+    sim.SetCrashPoints(options.crash_points);
+    ASSERT_OK((*idx)->remove("k"));  // epoch-scoped
+    ASSERT_OK((*rt)->engine().Begin());
+    auto removed = (*idx)->remove("k");
+    ASSERT_OK(removed);
+    EXPECT_FALSE(*removed);
+    ASSERT_OK((*idx)->put("after", "txn"));
+    ASSERT_OK((*rt)->engine().Commit());
+    committed = true;
+    ASSERT_OK((*rt)->sync());
+    ASSERT_OK((*rt)->Close());
+  }();
+  pmrt::testing::FinishRun(sim, start, &out);
+  return out;
+}
+
+TEST(RuntimeCrashTest, TransactionRemoveOutlastsARolledBackEpochScopedRemove) {
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    const pmrt::testing::CrashOutcome r = RunRemoveAfterEpochScopedRemove(seed);
+    ASSERT_TRUE(r.failures.empty()) << r.failures[0].ToString();
+    EXPECT_GT(r.stats.images, 0u);
+  }
+}
+
 // The directory link written without its undo copy must make the first-open suite fail.
 TEST(RuntimeCrashTest, MutationGateKillsTheUnloggedDirectoryLink) {
   const auto survivors = pmrt::testing::RunMutationGate(

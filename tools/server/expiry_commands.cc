@@ -6,7 +6,13 @@
 // A deadline lives in index db0.expires (store.h), beside the value in db0. Invariants:
 //   1. Every key of db0.expires is a key of db0. A write that changes both runs in one epoch
 //      guard (RunWrite's RunInEpoch, ExpireIfNeeded, FLUSHALL) or one transaction (EXEC, MSET,
-//      RENAME, COPY, multi-key DEL), so a crash keeps both changes or neither.
+//      RENAME, COPY, multi-key DEL), so a crash keeps both changes or neither. One exception:
+//      a crash replays a committed transaction's operations over the state at the start of the
+//      failed epoch, so a transaction's EXPIRE of a key whose epoch-scoped SET was rolled back
+//      leaves a deadline without a value. Such an orphan reads as no key, and ExpireIfNeeded
+//      removes it before any write of the key (or the active cycle at its deadline). The other
+//      direction cannot happen: inside a transaction a deadline's removal is always logged
+//      (ClearDeadline), so a value the transaction wrote never gets back a rolled-back one.
 //   2. Writers order their stores for readers, which take no lock and read the deadline first,
 //      then the value: a deadline is written before its value (SET ... EX), a value is removed
 //      before its deadline (DEL, expiry), and a value replaced before its deadline is removed
@@ -98,7 +104,11 @@ bool Executor::Expired(std::string_view key) const {
 Executor::Expiry Executor::ExpireIfNeeded(std::string_view key, std::string& out) {
   const std::optional<int64_t> d = Deadline(key);
   if (!d.has_value()) return Expiry::kNone;
-  if (NowMs() <= *d) return Expiry::kLive;
+  // A deadline without its value (a transaction's EXPIRE replayed after a crash over a state
+  // whose epoch-scoped SET of the key was rolled back) goes now too: a new value of the key
+  // must not inherit it.
+  const bool orphan = !store_.tree().read(key, [](std::string_view) {});
+  if (!orphan && NowMs() <= *d) return Expiry::kLive;
   std::string ignored;
   const absl::Status st = EpochAtomically([&] { return Remove(key, ignored).status(); }, [] {},
                                           /*durable=*/false);
@@ -108,7 +118,7 @@ Executor::Expiry Executor::ExpireIfNeeded(std::string_view key, std::string& out
                              " is past its deadline and could not be removed: ", st.message()));
     return Expiry::kFailed;
   }
-  expired_keys_.fetch_add(1, std::memory_order_relaxed);
+  if (!orphan) expired_keys_.fetch_add(1, std::memory_order_relaxed);
   return Expiry::kNone;
 }
 
@@ -131,7 +141,10 @@ bool Executor::SetDeadline(std::string_view key, int64_t deadline_ms, std::strin
 }
 
 absl::StatusOr<bool> Executor::ClearDeadline(std::string_view key, std::string& out) {
-  if (!Deadline(key).has_value()) return false;
+  // Inside a transaction the removal is logged even when there is no deadline (Index::remove):
+  // its replay after a crash then clears a deadline that an epoch-scoped write of the failed
+  // epoch had removed and the rollback brought back. Outside one, no deadline costs one lookup.
+  if (!store_.engine().InTransaction() && !Deadline(key).has_value()) return false;
   RecordUndo(key, /*deadline=*/true);
   absl::StatusOr<bool> r = store_.expires().remove(key);
   if (r.ok()) {
