@@ -534,7 +534,8 @@ bool Executor::Put(std::string_view key, std::string_view value, std::string& ou
     Touch(key);
     // The value first, then the deadline's removal: a reader (which reads the deadline first)
     // sees the old value with its deadline, the new one with it, or the new one alone.
-    return ttl == Ttl::kKeep || ClearDeadline(key, out).ok();
+    if (ttl == Ttl::kClear) return ClearDeadline(key, out).ok();
+    return LogDeadlineInTransaction(key, out);
   }
   DropLastUndo();
   AppendWriteError(r.status(), out, [&] { Oom(value.size(), out); });
@@ -548,12 +549,21 @@ int Executor::Insert(std::string_view key, std::string_view value, std::string& 
   if (r.ok()) {
     if (*r == ds::InsertResult::kExists) return 0;
     Touch(key);
-    return 1;
+    return LogDeadlineInTransaction(key, out) ? 1 : -1;
   }
   DropLastUndo();
   AppendWriteError(r.status(), out, [&] { Oom(value.size(), out); });
   WriteError() = r.status();
   return -1;
+}
+
+bool Executor::LogDeadlineInTransaction(std::string_view key, std::string& out) {
+  if (!store_.engine().InTransaction()) return true;
+  // A crash replays the transaction over the state at the start of the failed epoch, where an
+  // epoch-scoped write of this epoch (the removal of a key past its deadline, say) is undone: the
+  // deadline is logged as it stands here, so that the replay leaves it with the value.
+  const std::optional<int64_t> deadline = Deadline(key);
+  return deadline.has_value() ? SetDeadline(key, *deadline, out) : ClearDeadline(key, out).ok();
 }
 
 absl::StatusOr<bool> Executor::Remove(std::string_view key, std::string& out) {

@@ -269,6 +269,10 @@ class Executor {
   bool Put(std::string_view key, std::string_view value, std::string& out, Ttl ttl = Ttl::kClear);
   // 1 inserted, 0 present (unchanged), -1 failed.
   int Insert(std::string_view key, std::string_view value, std::string& out);
+  // Inside a transaction: logs the key's deadline as it stands (written again, or its removal),
+  // so that a crash's replay of the transaction leaves the key's value with exactly that
+  // deadline. Outside one: nothing. Failures as Put's.
+  bool LogDeadlineInTransaction(std::string_view key, std::string& out);
   // Whether the key was there; the error when the removal failed. Its deadline goes with it.
   absl::StatusOr<bool> Remove(std::string_view key, std::string& out);
   // Key expiry (expiry_commands.cc). A deadline is a unix time in milliseconds; a key is gone
