@@ -48,7 +48,42 @@ std::vector<std::string> RandomCommand(Rng& rng) {
     return RandomBytes(rng, Uniform(rng, 8) == 0 ? Uniform(rng, 5000) : Uniform(rng, 40),
                        Uniform(rng, 2) == 0);
   };
-  switch (Uniform(rng, 37)) {
+  // An expiry argument: a short or long time, zero, negative, huge, or not a number.
+  auto when = [&]() -> std::string {
+    switch (Uniform(rng, 6)) {
+      case 0:
+        return absl::StrCat(1 + Uniform(rng, 3));
+      case 1:
+        return absl::StrCat(1000 + Uniform(rng, 100000));
+      case 2:
+        return "0";
+      case 3:
+        return absl::StrCat("-", Uniform(rng, 100));
+      case 4:
+        return "9223372036854775807";
+      default:
+        return RandomBytes(rng, 3, true);
+    }
+  };
+  static constexpr const char* kExpiry[] = {"EX", "PX", "EXAT", "PXAT", "KEEPTTL", "PERSIST"};
+  static constexpr const char* kFlags[] = {"NX", "XX", "GT", "LT", "bogus"};
+  switch (Uniform(rng, 43)) {
+    // Expiry: every command and option, good and bad arguments.
+    case 37:
+      return {"SET", key(), value(), kExpiry[Uniform(rng, 5)], when()};
+    case 38:
+      return {Uniform(rng, 2) ? "EXPIRE" : "PEXPIRE", key(), when(), kFlags[Uniform(rng, 5)]};
+    case 39:
+      return {Uniform(rng, 2) ? "EXPIREAT" : "PEXPIREAT", key(), when()};
+    case 40: {
+      static constexpr const char* kReads[] = {"TTL", "PTTL", "EXPIRETIME", "PEXPIRETIME",
+                                               "PERSIST", "TOUCH"};
+      return {kReads[Uniform(rng, 6)], key()};
+    }
+    case 41:
+      return {Uniform(rng, 2) ? "SETEX" : "PSETEX", key(), when(), value()};
+    case 42:
+      return {"GETEX", key(), kExpiry[Uniform(rng, 6)], when()};
     case 0:
       return {"SET", key(), value()};
     case 1:
@@ -301,6 +336,12 @@ TEST(ServerFuzz, LiveServer) {
     EXPECT_EQ(r->str, absl::StrCat("value-", i));
   }
   (*server)->Stop();
+  // Every deadline belongs to a key that has a value (expiry_commands.cc, invariant 1).
+  (*kv)->expires().tree().scan("", ~size_t{0}, [&](std::string_view k, std::string_view) {
+    EXPECT_TRUE((*kv)->tree().get(k).has_value()) << "a deadline without its key: " << k;
+    return true;
+  });
+  EXPECT_THAT((*kv)->expires().tree().CheckInvariants(), pmrt::testing::IsOk());
   EXPECT_THAT((*kv)->tree().CheckInvariants(), pmrt::testing::IsOk());
   EXPECT_THAT((*kv)->heap().Check(), pmrt::testing::IsOk());
   EXPECT_THAT((*kv)->Close(), pmrt::testing::IsOk());
