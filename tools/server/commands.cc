@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "tools/server/resp.h"
+#include "tools/server/sliced_scan.h"
 
 namespace pmrt::server {
 namespace {
@@ -87,68 +88,6 @@ std::string Lower(std::string_view s) {
 
 void WrongArity(std::string& out, std::string_view name) {
   AppendError(out, absl::StrCat("ERR wrong number of arguments for '", Lower(name), "' command"));
-}
-
-// A command name or argument quoted in an error reply, cut to a readable length.
-std::string Quote(std::string_view s) {
-  constexpr size_t kMax = 128;
-  std::string r = "'";
-  r.append(s.substr(0, kMax));
-  r.append(s.size() > kMax ? "...'" : "'");
-  return r;
-}
-
-// The error of a read whose value fails its checksum (--verify-reads).
-absl::Status CorruptValue(std::string_view key) {
-  return absl::DataLossError(
-      absl::StrCat("the value of key ", Quote(key), " fails its checksum: the pool is damaged"));
-}
-
-// A slice of a scan: at most kSliceKeys pairs and (past the first) kSliceBytes bytes, read
-// under one epoch guard (one tree scan) and copied out of the tree.
-constexpr size_t kSliceKeys = 256;
-constexpr size_t kSliceBytes = 1 << 20;
-
-// Visits the pairs with key >= from (and < end, unless end is empty), in ascending order, while
-// `visit(key, value)` returns true, a slice at a time: each slice is copied under its own guard,
-// and `visit` runs after that guard has ended. So no request holds an epoch guard for more than
-// one slice, whatever it does per key (a MATCH pattern) or however many keys it reads; a key
-// inserted or removed between slices is seen in either state, as by one concurrent scan.
-// `values`: copy the values too (else visit gets empty ones); `verify`: compare each copied
-// value with its checksum first. Returns kDataLoss naming the first key whose value fails (the
-// pairs before it were visited), else OK.
-template <class Visit>
-absl::Status SlicedScan(const ds::DurableMasstree& tree, std::string from, std::string_view end,
-                        bool values, bool verify, Visit&& visit) {
-  std::vector<std::pair<std::string, std::string>> slice;
-  for (;;) {
-    slice.clear();
-    size_t bytes = 0;
-    bool at_end = false;
-    std::optional<std::string> corrupt;
-    tree.scan(from, kSliceKeys, [&](std::string_view k, std::string_view v) {
-      if (!end.empty() && k >= end) {
-        at_end = true;
-        return false;
-      }
-      if (values && verify && !tree.value_intact(k, v)) {
-        corrupt = std::string(k);
-        return false;
-      }
-      slice.emplace_back(std::string(k), values ? std::string(v) : std::string());
-      bytes += k.size() + (values ? v.size() : 0);
-      return bytes < kSliceBytes;
-    });
-    for (auto& [k, v] : slice) {
-      if (!visit(std::string_view(k), std::string_view(v))) return absl::OkStatus();
-    }
-    if (corrupt.has_value()) return CorruptValue(*corrupt);
-    if (at_end || slice.empty() || (slice.size() < kSliceKeys && bytes < kSliceBytes)) {
-      return absl::OkStatus();
-    }
-    from = std::move(slice.back().first);
-    from.push_back('\0');  // the smallest key after the last one
-  }
 }
 
 }  // namespace
@@ -236,6 +175,23 @@ Executor::Executor(Store& store, const ServerOptions& options, const ServerCount
       {"expiretime", {&Executor::TimeToLive, 2, kReadKey}},
       {"pexpiretime", {&Executor::TimeToLive, 2, kReadKey}},
       {"touch", {&Executor::Exists, -2, kReadKeys}},
+      {"hset", {&Executor::HSet, -4, kWriteKey, nullptr, Deadlines::kNo, /*hash=*/true}},
+      {"hmset", {&Executor::HSet, -4, kWriteKey, nullptr, Deadlines::kNo, /*hash=*/true}},
+      {"hsetnx", {&Executor::HSetNx, 4, kWriteKey, nullptr, Deadlines::kNo, /*hash=*/true}},
+      {"hdel", {&Executor::HDel, -3, kWriteKey, nullptr, Deadlines::kNo, /*hash=*/true}},
+      {"hincrby", {&Executor::HIncrBy, 4, kWriteKey, nullptr, Deadlines::kNo, /*hash=*/true}},
+      {"hincrbyfloat",
+       {&Executor::HIncrByFloat, 4, kWriteKey, nullptr, Deadlines::kNo, /*hash=*/true}},
+      {"hget", {&Executor::HGet, 3, kReadKey}},
+      {"hmget", {&Executor::HMGet, -3, kReadKey}},
+      {"hlen", {&Executor::HLen, 2, kReadKey}},
+      {"hexists", {&Executor::HExists, 3, kReadKey}},
+      {"hstrlen", {&Executor::HStrLen, 3, kReadKey}},
+      {"hgetall", {&Executor::HGetAll, 2, kReadKey}},
+      {"hkeys", {&Executor::HGetAll, 2, kReadKey}},
+      {"hvals", {&Executor::HGetAll, 2, kReadKey}},
+      {"hscan", {&Executor::HScan, -3, kReadKey}},
+      {"hrandfield", {&Executor::HRandField, -2, kReadKey}},
       {"get", {&Executor::Get, 2, kReadKey}},
       {"del", {&Executor::Del, -2, kWriteKeys}},
       {"unlink", {&Executor::Del, -2, kWriteKeys}},
@@ -370,6 +326,48 @@ std::pair<size_t, size_t> Executor::KeyPositions(Access access, size_t argc) {
   return {argc, 1};  // none
 }
 
+void Executor::VisitKeys(
+    std::string from, const std::function<bool(std::string_view key, KeyType type)>& visit) const {
+  // Two ordered walks merged: a slice of each in memory at a time (copied under one scan each),
+  // so no guard is held while `visit` runs. A key in both (a string and a hash: never, but a
+  // concurrent SET over a hash could show it in either) is visited once, as its string.
+  struct Walk {
+    const ds::DurableMasstree& tree;
+    KeyType type;
+    std::vector<std::string> slice;
+    size_t at = 0;
+    bool done = false;
+    std::string next;  // where the next slice starts
+    const std::string* Peek() {
+      if (at == slice.size() && !done) {
+        slice.clear();
+        at = 0;
+        tree.scan(next, kSliceKeys, [&](std::string_view k, std::string_view) {
+          slice.emplace_back(k);
+          return true;
+        });
+        done = slice.size() < kSliceKeys;
+        if (!slice.empty()) {
+          next = slice.back();
+          next.push_back('\0');
+        }
+      }
+      return at < slice.size() ? &slice[at] : nullptr;
+    }
+  };
+  Walk strings{store_.tree(), KeyType::kString, {}, 0, false, from};
+  Walk hashes{store_.hashes().tree(), KeyType::kHash, {}, 0, false, std::move(from)};
+  for (;;) {
+    const std::string* s = strings.Peek();
+    const std::string* h = hashes.Peek();
+    if (s == nullptr && h == nullptr) return;
+    Walk& w = h == nullptr || (s != nullptr && *s <= *h) ? strings : hashes;
+    if (&w == &strings && h != nullptr && *s == *h) ++hashes.at;
+    const std::string key = std::move(w.slice[w.at++]);
+    if (!visit(key, w.type)) return;
+  }
+}
+
 namespace {
 
 // Whether argv (SET, GETEX) names an expiry option: the command then writes a deadline.
@@ -420,10 +418,30 @@ After Executor::RunWrite(const Spec& spec, Args& a, std::string& out, Call& call
   // it may change both the value and the deadline, both go in one guard.
   const bool one_key =
       spec.access == Access::kWriteKey || (spec.access == Access::kWriteKeys && a.size() == 2);
+  if (one_key && (spec.hash || HashLength(a[first]).has_value())) {
+    return RunInTransaction(spec, a, out, call);
+  }
   const bool writes_deadline = spec.deadlines == Deadlines::kYes ||
                                (spec.deadlines == Deadlines::kIfOption && NamesExpiryOption(a));
   if (one_key && (deadline || writes_deadline)) return RunInEpoch(spec, a, out, call);
   return (this->*spec.fn)(a, out, call);
+}
+
+After Executor::RunInTransaction(const Spec& spec, Args& a, std::string& out, Call& call) {
+  const size_t mark = out.size();
+  const Args original = a;  // a handler may move from its arguments; a retry needs them
+  After after = After::kNone;
+  bool first = true;
+  (void)WriteAtomically(call, out, [&] {
+    if (!first) {
+      out.resize(mark);
+      a = original;
+    }
+    first = false;
+    after = (this->*spec.fn)(a, out, call);
+    return WriteError();
+  });
+  return after;
 }
 
 After Executor::RunInEpoch(const Spec& spec, Args& a, std::string& out, Call& call) {
@@ -528,6 +546,8 @@ absl::Status& Executor::WriteError() {
 }
 
 bool Executor::Put(std::string_view key, std::string_view value, std::string& out, Ttl ttl) {
+  // A string replaces a hash of the same name (SET, MSET; RunWrite made this a transaction).
+  if (HashLength(key).has_value() && !HashRemoveAll(key, out)) return false;
   RecordUndo(key);
   absl::StatusOr<ds::PutResult> r = store_.db().put(key, value);
   if (r.ok()) {
@@ -544,6 +564,7 @@ bool Executor::Put(std::string_view key, std::string_view value, std::string& ou
 }
 
 int Executor::Insert(std::string_view key, std::string_view value, std::string& out) {
+  if (HashLength(key).has_value()) return 0;  // the key exists, holding a hash
   RecordUndo(key);
   absl::StatusOr<ds::InsertResult> r = store_.db().insert_if_absent(key, value);
   if (r.ok()) {
@@ -567,6 +588,12 @@ bool Executor::LogDeadlineInTransaction(std::string_view key, std::string& out) 
 }
 
 absl::StatusOr<bool> Executor::Remove(std::string_view key, std::string& out) {
+  if (HashLength(key).has_value()) {
+    if (!HashRemoveAll(key, out)) return WriteError();
+    if (absl::StatusOr<bool> d = ClearDeadline(key, out); !d.ok()) return d.status();
+    Touch(key);
+    return true;
+  }
   RecordUndo(key);
   absl::StatusOr<bool> r = store_.db().remove(key);
   if (r.ok()) {
@@ -616,13 +643,19 @@ After Executor::Get(Args& a, std::string& out, Call& call) {
   return After::kNone;
 }
 
-Executor::Read Executor::ReadValue(std::string_view key, std::string* value,
-                                   std::string& out) const {
+Executor::Read Executor::ReadValue(std::string_view key, std::string* value, std::string& out,
+                                   bool wrongtype) const {
   if (Expired(key)) return Read::kAbsent;  // the deadline first (Put, Remove: their order)
+  // A key holding a hash is looked up only when no string is found.
+  auto absent = [&] {
+    if (!wrongtype || !HashLength(key).has_value()) return Read::kAbsent;
+    AppendError(out, kWrongType);
+    return Read::kFailed;
+  };
   if (!settings_.verify_reads.load(std::memory_order_relaxed))
-    return store_.tree().get(key, value) ? Read::kFound : Read::kAbsent;
+    return store_.tree().get(key, value) ? Read::kFound : absent();
   const absl::StatusOr<bool> found = store_.tree().get_verified(key, value);
-  if (found.ok()) return *found ? Read::kFound : Read::kAbsent;
+  if (found.ok()) return *found ? Read::kFound : absent();
   AppendError(out, absl::StrCat("ERR ", CorruptValue(key).message()));
   return Read::kFailed;
 }
@@ -666,10 +699,7 @@ After Executor::Del(Args& a, std::string& out, Call& call) {
   return After::kNone;
 }
 
-bool Executor::Present(std::string_view key) const {
-  return key.size() <= options_.max_key && !Expired(key) &&
-         store_.tree().read(key, [](std::string_view) {});
-}
+bool Executor::Present(std::string_view key) const { return TypeOf(key) != KeyType::kNone; }
 
 After Executor::Exists(Args& a, std::string& out, Call&) {
   int64_t found = 0;
@@ -726,7 +756,9 @@ After Executor::MGet(Args& a, std::string& out, Call& call) {
   std::string value;
   for (size_t i = 1; i < a.size(); ++i) {
     if (a[i].size() <= options_.max_key) {
-      AppendRead(a[i], value, out, call.proto());  // one that fails its checksum: an error
+      // A hash is a null element, as in Redis; a value that fails its checksum an error.
+      const Read found = ReadValue(a[i], &value, out, /*wrongtype=*/false);  // before the view
+      AppendReadReply(found, value, out, call.proto());
     } else {
       AppendNull(out, call.proto());
     }
@@ -752,7 +784,7 @@ void Executor::ReplyTooLarge(std::string& out, std::string_view command, size_t 
 After Executor::DbSize(Args&, std::string& out, Call&) {
   // As Redis's: a key past its deadline counts until it is removed (accessed, or by the active
   // expiry cycle).
-  AppendInteger(out, static_cast<int64_t>(store_.tree().size()));
+  AppendInteger(out, static_cast<int64_t>(store_.tree().size() + store_.hashes().tree().size()));
   return After::kNone;
 }
 
@@ -794,7 +826,8 @@ After Executor::Scan(Args& a, std::string& out, Call&) {
   }
   std::optional<std::string> match;
   uint64_t count = 10;
-  bool strings = true;
+  std::optional<KeyType> type;  // TYPE: only keys of this type (another name: none)
+  bool no_type = false;
   for (size_t i = 2; i < a.size(); i += 2) {
     const std::string opt = Lower(a[i]);
     if (i + 1 >= a.size()) {
@@ -809,7 +842,14 @@ After Executor::Scan(Args& a, std::string& out, Call&) {
         return After::kNone;
       }
     } else if (opt == "type") {
-      strings = Lower(a[i + 1]) == "string";  // every value is a string
+      const std::string t = Lower(a[i + 1]);
+      if (t == "string") {
+        type = KeyType::kString;
+      } else if (t == "hash") {
+        type = KeyType::kHash;
+      } else {
+        no_type = true;  // a type pmrt has no keys of (Redis's list, set, ...)
+      }
     } else {
       AppendError(out, "ERR syntax error");
       return After::kNone;
@@ -823,24 +863,23 @@ After Executor::Scan(Args& a, std::string& out, Call&) {
   uint64_t seen = 0;
   size_t key_bytes = 0;
   bool too_large = false;
-  (void)SlicedScan(store_.tree(), std::move(from), {}, /*values=*/false, /*verify=*/false,
-                   [&](std::string_view k, std::string_view) {
-                     if (seen == count) {
-                       next.assign(k);
-                       more = true;
-                       return false;
-                     }
-                     ++seen;
-                     if (strings && (!match || GlobMatch(*match, k)) && !Expired(k)) {
-                       keys.emplace_back(k);
-                       key_bytes += k.size() + 16;
-                       if (key_bytes > MaxReply()) {
-                         too_large = true;
-                         return false;
-                       }
-                     }
-                     return true;
-                   });
+  VisitKeys(std::move(from), [&](std::string_view k, KeyType t) {
+    if (seen == count) {
+      next.assign(k);
+      more = true;
+      return false;
+    }
+    ++seen;
+    if (!no_type && (!type || *type == t) && (!match || GlobMatch(*match, k)) && !Expired(k)) {
+      keys.emplace_back(k);
+      key_bytes += k.size() + 16;
+      if (key_bytes > MaxReply()) {
+        too_large = true;
+        return false;
+      }
+    }
+    return true;
+  });
   if (too_large) {
     ReplyTooLarge(out, "SCAN", keys.size());
     return After::kNone;
@@ -1142,7 +1181,7 @@ std::string Executor::InfoText(const std::vector<std::string>& sections) const {
                         "heap_live_blocks:", hs.live_blocks, "\r\n");
   });
   add("Keyspace", [&] {
-    return absl::StrCat("db0:keys=", store_.tree().size(),
+    return absl::StrCat("db0:keys=", store_.tree().size() + store_.hashes().tree().size(),
                         ",expires=", store_.expires().tree().size(), ",avg_ttl=0\r\n");
   });
   return s;
@@ -1197,6 +1236,15 @@ After Executor::FlushAll(Args& a, std::string& out, Call&) {
   // Keys are removed outside the scan's guards, a slice at a time (SlicedScan). The sweep
   // only moves forward, so it ends even while other clients insert: keys inserted behind it
   // survive (not atomic).
+  // The hashes: each removed as one transaction (fields, header and deadline), as DEL of one.
+  (void)SlicedScan(store_.hashes().tree(), std::string(), {}, /*values=*/false,
+                   /*verify=*/false, [&](std::string_view k, std::string_view) {
+                     KeyLocks::Held held = locks_.LockOne(k);
+                     std::string ignored;
+                     AtomicWrite announce(*this);
+                     (void)Atomically([&] { return Remove(k, ignored).status(); }, [] {});
+                     return true;
+                   });
   (void)SlicedScan(store_.tree(), std::string(), {}, /*values=*/false, /*verify=*/false,
                    [&](std::string_view k, std::string_view) {
                      KeyLocks::Held held = locks_.LockOne(k);  // as DEL k

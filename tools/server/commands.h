@@ -50,11 +50,26 @@ bool GlobMatch(std::string_view pattern, std::string_view s, bool nocase = false
 
 // Redis's reply to an argument that must be a 64-bit integer and is not.
 inline constexpr char kNotInteger[] = "ERR value is not an integer or out of range";
+// Redis's reply to a command on a key of another type.
+inline constexpr char kWrongType[] =
+    "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+// The 8-byte form (host order) of the integers the store keeps: deadlines, field counts.
+std::string EncodeInt64(int64_t v);
+std::optional<int64_t> DecodeInt64(std::string_view v);
 
 // A 64-bit signed decimal in Redis's strict form (string2ll): an optional '-', then "0" alone
 // or a digit 1-9 and more digits, nothing else (no '+', blanks or leading zeros; "-0" is not
 // one), within [INT64_MIN, INT64_MAX].
 bool ParseI64(std::string_view s, int64_t* out);
+
+// A long double as Redis's string2ld reads it (strtold): no leading blank, every byte used, not
+// NaN, no overflow to infinity or underflow to zero. "inf" and hexadecimal forms are accepted.
+bool ParseLongDouble(std::string_view s, long double* out);
+
+// Redis's human-friendly long double (ld2string, LD_STR_HUMAN): "%.17Lf" with the trailing
+// zeros of the fraction and then a trailing '.' removed, "-0" as "0". REQUIRES: v is finite.
+std::string FormatLongDouble(long double v);
 
 // The deadline (unix milliseconds) an expiry argument names, as Redis reads SET's EX/PX/EXAT/
 // PXAT and SETEX's: a positive integer of seconds or milliseconds, from now when `relative`.
@@ -117,12 +132,15 @@ struct Session {
   std::atomic<int64_t> last_active_ns{0};         // steady clock at the last request read
 };
 
+// The store's indexes (store.h), as the undo of an atomic write names them.
+enum class Space : uint8_t { kValue, kDeadline, kHash, kField };
+
 // A key's state in one index before an atomic write changed it (Executor::RecordUndo; nullopt:
-// absent): its value in db0, or with `deadline` its entry in db0.expires.
+// absent).
 struct KeyState {
-  std::string key;
+  std::string key;  // the index's key (HashFieldKey for kField)
   std::optional<std::string> value;
-  bool deadline = false;
+  Space space = Space::kValue;
 };
 
 class Executor {
@@ -198,6 +216,8 @@ class Executor {
     const char* not_in_multi = nullptr;
     // Whether the command writes a deadline (RunWrite then runs it in one epoch guard).
     Deadlines deadlines = Deadlines::kNo;
+    // Whether it writes a hash (RunWrite then runs it as one transaction).
+    bool hash = false;
   };
   static bool Writes(Access a) {
     return a != Access::kRead && a != Access::kReadKey && a != Access::kReadKeys;
@@ -212,6 +232,10 @@ class Executor {
   // The handler in one epoch guard (EpochAtomically, durable at the next boundary): on failure
   // every write of it is undone and its error is the reply.
   After RunInEpoch(const Spec& spec, Args& a, std::string& out, Call& call);
+  // The handler as one transaction announced to the readers (WriteAtomically): every write of a
+  // hash, and every write of a key that holds one, so that a crash keeps all of it or none and
+  // no epoch-scoped change of a hash can be rolled back under a later transaction's replay.
+  After RunInTransaction(const Spec& spec, Args& a, std::string& out, Call& call);
   // Runs a read of keys (kReadKey, kReadKeys) so that it never sees a multi-key write half
   // done: without a lock while none runs, else under the stripes of its keys.
   After RunRead(const Spec& spec, Args& a, std::string& out, Call& call);
@@ -246,7 +270,9 @@ class Executor {
   // Inside Atomically and EpochAtomically: keeps the current state of `key` (its value, or with
   // `deadline` its deadline) before a write of it; DropLastUndo forgets it again when the write
   // failed (changed nothing).
-  void RecordUndo(std::string_view key, bool deadline = false);
+  void RecordUndo(std::string_view key, Space space = Space::kValue);
+  // The index of `space`.
+  Index& IndexOf(Space space) const;
   void DropLastUndo();
   // Writes back each entry whose key does not hold its state; returns those it had no room for.
   std::vector<UndoEntry> Restore(std::vector<UndoEntry> entries);
@@ -275,6 +301,49 @@ class Executor {
   bool LogDeadlineInTransaction(std::string_view key, std::string& out);
   // Whether the key was there; the error when the removal failed. Its deadline goes with it.
   absl::StatusOr<bool> Remove(std::string_view key, std::string& out);
+  // Hashes (hash_commands.cc): a header in db0.hashes (the field count) and the fields in
+  // db0.fields. Each write of a hash runs inside a transaction (RunInTransaction, EXEC, the
+  // multi-key writes).
+  // The field count of hash `key`, if `key` holds a hash (its deadline not looked at).
+  std::optional<int64_t> HashLength(std::string_view key) const;
+  // field := value in hash `key`, created when absent (the string of the same name removed, as
+  // logged, and the key's deadline logged as it stands): 1 a new field, 0 replaced, -1 failed
+  // (its error appended and in WriteError()). REQUIRES: `key` holds no string; a transaction.
+  int HashSet(std::string_view key, std::string_view field, std::string_view value,
+              std::string& out);
+  // Removes a field: 1 removed, 0 absent, -1 failed. Removing the last one removes the hash
+  // and its deadline, as in Redis. REQUIRES: a transaction.
+  int HashDelete(std::string_view key, std::string_view field, std::string& out);
+  // Removes every field and the header. False (error appended) when a removal failed.
+  bool HashRemoveAll(std::string_view key, std::string& out);
+  // The fields of hash `key` with their values, in field order (none when it is not a hash).
+  std::vector<std::pair<std::string, std::string>> HashFields(std::string_view key) const;
+  // The value of `field` of hash `key`.
+  std::optional<std::string> HashGet(std::string_view key, std::string_view field) const;
+  enum class KeyType : uint8_t { kNone, kString, kHash };
+  // What `key` holds, a key past its deadline holding nothing.
+  KeyType TypeOf(std::string_view key) const;
+  // For a hash command: false (WRONGTYPE appended) when `key` holds a string; else whether the
+  // key's field names are short enough is checked by FieldOk.
+  bool NotAString(std::string_view key, std::string& out) const;
+  bool FieldOk(std::string_view field, std::string& out) const;
+  After HSet(Args& a, std::string& out, Call&);  // HSET and HMSET
+  After HSetNx(Args& a, std::string& out, Call&);
+  After HGet(Args& a, std::string& out, Call&);
+  After HMGet(Args& a, std::string& out, Call&);
+  After HDel(Args& a, std::string& out, Call&);
+  After HLen(Args& a, std::string& out, Call&);
+  After HExists(Args& a, std::string& out, Call&);
+  After HStrLen(Args& a, std::string& out, Call&);
+  After HGetAll(Args& a, std::string& out, Call&);  // HGETALL, HKEYS, HVALS
+  After HIncrBy(Args& a, std::string& out, Call&);
+  After HIncrByFloat(Args& a, std::string& out, Call&);
+  After HScan(Args& a, std::string& out, Call&);
+  After HRandField(Args& a, std::string& out, Call&);
+  // The keys of db0 and db0.hashes from `from` on, merged in order, while visit(key, type)
+  // returns true (a slice of each at a time, as SlicedScan).
+  void VisitKeys(std::string from,
+                 const std::function<bool(std::string_view key, KeyType type)>& visit) const;
   // Key expiry (expiry_commands.cc). A deadline is a unix time in milliseconds; a key is gone
   // once the clock is past it: every read treats it as absent, every write removes it first
   // (RunWrite, EXEC), and the active cycle removes it without any access.
@@ -297,6 +366,9 @@ class Executor {
   absl::StatusOr<bool> ClearDeadline(std::string_view key, std::string& out);
   // The calling thread's last write failure; EXEC resets it to OK before each command.
   static absl::Status& WriteError();
+  // A failed write of a hash: its reply (-OOM for no room, else the error) appended and its
+  // status left in WriteError().
+  void WriteFailed(const absl::Status& st, std::string& out);
   // Marks every connection that watches `key` (a write changed it).
   void Touch(std::string_view key);
   // Whether the pool's file is still the one opened (not removed or replaced), looked at no
@@ -378,8 +450,8 @@ class Executor {
   After Keys(Args& a, std::string& out, Call&);
   After Type(Args& a, std::string& out, Call&);
   After RandomKey(Args& a, std::string& out, Call&);
-  // A key drawn at random (RandomKey's descent); false when the store is empty.
-  bool RandomPick(std::string* key);
+  // A key of `tree` drawn at random (RandomKey's descent); false when the tree is empty.
+  bool RandomPick(const ds::DurableMasstree& tree, std::string* key);
   After Rename(Args& a, std::string& out, Call&);
   After RenameNx(Args& a, std::string& out, Call&);
   After Copy(Args& a, std::string& out, Call&);
@@ -405,7 +477,10 @@ class Executor {
     kFailed,  // --verify-reads: the value fails its checksum; an -ERR reply is appended
   };
   // Copies the value of `key` into *value, checking it first with --verify-reads.
-  Read ReadValue(std::string_view key, std::string* value, std::string& out) const;
+  // A key holding a hash is WRONGTYPE (an error appended, kFailed), or with `wrongtype` false
+  // absent (MGET).
+  Read ReadValue(std::string_view key, std::string* value, std::string& out,
+                 bool wrongtype = true) const;
   // Appends the value of `key` as a bulk string, a null bulk when absent, or with
   // --verify-reads an error when the value fails its checksum. `value` is scratch.
   void AppendRead(std::string_view key, std::string& value, std::string& out, int proto) const;

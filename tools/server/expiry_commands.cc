@@ -42,26 +42,26 @@ void InvalidExpire(std::string_view command, std::string& out) {
   AppendError(out, absl::StrCat("ERR invalid expire time in '", std::string(command), "' command"));
 }
 
-std::string EncodeDeadline(int64_t ms) {
-  std::string v(sizeof(ms), '\0');
-  std::memcpy(v.data(), &ms, sizeof(ms));  // host order (x86: little-endian)
-  return v;
-}
-
 int64_t UnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
-std::optional<int64_t> DecodeDeadline(std::string_view v) {
-  if (v.size() != sizeof(int64_t)) return std::nullopt;
-  int64_t ms;
-  std::memcpy(&ms, v.data(), sizeof(ms));
-  return ms;
+}  // namespace
+
+std::string EncodeInt64(int64_t v) {
+  std::string s(sizeof(v), '\0');
+  std::memcpy(s.data(), &v, sizeof(v));  // host order (x86: little-endian)
+  return s;
 }
 
-}  // namespace
+std::optional<int64_t> DecodeInt64(std::string_view s) {
+  if (s.size() != sizeof(int64_t)) return std::nullopt;
+  int64_t v;
+  std::memcpy(&v, s.data(), sizeof(v));
+  return v;
+}
 
 bool ParseExpiry(std::string_view arg, bool seconds, bool relative, std::string_view command,
                  int64_t* deadline_ms, std::string& out) {
@@ -92,7 +92,7 @@ int64_t Executor::NowMs() { return UnixMs(); }
 
 std::optional<int64_t> Executor::Deadline(std::string_view key) const {
   std::optional<int64_t> d;
-  store_.expires().tree().read(key, [&](std::string_view v) { d = DecodeDeadline(v); });
+  store_.expires().tree().read(key, [&](std::string_view v) { d = DecodeInt64(v); });
   return d;
 }
 
@@ -107,11 +107,19 @@ Executor::Expiry Executor::ExpireIfNeeded(std::string_view key, std::string& out
   // A deadline without its value (a transaction's EXPIRE replayed after a crash over a state
   // whose epoch-scoped SET of the key was rolled back) goes now too: a new value of the key
   // must not inherit it.
-  const bool orphan = !store_.tree().read(key, [](std::string_view) {});
+  const bool hash = HashLength(key).has_value();
+  const bool orphan = !hash && !store_.tree().read(key, [](std::string_view) {});
   if (!orphan && NowMs() <= *d) return Expiry::kLive;
   std::string ignored;
-  const absl::Status st = EpochAtomically([&] { return Remove(key, ignored).status(); }, [] {},
-                                          /*durable=*/false);
+  absl::Status st;
+  if (hash) {
+    // A hash goes as one transaction, as every change of one (RunInTransaction).
+    AtomicWrite announce(*this);
+    st = Atomically([&] { return Remove(key, ignored).status(); }, [] {});
+  } else {
+    st = EpochAtomically([&] { return Remove(key, ignored).status(); }, [] {},
+                         /*durable=*/false);
+  }
   if (!st.ok()) {
     AppendError(out,
                 absl::StrCat("ERR key ", std::string(key.substr(0, 128)),
@@ -123,8 +131,8 @@ Executor::Expiry Executor::ExpireIfNeeded(std::string_view key, std::string& out
 }
 
 bool Executor::SetDeadline(std::string_view key, int64_t deadline_ms, std::string& out) {
-  RecordUndo(key, /*deadline=*/true);
-  absl::StatusOr<ds::PutResult> r = store_.expires().put(key, EncodeDeadline(deadline_ms));
+  RecordUndo(key, Space::kDeadline);
+  absl::StatusOr<ds::PutResult> r = store_.expires().put(key, EncodeInt64(deadline_ms));
   if (r.ok()) {
     Touch(key);
     return true;
@@ -145,7 +153,7 @@ absl::StatusOr<bool> Executor::ClearDeadline(std::string_view key, std::string& 
   // its replay after a crash then clears a deadline that an epoch-scoped write of the failed
   // epoch had removed and the rollback brought back. Outside one, no deadline costs one lookup.
   if (!store_.engine().InTransaction() && !Deadline(key).has_value()) return false;
-  RecordUndo(key, /*deadline=*/true);
+  RecordUndo(key, Space::kDeadline);
   absl::StatusOr<bool> r = store_.expires().remove(key);
   if (r.ok()) {
     if (*r) Touch(key);
@@ -173,7 +181,7 @@ void Executor::ActiveExpireCycle(std::chrono::milliseconds budget) {
     // one at a time outside it (KeyLocks invariant 2).
     std::vector<std::pair<std::string, int64_t>> batch;
     store_.expires().tree().scan(sweep_from_, kBatch, [&](std::string_view k, std::string_view v) {
-      batch.emplace_back(std::string(k), DecodeDeadline(v).value_or(0));
+      batch.emplace_back(std::string(k), DecodeInt64(v).value_or(0));
       return true;
     });
     const bool at_end = batch.size() < kBatch;

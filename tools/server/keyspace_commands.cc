@@ -36,36 +36,16 @@ After Executor::Keys(Args& a, std::string& out, Call&) {
   std::vector<std::string> keys;
   size_t bytes = 0;
   bool too_large = false;
-  // Keys are visited in order from the prefix, a slice per guard, and the walk ends at the
-  // first key past it.
-  std::string from(prefix);
-  bool done = false;
-  while (!done) {
-    std::vector<std::string> slice;
-    store_.tree().scan(from, 256, [&](std::string_view k, std::string_view) {
-      slice.emplace_back(k);
-      return true;
-    });
-    done = slice.size() < 256;
-    if (!done) {
-      from = slice.back();
-      from.push_back('\0');  // the smallest key after the last one
-    }
-    for (std::string& k : slice) {
-      if (!k.starts_with(prefix)) {
-        done = true;
-        break;
-      }
-      if (!GlobMatch(pattern, k) || Expired(k)) continue;
-      bytes += k.size() + 16;
-      if (bytes > MaxReply()) {
-        too_large = true;
-        done = true;
-        break;
-      }
-      keys.push_back(std::move(k));
-    }
-  }
+  // Keys (strings and hashes) are visited in order from the prefix, a slice per guard, and the
+  // walk ends at the first key past it.
+  VisitKeys(std::string(prefix), [&](std::string_view k, KeyType) {
+    if (!k.starts_with(prefix)) return false;
+    if (!GlobMatch(pattern, k) || Expired(k)) return true;
+    bytes += k.size() + 16;
+    too_large = bytes > MaxReply();
+    if (!too_large) keys.emplace_back(k);
+    return !too_large;
+  });
   if (too_large) {
     ReplyTooLarge(out, "KEYS", keys.size());
     return After::kNone;
@@ -76,16 +56,31 @@ After Executor::Keys(Args& a, std::string& out, Call&) {
 }
 
 After Executor::Type(Args& a, std::string& out, Call&) {
-  AppendSimple(out, Present(a[1]) ? "string" : "none");
+  switch (TypeOf(a[1])) {
+    case KeyType::kString:
+      AppendSimple(out, "string");
+      break;
+    case KeyType::kHash:
+      AppendSimple(out, "hash");
+      break;
+    case KeyType::kNone:
+      AppendSimple(out, "none");
+      break;
+  }
   return After::kNone;
 }
 
 After Executor::RandomKey(Args&, std::string& out, Call& call) {
   // A key past its deadline is drawn again, as in Redis, a bounded number of times: a store
   // whose keys are nearly all expired and not yet removed answers nil.
+  // Strings or hashes, in proportion to their counts.
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  const size_t strings = store_.tree().size(), hashes = store_.hashes().tree().size();
   std::string key;
   for (int tries = 0; tries < 16; ++tries) {
-    if (!RandomPick(&key)) break;
+    const bool hash = std::uniform_int_distribution<size_t>(
+                          1, std::max<size_t>(strings + hashes, 1))(rng) > strings;
+    if (!RandomPick(hash ? store_.hashes().tree() : store_.tree(), &key)) continue;
     if (Expired(key)) continue;
     AppendBulk(out, key);
     return After::kNone;
@@ -94,7 +89,7 @@ After Executor::RandomKey(Args&, std::string& out, Call& call) {
   return After::kNone;
 }
 
-bool Executor::RandomPick(std::string* picked) {
+bool Executor::RandomPick(const ds::DurableMasstree& tree, std::string* picked) {
   // A random descent of the key space, byte by byte: at a prefix p that some keys share, a byte
   // is drawn uniformly between the smallest and the largest byte that follows p in a key, and
   // the descent goes on along the first key at or after p + that byte. Bytes every key shares
@@ -103,9 +98,9 @@ bool Executor::RandomPick(std::string* picked) {
   // uniform per byte, not per key. At most kMaxDepth bytes, each a few O(log n) probes.
   thread_local std::mt19937_64 rng{std::random_device{}()};
   constexpr size_t kMaxDepth = 256;
-  auto first_at = [this](std::string_view from, std::string* key) {
+  auto first_at = [&tree](std::string_view from, std::string* key) {
     bool found = false;
-    store_.tree().scan(from, 1, [&](std::string_view k, std::string_view) {
+    tree.scan(from, 1, [&](std::string_view k, std::string_view) {
       key->assign(k);
       found = true;
       return false;
@@ -157,19 +152,30 @@ Executor::Move Executor::MoveValue(std::string_view src, std::string_view dst, b
                                    bool replace, std::string& out, Call& call) {
   // The caller holds both keys' stripes: what is read here stays so until the writes.
   std::string value;
-  switch (ReadValue(src, &value, out)) {
-    case Read::kFailed:
-      return Move::kFailed;
-    case Read::kAbsent:
-      return Move::kNoSource;
-    case Read::kFound:
-      break;
+  std::vector<std::pair<std::string, std::string>> fields;
+  const KeyType type = TypeOf(src);
+  if (type == KeyType::kNone) return Move::kNoSource;
+  if (type == KeyType::kHash) {
+    fields = HashFields(src);
+  } else if (ReadValue(src, &value, out) == Read::kFailed) {
+    return Move::kFailed;
   }
   if (!replace && Present(dst)) return Move::kTargetExists;
   const std::optional<int64_t> deadline = Deadline(src);  // moved or copied with the value
   const bool done = WriteAtomically(call, out, [&]() -> absl::Status {
-    if (deadline.has_value() && !SetDeadline(dst, *deadline, out)) return WriteError();
-    if (!Put(dst, value, out, deadline.has_value() ? Ttl::kKeep : Ttl::kClear)) return WriteError();
+    if (type == KeyType::kHash) {
+      // Whatever dst held goes (its deadline too), then the fields, then src's deadline.
+      if (absl::StatusOr<bool> r = Remove(dst, out); !r.ok()) return r.status();
+      for (const auto& [f, v] : fields) {
+        if (HashSet(dst, f, v, out) < 0) return WriteError();
+      }
+      if (deadline.has_value() && !SetDeadline(dst, *deadline, out)) return WriteError();
+    } else {
+      if (deadline.has_value() && !SetDeadline(dst, *deadline, out)) return WriteError();
+      if (!Put(dst, value, out, deadline.has_value() ? Ttl::kKeep : Ttl::kClear)) {
+        return WriteError();
+      }
+    }
     if (remove_src) {
       if (absl::StatusOr<bool> r = Remove(src, out); !r.ok()) return r.status();
     }

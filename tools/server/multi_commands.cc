@@ -44,11 +44,25 @@ size_t ArgBytes(const std::vector<std::string>& argv) {
 
 }  // namespace
 
-void Executor::RecordUndo(std::string_view key, bool deadline) {
+Index& Executor::IndexOf(Space space) const {
+  switch (space) {
+    case Space::kDeadline:
+      return store_.expires();
+    case Space::kHash:
+      return store_.hashes();
+    case Space::kField:
+      return store_.fields();
+    case Space::kValue:
+      break;
+  }
+  return store_.db();
+}
+
+void Executor::RecordUndo(std::string_view key, Space space) {
   if (t_undo == nullptr) return;
-  UndoEntry e{std::string(key), std::nullopt, deadline};
+  UndoEntry e{std::string(key), std::nullopt, space};
   std::string v;
-  if ((deadline ? store_.expires() : store_.db()).tree().get(key, &v)) e.value = std::move(v);
+  if (IndexOf(space).tree().get(key, &v)) e.value = std::move(v);
   t_undo->push_back(std::move(e));
 }
 
@@ -61,10 +75,10 @@ namespace {
 // The first entry of each key of each index: its state before the command's first write of it.
 // Restoring these (in any order) undoes every write.
 std::vector<KeyState> FirstPerKey(std::vector<KeyState> undo) {
-  absl::flat_hash_set<std::pair<std::string, bool>> seen;
+  absl::flat_hash_set<std::pair<std::string, Space>> seen;
   std::vector<KeyState> out;
   for (KeyState& e : undo)
-    if (seen.insert({e.key, e.deadline}).second) out.push_back(std::move(e));
+    if (seen.insert({e.key, e.space}).second) out.push_back(std::move(e));
   return out;
 }
 
@@ -73,7 +87,7 @@ std::vector<KeyState> FirstPerKey(std::vector<KeyState> undo) {
 std::vector<KeyState> Executor::Restore(std::vector<KeyState> entries) {
   std::vector<UndoEntry> left;
   for (UndoEntry& e : entries) {
-    ds::DurableMasstree& tree = (e.deadline ? store_.expires() : store_.db()).tree();
+    ds::DurableMasstree& tree = IndexOf(e.space).tree();
     std::string v;
     const bool has = tree.get(e.key, &v);
     if (has == e.value.has_value() && (!has || v == *e.value)) continue;  // as it was

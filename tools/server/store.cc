@@ -10,6 +10,25 @@
 
 namespace pmrt::server {
 
+std::string HashFieldPrefix(std::string_view key) {
+  // Each 0x00 byte of the key becomes 0x00 0xff, and 0x00 0x01 ends it: no prefix of one key's
+  // encoding is another's, and the encodings sort as the keys do.
+  std::string p;
+  p.reserve(key.size() + 2);
+  for (char c : key) {
+    p.push_back(c);
+    if (c == '\0') p.push_back('\xff');
+  }
+  p.append("\0\x01", 2);
+  return p;
+}
+
+std::string HashFieldKey(std::string_view key, std::string_view field) {
+  std::string k = HashFieldPrefix(key);
+  k.append(field);
+  return k;
+}
+
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path,
                                                    const StoreOptions& options) {
   const auto start = std::chrono::steady_clock::now();
@@ -87,11 +106,14 @@ absl::Status Store::Bind(std::unique_ptr<Runtime> rt, const std::string& path,
   auto db = rt_->index(kDbIndex);
   if (!db.ok()) return db.status();
   db_ = *db;
-  auto expires = rt_->index(kExpiresIndex);
-  if (!expires.ok()) return expires.status();
-  expires_ = *expires;
+  for (auto [name, index] : {std::pair{kExpiresIndex, &expires_}, std::pair{kHashesIndex, &hashes_},
+                             std::pair{kFieldsIndex, &fields_}}) {
+    auto found = rt_->index(name);
+    if (!found.ok()) return found.status();
+    *index = *found;
+  }
   if (options.check_tree) {
-    for (Index* index : {db_, expires_}) {
+    for (Index* index : {db_, expires_, hashes_, fields_}) {
       if (absl::Status st = index->tree().CheckInvariants(nullptr, nullptr, /*values=*/false);
           !st.ok()) {
         return absl::DataLossError(absl::StrCat(path, ": index ", index->name(),
@@ -104,7 +126,7 @@ absl::Status Store::Bind(std::unique_ptr<Runtime> rt, const std::string& path,
 }
 
 absl::Status Store::Close() {
-  db_ = expires_ = nullptr;
+  db_ = expires_ = hashes_ = fields_ = nullptr;
   if (rt_ == nullptr) return absl::OkStatus();
   absl::Status st = rt_->Close();
   rt_.reset();

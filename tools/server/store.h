@@ -31,6 +31,17 @@ inline constexpr char kDbIndex[] = "db0";
 // milliseconds after which the key is gone, 8 bytes little-endian. Every key here is in db0:
 // a write that changes both indexes runs in one epoch guard or one transaction.
 inline constexpr char kExpiresIndex[] = "db0.expires";
+// The hashes (HSET): key -> its field count, 8 bytes; a key is a hash when it is here, a string
+// when it is in db0, never both.
+inline constexpr char kHashesIndex[] = "db0.hashes";
+// The hashes' fields: HashFieldKey(key, field) -> value. A hash's fields are contiguous, in
+// field order, and the keys' order is the hashes' (the key's bytes escaped so that no key's
+// prefix is another's).
+inline constexpr char kFieldsIndex[] = "db0.fields";
+
+// The fields index key of `field` of hash `key`: HashFieldPrefix(key) + field.
+std::string HashFieldPrefix(std::string_view key);
+std::string HashFieldKey(std::string_view key, std::string_view field);
 
 struct StoreOptions {
   // Create the pool with this size when the file does not exist (0: it must exist).
@@ -61,6 +72,8 @@ class Store {
   Runtime& runtime() const { return *rt_; }
   Index& db() const { return *db_; }
   Index& expires() const { return *expires_; }
+  Index& hashes() const { return *hashes_; }
+  Index& fields() const { return *fields_; }
   ds::DurableMasstree& tree() const { return db_->tree(); }
   Pool& pool() const { return rt_->pool(); }
   epoch::Manager& epochs() const { return rt_->epochs(); }
@@ -84,6 +97,8 @@ class Store {
   std::unique_ptr<Runtime> rt_;
   Index* db_ = nullptr;
   Index* expires_ = nullptr;
+  Index* hashes_ = nullptr;
+  Index* fields_ = nullptr;
   bool created_ = false;
   std::chrono::nanoseconds open_time_{0};
 };

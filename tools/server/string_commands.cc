@@ -25,8 +25,8 @@ using After = Executor::After;
 
 constexpr char kNotFloat[] = "ERR value is not a valid float";
 
-// A long double as Redis's string2ld reads it (strtold): no leading blank, every byte used, not
-// NaN, no overflow to infinity or underflow to zero. "inf" and hexadecimal forms are accepted.
+}  // namespace
+
 bool ParseLongDouble(std::string_view s, long double* out) {
   constexpr size_t kMaxChars = 5 * 1024;  // Redis's MAX_LONG_DOUBLE_CHARS
   if (s.empty() || s.size() >= kMaxChars || absl::ascii_isspace(s[0])) return false;
@@ -40,8 +40,6 @@ bool ParseLongDouble(std::string_view s, long double* out) {
   return true;
 }
 
-// Redis's human-friendly long double (ld2string, LD_STR_HUMAN): "%.17Lf" with the trailing
-// zeros of the fraction and then a trailing '.' removed, "-0" as "0". REQUIRES: v is finite.
 std::string FormatLongDouble(long double v) {
   char buf[5 * 1024];  // the largest finite long double has 4933 integer digits
   const int n = std::snprintf(buf, sizeof(buf), "%.17Lf", v);
@@ -53,8 +51,6 @@ std::string FormatLongDouble(long double v) {
   if (s == "-0") s = "0";
   return s;
 }
-
-}  // namespace
 
 bool ParseI64(std::string_view s, int64_t* out) {
   if (s == "0") {
