@@ -76,8 +76,8 @@ std::vector<std::string> RandomCommand(Rng& rng) {
     case 39:
       return {Uniform(rng, 2) ? "EXPIREAT" : "PEXPIREAT", key(), when()};
     case 40: {
-      static constexpr const char* kReads[] = {"TTL", "PTTL", "EXPIRETIME", "PEXPIRETIME",
-                                               "PERSIST", "TOUCH"};
+      static constexpr const char* kReads[] = {"TTL",         "PTTL",    "EXPIRETIME",
+                                               "PEXPIRETIME", "PERSIST", "TOUCH"};
       return {kReads[Uniform(rng, 6)], key()};
     }
     case 41:

@@ -1,17 +1,20 @@
 // The server's commands under the crash simulator, on the code path `pmrt serve` runs: an
 // Executor (tools/server/commands.h) over a Store attached to a simulated pool runs a seeded
-// sequence of string, expiry and multi-key commands (SET with and without deadlines, EXPIRE,
-// PERSIST, GETEX, SETEX, keys left past their deadline, DEL, APPEND; MSET, multi-key DEL,
-// RENAME, COPY, MSETNX and EXEC, each one transaction), with epoch boundaries between them.
+// sequence of string, expiry, hash and multi-key commands (SET with and without deadlines,
+// EXPIRE, PERSIST, GETEX, SETEX, keys left past their deadline, DEL, APPEND; HSET, HDEL,
+// HINCRBY, a deadline on a hash, a string command over a hash; MSET, multi-key DEL, RENAME,
+// COPY, MSETNX and EXEC, each one transaction), with epoch boundaries between them.
 //
-// Oracle, at every crash image, after the store's recovery: both trees and the heap pass their
-// checks; every deadline belongs to a key that has a value; and the keys as a client reads them
-// (value and deadline, a key past its deadline absent) equal the state at the last completed
-// boundary or committed transaction, or the state after the operation the crash interrupted
-// when that was a boundary or a transaction's commit. A single-key command between boundaries
-// is never durable alone, and never half applied (value without deadline or the reverse).
+// Oracle, at every crash image, after the store's recovery: the four trees and the heap pass
+// their checks; no key is both a string and a hash, each hash's header counts exactly its
+// fields, no field lies outside a hash, every deadline belongs to a key; and the keys as a
+// client reads them (value or fields, and deadline; a key past its deadline absent) equal the
+// state at the last completed boundary or committed transaction, or the state after the
+// operation the crash interrupted when that was a boundary or a transaction's commit. A
+// single-key command between boundaries is never durable alone, and never half applied (value
+// without deadline or the reverse, part of an HSET).
 //
-// Transactions run right after a boundary, so that the rolled-back state a crash leaves is one
+// Transactions run between two boundaries, so that the rolled-back state a crash leaves is one
 // a client saw; what a crash does to a transaction that follows epoch-scoped writes of its keys
 // in the same epoch is RuntimeCrashTest's (TransactionRemoveOutlastsARolledBackEpochScopedRemove).
 #include <chrono>
@@ -54,22 +57,66 @@ StoreOptions SimStoreOptions() {
   return o;
 }
 
-// The keys as the pool holds them: values and deadlines (8 bytes, as stored).
+// The keys as the pool holds them: string values, deadlines (8 bytes, as stored), hash headers
+// (field counts) and hash fields (by their index key), each index as it is.
 struct Physical {
-  std::map<std::string, std::string> values, deadlines;
+  std::map<std::string, std::string> values, deadlines, hashes, fields;
 };
 
+std::map<std::string, std::string> ReadIndex(const Index& index) {
+  std::map<std::string, std::string> m;
+  index.tree().scan("", ~size_t{0}, [&](std::string_view k, std::string_view v) {
+    m.emplace(k, v);
+    return true;
+  });
+  return m;
+}
+
 Physical ReadPhysical(const Store& s) {
-  Physical p;
-  s.db().tree().scan("", ~size_t{0}, [&](std::string_view k, std::string_view v) {
-    p.values.emplace(k, v);
-    return true;
-  });
-  s.expires().tree().scan("", ~size_t{0}, [&](std::string_view k, std::string_view v) {
-    p.deadlines.emplace(k, v);
-    return true;
-  });
-  return p;
+  return {ReadIndex(s.db()), ReadIndex(s.expires()), ReadIndex(s.hashes()), ReadIndex(s.fields())};
+}
+
+// The fields of hash `key` in `p`: "field=value;" each, in order.
+std::string FieldsOf(const Physical& p, const std::string& key) {
+  const std::string prefix = HashFieldPrefix(key);
+  std::string out;
+  for (auto it = p.fields.lower_bound(prefix);
+       it != p.fields.end() && it->first.starts_with(prefix); ++it) {
+    absl::StrAppend(&out, it->first.substr(prefix.size()), "=", it->second, ";");
+  }
+  return out;
+}
+
+// The structure every image must have: no key both a string and a hash, each hash header
+// counting exactly its fields, no field outside a hash, no deadline without its key.
+absl::Status CheckStructure(const Physical& p) {
+  size_t fields = 0;
+  for (const auto& [k, count] : p.hashes) {
+    if (p.values.contains(k))
+      return absl::DataLossError(absl::StrCat(k, " is a string and a hash"));
+    int64_t n = 0;
+    if (count.size() == sizeof(n)) std::memcpy(&n, count.data(), sizeof(n));
+    const std::string prefix = HashFieldPrefix(k);
+    int64_t found = 0;
+    for (auto it = p.fields.lower_bound(prefix);
+         it != p.fields.end() && it->first.starts_with(prefix); ++it) {
+      ++found;
+    }
+    if (n != found || n == 0) {
+      return absl::DataLossError(
+          absl::StrCat("hash ", k, " counts ", n, " fields and has ", found));
+    }
+    fields += static_cast<size_t>(found);
+  }
+  if (fields != p.fields.size()) {
+    return absl::DataLossError(absl::StrCat(p.fields.size() - fields, " field(s) outside a hash"));
+  }
+  for (const auto& [k, d] : p.deadlines) {
+    if (!p.values.contains(k) && !p.hashes.contains(k)) {
+      return absl::DataLossError(absl::StrCat("key ", k, " has a deadline and no value"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 int64_t DeadlineOf(const std::string& v) {
@@ -78,18 +125,20 @@ int64_t DeadlineOf(const std::string& v) {
   return ms;
 }
 
-// The keys as a client reads them at `now_ms`: key -> value and deadline (-1: none); a key past
-// its deadline is absent.
+// The keys as a client reads them at `now_ms`: key -> value ("s:" and the string, or "h:" and
+// the fields) and deadline (-1: none); a key past its deadline is absent.
 using Logical = std::map<std::string, std::pair<std::string, int64_t>>;
 
 Logical ToLogical(const Physical& p, int64_t now_ms) {
   Logical l;
-  for (const auto& [k, v] : p.values) {
+  auto add = [&](const std::string& k, std::string value) {
     auto d = p.deadlines.find(k);
     const int64_t deadline = d == p.deadlines.end() ? -1 : DeadlineOf(d->second);
-    if (deadline >= 0 && now_ms > deadline) continue;
-    l.emplace(k, std::make_pair(v, deadline));
-  }
+    if (deadline >= 0 && now_ms > deadline) return;
+    l.emplace(k, std::make_pair(std::move(value), deadline));
+  };
+  for (const auto& [k, v] : p.values) add(k, "s:" + v);
+  for (const auto& [k, n] : p.hashes) add(k, "h:" + FieldsOf(p, k));
   return l;
 }
 
@@ -103,6 +152,37 @@ int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+// The single-key commands, epoch-scoped on a string key (kind 0 to 11).
+std::vector<std::string> EpochCommand(int kind, const std::string& k, const std::string& v,
+                                      const std::string& far) {
+  switch (kind) {
+    case 0:
+      return {"SET", k, v};
+    case 1:
+      return {"SET", k, v, "PXAT", far};
+    case 2:
+      return {"SET", k, v, "KEEPTTL"};
+    case 3:
+      return {"PEXPIREAT", k, far};
+    case 4:
+      return {"PEXPIREAT", k, "1"};  // in the past: removes the key
+    case 5:
+      return {"PERSIST", k};
+    case 6:
+      return {"DEL", k};
+    case 7:
+      return {"APPEND", k, "+"};
+    case 8:
+      return {"GETEX", k, "PXAT", far};
+    case 9:
+      return {"SETEX", k, "1000", v};
+    case 10:
+      return {"SET", k, v, "PX", "1"};
+    default:
+      return {"GETEX", k, "PERSIST"};
+  }
 }
 
 enum class Phase { kEpoch, kTxn, kBoundary };
@@ -145,16 +225,13 @@ Outcome RunWorkload(uint64_t seed, int ops, uint64_t max_images) {
     if (!image.ok()) return image.status();
     auto store = Store::Attach(std::move(*image), SimStoreOptions());
     if (!store.ok()) return store.status();
-    for (Index* index : {&(*store)->db(), &(*store)->expires()}) {
+    for (Index* index :
+         {&(*store)->db(), &(*store)->expires(), &(*store)->hashes(), &(*store)->fields()}) {
       if (absl::Status st = index->tree().CheckInvariants(); !st.ok()) return st;
     }
     if (absl::Status st = (*store)->heap().Check(); !st.ok()) return st;
     Physical got = ReadPhysical(**store);
-    for (const auto& [k, d] : got.deadlines) {
-      if (!got.values.contains(k)) {
-        return absl::DataLossError(absl::StrCat("key ", k, " has a deadline and no value"));
-      }
-    }
+    if (absl::Status st = CheckStructure(got); !st.ok()) return st;
     pending.push_back({op, phase, std::move(got), img.id().ToString()});
     return absl::OkStatus();
   });
@@ -208,8 +285,11 @@ Outcome RunWorkload(uint64_t seed, int ops, uint64_t max_images) {
   for (int i = 0; i < ops; ++i) {
     const std::string k = key(), v = absl::StrCat("v", i);
     const std::string far = std::to_string(kFar + i);
-    const int kind = static_cast<int>(rng() % 19);
-    if (kind >= 12 && kind < 18) {
+    int kind = static_cast<int>(rng() % 25);
+    // A write of a key that holds a hash is a transaction (hash_commands.cc, invariant 2).
+    const bool hash_key = ReadPhysical(store).hashes.contains(k);
+    if (hash_key && kind < 12 && kind != 7 && kind != 8 && kind != 11) kind += 100;
+    if (kind >= 12 && kind != 18) {
       boundary();  // a transaction starts an epoch (see the header)
       phase = Phase::kTxn;
       std::string k2 = key();
@@ -234,12 +314,44 @@ Outcome RunWorkload(uint64_t seed, int ops, uint64_t max_images) {
           call({"APPEND", k2, "+"});
           call({"EXEC"});
           break;
-        default:
+        case 17:
           call({"MSETNX", k, v, k2, v});
+          break;
+        case 19:
+        case 20:
+          call({"HSET", k, "f", v, absl::StrCat("g", i % 3), v});
+          break;
+        case 21:
+          call({"HDEL", k, "f", "g0"});
+          break;
+        case 22:
+          call({"HINCRBY", k, "n", "1"});
+          break;
+        case 23:
+          call({"MULTI"});
+          call({"HSET", k, "f", v});
+          call({"HSET", k2, "g1", v});
+          call({"PEXPIREAT", k2, far});
+          call({"EXEC"});
+          break;
+        case 24:
+          // A deadline on a hash (on a string, the HSET fails and the deadline would be
+          // epoch-scoped: not this kind's).
+          if (call({"HSET", k, "f", v})[0] == ':') {
+            finish_op(Phase::kTxn);  // two transactions: each its own operation
+            ++out.transactions;
+            call({"PEXPIREAT", k, far});
+          }
+          break;
+        default:
+          // An epoch-scoped command of a key that holds a hash: a transaction.
+          kind -= 100;
+          call(EpochCommand(kind, k, v, far));
           break;
       }
       ++out.transactions;
       finish_op(Phase::kTxn);
+      boundary();  // nothing epoch-scoped after it in its epoch (see the header)
       continue;
     }
     if (kind == 18) {
@@ -247,45 +359,10 @@ Outcome RunWorkload(uint64_t seed, int ops, uint64_t max_images) {
       continue;
     }
     phase = Phase::kEpoch;
-    switch (kind) {
-      case 0:
-        call({"SET", k, v});
-        break;
-      case 1:
-        call({"SET", k, v, "PXAT", far});
-        break;
-      case 2:
-        call({"SET", k, v, "KEEPTTL"});
-        break;
-      case 3:
-        call({"PEXPIREAT", k, far});
-        break;
-      case 4:
-        call({"PEXPIREAT", k, "1"});  // in the past: removes the key
-        break;
-      case 5:
-        call({"PERSIST", k});
-        break;
-      case 6:
-        call({"DEL", k});
-        break;
-      case 7:
-        call({"APPEND", k, "+"});
-        break;
-      case 8:
-        call({"GETEX", k, "PXAT", far});
-        break;
-      case 9:
-        call({"SETEX", k, "1000", v});
-        break;
-      case 10:
-        // A key left past its deadline: the next write of it removes it first.
-        call({"SET", k, v, "PX", "1"});
-        std::this_thread::sleep_for(std::chrono::milliseconds(3));
-        break;
-      default:
-        call({"GETEX", k, "PERSIST"});
-        break;
+    call(EpochCommand(kind, k, v, far));
+    if (kind == 10) {
+      // A key left past its deadline: the next write of it removes it first.
+      std::this_thread::sleep_for(std::chrono::milliseconds(3));
     }
     finish_op(Phase::kEpoch);
   }
@@ -297,7 +374,7 @@ Outcome RunWorkload(uint64_t seed, int ops, uint64_t max_images) {
   return out;
 }
 
-TEST(ServerSimCrashTest, ValuesAndDeadlinesRecoverTogether) {
+TEST(ServerSimCrashTest, KeysRecoverWholeWithTheirDeadlines) {
   const uint64_t images = EnvOr("PMRT_SERVER_SIM_IMAGES", 6000);
   const uint64_t first = EnvOr("PMRT_SERVER_SIM_SEED", 1);
   for (uint64_t seed = first; seed < first + 2; ++seed) {
