@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The real Redis clients (Debian's redis-tools) against `pmrt serve`: redis-cli for each
-# command, redis-cli --scan, and redis-benchmark -t set,get with and without pipelining, with
+# command, redis-cli --scan, and redis-benchmark -t set,get with and without pipelining (and
+# incr,hset,mset,ping pipelined), with
 # zero errors and the values checked afterwards; then a clean SIGTERM shutdown.
 # Usage: redis_cli_test.sh PMRT_BINARY. Exit 77 (skipped) when redis-cli is not installed.
 set -euo pipefail
@@ -65,6 +66,12 @@ expect 1 PERSIST counter
 expect -1 TTL counter
 expect "ERR invalid expire time in 'set' command" SET counter 1 EX 0
 expect 2 DEL counter float
+expect 2 HSET user:1 name ada age 36
+expect ada HGET user:1 name
+expect 37 HINCRBY user:1 age 1
+expect hash TYPE user:1
+expect "WRONGTYPE Operation against a key holding the wrong kind of value" GET user:1
+expect 1 DEL user:1
 
 # The keyspace and connection commands, and RESP3 through redis-cli -3.
 expect OK SET src hello
@@ -105,6 +112,15 @@ keys=$(cli DBSIZE)
 ((keys > 900 && keys <= 1000)) || fail "after redis-benchmark -r 1000: DBSIZE is $keys"
 v=$(cli GET key:000000000042)
 [[ ${#v} == 3 ]] || fail "GET key:000000000042 after redis-benchmark: '$v'"
+# Every other redis-benchmark test the server has: no errors, and the hash landed.
+out=$(redis-benchmark -p "$port" -t incr,hset,mset,ping -n 10000 -P 16 -r 1000 -q 2>&1) ||
+  fail "redis-benchmark -t incr,hset,mset,ping exited with $?: $out"
+if echo "$out" | grep -qi 'error'; then fail "redis-benchmark -t incr,hset,mset,ping: $out"; fi
+for t in INCR HSET MSET; do
+  echo "$out" | grep -q "$t.*: [0-9]" || fail "redis-benchmark printed no $t result: $out"
+done
+fields=$(cli HLEN myhash)
+((fields > 900 && fields <= 1000)) || fail "after redis-benchmark -t hset -r 1000: HLEN is $fields"
 expect OK PMRT.SYNC
 
 kill -TERM "$server_pid"

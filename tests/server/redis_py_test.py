@@ -88,6 +88,38 @@ def expiry(r):
     assert r.touch("e", "missing") == 1
 
 
+def hashes(r):
+    r.flushdb()
+    assert r.hset("h", mapping={"a": "1", "b": "2"}) == 2
+    assert r.hset("h", "c", "3") == 1
+    assert r.hget("h", "a") == "1" and r.hget("h", "zz") is None
+    assert r.hmget("h", ["a", "zz", "c"]) == ["1", None, "3"]
+    assert r.hgetall("h") == {"a": "1", "b": "2", "c": "3"}
+    assert r.hkeys("h") == ["a", "b", "c"] and r.hvals("h") == ["1", "2", "3"]
+    assert r.hlen("h") == 3 and r.hexists("h", "b") and not r.hexists("h", "zz")
+    assert r.hstrlen("h", "a") == 1
+    assert r.hsetnx("h", "a", "9") == 0 and r.hsetnx("h", "d", "4") == 1
+    assert r.hincrby("h", "a", 10) == 11
+    assert r.hincrbyfloat("h", "f", 1.5) == 1.5
+    assert r.hdel("h", "a", "zz") == 1
+    assert r.hmset("m", {"x": "1"}) is True
+    assert dict(r.hscan_iter("h")) == {"b": "2", "c": "3", "d": "4", "f": "1.5"}
+    assert r.hrandfield("h") in {"b", "c", "d", "f"}
+    assert len(r.hrandfield("h", 2, withvalues=True)) == 4
+    assert r.type("h") == "hash" and r.exists("h") == 1
+    assert sorted(r.keys()) == ["h", "m"]
+    assert r.expire("h", 100) is True and 99 <= r.ttl("h") <= 100
+    assert r.rename("h", "h2") is True and r.hget("h2", "b") == "2"
+    r.set("s", "v")
+    expect_error("WRONGTYPE", r.hget, "s", "a")
+    expect_error("WRONGTYPE", r.get, "h2")
+    expect_error("hash value is not an integer", r.hincrby, "h2", "f", 1)
+    with r.pipeline() as p:  # MULTI/EXEC
+        p.hset("t", "a", "1").hincrby("t", "a", 2).hgetall("t")
+        assert p.execute() == [1, 3, {"a": "3"}]
+    assert r.delete("h2", "m", "t") == 3
+
+
 def keyspace(r):
     r.flushdb()
     r.mset({"user:1": "a", "user:2": "b", "user:10": "c", "item:1": "d"})
@@ -252,6 +284,7 @@ def main():
     r.flushall()
     strings(r)
     expiry(r)
+    hashes(r)
     keyspace(r)
     connection(r)
     pipelines(r)

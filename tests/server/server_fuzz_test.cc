@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "tests/server/resp_client.h"
 #include "tests/util/test_util.h"
+#include "tools/server/commands.h"
 #include "tools/server/resp.h"
 #include "tools/server/server.h"
 #include "tools/server/store.h"
@@ -67,7 +68,24 @@ std::vector<std::string> RandomCommand(Rng& rng) {
   };
   static constexpr const char* kExpiry[] = {"EX", "PX", "EXAT", "PXAT", "KEEPTTL", "PERSIST"};
   static constexpr const char* kFlags[] = {"NX", "XX", "GT", "LT", "bogus"};
-  switch (Uniform(rng, 43)) {
+  auto field = [&] { return absl::StrCat("f", Uniform(rng, 6)); };
+  switch (Uniform(rng, 49)) {
+    // Hashes: every command, on hash keys and (the keys are shared) string keys.
+    case 43:
+      return {Uniform(rng, 2) ? "HSET" : "HMSET", key(), field(), value(), field(), value()};
+    case 44:
+      return {Uniform(rng, 2) ? "HDEL" : "HMGET", key(), field(), field()};
+    case 45: {
+      static constexpr const char* kReads[] = {"HGETALL", "HKEYS", "HVALS", "HLEN", "HRANDFIELD"};
+      return {kReads[Uniform(rng, 5)], key()};
+    }
+    case 46:
+      return {Uniform(rng, 2) ? "HINCRBY" : "HINCRBYFLOAT", key(), field(), when()};
+    case 47:
+      return {Uniform(rng, 2) ? "HGET" : (Uniform(rng, 2) ? "HSTRLEN" : "HSETNX"), key(), field(),
+              value()};
+    case 48:
+      return {"HSCAN", key(), Uniform(rng, 4) ? "0" : when(), "COUNT", when()};
     // Expiry: every command and option, good and bad arguments.
     case 37:
       return {"SET", key(), value(), kExpiry[Uniform(rng, 5)], when()};
@@ -336,12 +354,32 @@ TEST(ServerFuzz, LiveServer) {
     EXPECT_EQ(r->str, absl::StrCat("value-", i));
   }
   (*server)->Stop();
-  // Every deadline belongs to a key that has a value (expiry_commands.cc, invariant 1).
+  // Every deadline belongs to a key (expiry_commands.cc, invariant 1); each hash's header
+  // counts its fields, no key is both types, no field is outside a hash (hash_commands.cc,
+  // invariant 1).
   (*kv)->expires().tree().scan("", ~size_t{0}, [&](std::string_view k, std::string_view) {
-    EXPECT_TRUE((*kv)->tree().get(k).has_value()) << "a deadline without its key: " << k;
+    EXPECT_TRUE((*kv)->tree().get(k).has_value() || (*kv)->hashes().tree().get(k).has_value())
+        << "a deadline without its key: " << k;
     return true;
   });
-  EXPECT_THAT((*kv)->expires().tree().CheckInvariants(), pmrt::testing::IsOk());
+  size_t fields = 0;
+  (*kv)->hashes().tree().scan("", ~size_t{0}, [&](std::string_view k, std::string_view count) {
+    EXPECT_FALSE((*kv)->tree().get(k).has_value()) << k << " is a string and a hash";
+    const std::string prefix = HashFieldPrefix(k);
+    size_t n = 0;
+    (*kv)->fields().tree().scan(prefix, ~size_t{0}, [&](std::string_view f, std::string_view) {
+      if (!f.starts_with(prefix)) return false;
+      ++n;
+      return true;
+    });
+    EXPECT_EQ(DecodeInt64(count).value_or(-1), static_cast<int64_t>(n)) << "hash " << k;
+    fields += n;
+    return true;
+  });
+  EXPECT_EQ(fields, (*kv)->fields().tree().size());
+  for (Index* index : {&(*kv)->expires(), &(*kv)->hashes(), &(*kv)->fields()}) {
+    EXPECT_THAT(index->tree().CheckInvariants(), pmrt::testing::IsOk());
+  }
   EXPECT_THAT((*kv)->tree().CheckInvariants(), pmrt::testing::IsOk());
   EXPECT_THAT((*kv)->heap().Check(), pmrt::testing::IsOk());
   EXPECT_THAT((*kv)->Close(), pmrt::testing::IsOk());
