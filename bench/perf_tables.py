@@ -580,7 +580,7 @@ SERVERS = [("pmrt", "pmrt serve (durable Masstree, pmem backend)"),
            ("redis-aof-everysec", "redis-server, appendonly yes + appendfsync everysec"),
            ("redis-aof-always", "redis-server, appendonly yes + appendfsync always"),
            ("pmrt-cluster3", "3 pmrt serve shards behind nutcracker")]
-SERVER_TESTS = ("SET", "GET", "INCR", "MSET", "MULTI")
+SERVER_TESTS = ("SET", "GET", "INCR", "MSET", "HSET", "MULTI")
 
 
 def render_server(rows):

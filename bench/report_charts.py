@@ -254,10 +254,16 @@ def main(argv):
     args = ap.parse_args(argv)
 
     summary_path = os.path.join(args.results_dir, "summary.json")
-    meta = {}
+    meta, old_charts = {}, {}
     if os.path.exists(summary_path):  # an earlier run's, for the suites not run this time
         with open(summary_path) as f:
-            meta = json.load(f).get("meta", {})
+            earlier = json.load(f)
+        meta, old_charts = earlier.get("meta", {}), earlier.get("charts", {})
+    # A suite that ran before keeps the machine it ran on when this run's machine replaces the
+    # summary's (`--only` runs some suites, on whatever machine this is).
+    for suite, _ in SUITES:
+        if suite + "_date" in meta and "machine" in meta:
+            meta.setdefault(suite + "_machine", meta["machine"])
     meta.update(m.split("=", 1) for m in args.meta)
     chart_dir = os.path.join(args.results_dir, "charts")
     os.makedirs(chart_dir, exist_ok=True)
@@ -285,8 +291,11 @@ def main(argv):
             failed = True
         else:
             print(f"  {png}")
+    # The charts of this run, and those of an earlier one whose results are not here any more.
+    summaries = dict(old_charts)
+    summaries.update({c.name: c.summary() for c in charts})
     with open(summary_path, "w") as f:
-        json.dump({"meta": meta, "charts": {c.name: c.summary() for c in charts}}, f, indent=1)
+        json.dump({"meta": meta, "charts": summaries}, f, indent=1)
         f.write("\n")
     return 1 if failed else 0
 

@@ -14,12 +14,12 @@
 # fences, as on real persistent memory), redis's append-only file. Each figure is the median of
 # REPEAT runs, each against a fresh server. Prints a table; with --json FILE, also appends one
 # JSON line per figure: {"bench":"server","system":...,"test":"SET","pipeline":16,"rps":...}
-# (test: SET, GET, INCR, MSET, MULTI).
+# (test: SET, GET, INCR, MSET, HSET, MULTI).
 #
 #   bench/server_bench.sh [--json FILE] [PMRT_BINARY]
 #     PMRT_BINARY   default build/release/tools/pmrt
 #   environment: N=200000 PIPELINES="1 16" REPEAT=3 EPOCH_MS=64 THREADS=0 (0: one per core)
-#                TESTS=set,get,incr,mset,multi (redis-benchmark -t, MSET sets 10 keys per
+#                TESTS=set,get,incr,mset,hset,multi (redis-benchmark -t, MSET sets 10 keys per
 #                request; multi: pmrt-server-txbench)
 #                SYSTEMS (default: every one available: pmrt redis-nopersist redis-aof-everysec
 #                redis-aof-always pmrt-cluster3)
@@ -54,7 +54,7 @@ REPEAT=${REPEAT:-3}
 EPOCH_MS=${EPOCH_MS:-64}
 THREADS=${THREADS:-0}
 KEYSPACE=${KEYSPACE:-}
-TESTS=${TESTS:-set,get,incr,mset,multi}
+TESTS=${TESTS:-set,get,incr,mset,hset,multi}
 # redis-benchmark's tests: TESTS without multi.
 RB_TESTS=$(tr ',' '\n' <<<"$TESTS" | grep -vx multi | paste -sd, -)
 TXBENCH=$(dirname "$BIN")/../bench/pmrt-server-txbench

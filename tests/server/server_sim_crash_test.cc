@@ -392,5 +392,84 @@ TEST(ServerSimCrashTest, KeysRecoverWholeWithTheirDeadlines) {
   }
 }
 
+// FLUSHALL of a store larger than one epoch's share of the flush (its removals cross an epoch
+// boundary): every image recovers the whole store or an empty one, never a part (the durable
+// mark; a recovery that finds it finishes the flush). Two images at every crash point of the
+// flush: without the mark, the images after the boundary in the middle hold a part.
+TEST(ServerSimCrashTest, FlushAllKeepsEveryKeyOrNone) {
+  Sim::Options options;
+  options.seed = EnvOr("PMRT_SERVER_SIM_SEED", 1);
+  options.max_images_per_point = EnvOr("PMRT_SERVER_SIM_FLUSH_PER_POINT", 2);
+  options.max_images = EnvOr("PMRT_SERVER_SIM_FLUSH_IMAGES", 1400);
+  auto sim_or = Sim::Create(kPoolSize, options);
+  ASSERT_TRUE(sim_or.ok()) << sim_or.status();
+  Sim& sim = **sim_or;
+  sim.SetCrashPoints(Sim::CrashPoints::kNone);
+  auto pool = Pool::CreateInMemory(sim.working(), kPoolSize, kRuntimeLayout,
+                                   pmrt::testing::SimPoolOptions(sim), "sim-pool");
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  Logical full;
+  uint64_t whole = 0, empty = 0;
+  std::vector<std::string> wrong;
+  sim.SetHandler([&](CrashImage& img) -> absl::Status {
+    auto image = Pool::OpenInMemory(img.base(), kPoolSize, kRuntimeLayout,
+                                    pmrt::testing::EadrPoolOptions(), "crash-image");
+    if (!image.ok()) return image.status();
+    auto store = Store::Attach(std::move(*image), SimStoreOptions());
+    if (!store.ok()) return store.status();
+    const Physical got = ReadPhysical(**store);
+    if (absl::Status st = CheckStructure(got); !st.ok()) return st;
+    const Logical l = ToLogical(got, NowMs());
+    if (l == full) {
+      ++whole;
+    } else if (l.empty() && got.deadlines.empty()) {
+      ++empty;
+    } else {
+      return absl::DataLossError(
+          absl::StrCat("a part of the store: ", l.size(), " of ", full.size(), " keys"));
+    }
+    return absl::OkStatus();
+  });
+  auto store_or = Store::Attach(std::move(*pool), SimStoreOptions());
+  ASSERT_TRUE(store_or.ok()) << store_or.status();
+  Store& store = **store_or;
+  ServerOptions server_options;
+  ServerCounters counters;
+  auto exec = std::make_unique<Executor>(store, server_options, counters);
+  Session session;
+  exec->Register(session, "sim", "sim", -1);
+  auto call = [&](std::vector<std::string> argv) {
+    std::string reply;
+    uint64_t sync_epoch = 0;
+    (void)exec->Execute(argv, session, &reply, &sync_epoch);
+    return reply;
+  };
+  // About 4,700 index entries: strings, strings with deadlines, hashes of three fields.
+  for (int i = 0; i < 3000; ++i) ASSERT_EQ(call({"SET", absl::StrCat("s", i), "v"}), "+OK\r\n");
+  for (int i = 0; i < 500; ++i) {
+    ASSERT_EQ(call({"SET", absl::StrCat("d", i), "v", "PXAT", std::to_string(kFar)}), "+OK\r\n");
+  }
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_EQ(call({"HSET", absl::StrCat("h", i), "a", "1", "b", "2", "c", "3"}), ":3\r\n");
+  }
+  ASSERT_TRUE(store.epochs().Sync().ok());
+  full = ToLogical(ReadPhysical(store), NowMs());
+  ASSERT_EQ(full.size(), 3800u);
+  const auto start = std::chrono::steady_clock::now();
+  sim.SetCrashPoints(options.crash_points);
+  EXPECT_EQ(call({"FLUSHALL"}), "+OK\r\n");
+  pmrt::testing::CrashOutcome out;
+  pmrt::testing::FinishRun(sim, start, &out);
+  ASSERT_TRUE(out.failures.empty()) << out.failures[0].ToString();
+  std::printf("FLUSHALL: %lu crash points, %lu images (%lu whole, %lu empty), %.2f s\n",
+              out.stats.crash_points, out.stats.images, whole, empty, out.seconds);
+  EXPECT_GT(whole, 0u);
+  EXPECT_GT(empty, 0u);
+  EXPECT_EQ(ReadPhysical(store).values.size(), 0u);
+  exec->Unregister(session);
+  exec.reset();
+  EXPECT_TRUE(store.Close().ok());
+}
+
 }  // namespace
 }  // namespace pmrt::server

@@ -47,8 +47,7 @@ bool AllowedBeforeAuth(std::string_view name) {
 
 // Why FLUSHALL and the connection commands are refused inside MULTI (Executor::Spec).
 constexpr char kFlushInMulti[] =
-    "FLUSHALL inside MULTI is not supported (it removes keys a slice at a time, not as one "
-    "transaction)";
+    "FLUSHALL inside MULTI is not supported (it runs alone, holding every key's lock)";
 constexpr char kConnectionInMulti[] = "this command is not allowed inside MULTI";
 
 char Fold(char c, bool nocase) { return nocase ? absl::ascii_tolower(c) : c; }
@@ -1233,31 +1232,22 @@ After Executor::FlushAll(Args& a, std::string& out, Call&) {
     AppendError(out, "ERR syntax error");
     return After::kNone;
   }
-  // Keys are removed outside the scan's guards, a slice at a time (SlicedScan). The sweep
-  // only moves forward, so it ends even while other clients insert: keys inserted behind it
-  // survive (not atomic).
-  // The hashes: each removed as one transaction (fields, header and deadline), as DEL of one.
-  (void)SlicedScan(store_.hashes().tree(), std::string(), {}, /*values=*/false,
-                   /*verify=*/false, [&](std::string_view k, std::string_view) {
-                     KeyLocks::Held held = locks_.LockOne(k);
-                     std::string ignored;
-                     AtomicWrite announce(*this);
-                     (void)Atomically([&] { return Remove(k, ignored).status(); }, [] {});
-                     return true;
-                   });
-  (void)SlicedScan(store_.tree(), std::string(), {}, /*values=*/false, /*verify=*/false,
-                   [&](std::string_view k, std::string_view) {
-                     KeyLocks::Held held = locks_.LockOne(k);  // as DEL k
-                     std::string ignored;
-                     if (Deadline(k).has_value()) {
-                       // Value and deadline in one guard, as DEL of a key with a deadline.
-                       (void)EpochAtomically([&] { return Remove(k, ignored).status(); }, [] {},
-                                             /*durable=*/false);
-                     } else {
-                       (void)Remove(k, ignored);
-                     }
-                     return true;
-                   });
+  // Every stripe held: no write runs meanwhile, and readers, told a multi-key write runs, wait
+  // for the stripes of their keys. Every watcher is marked (a superset of Redis's: it marks the
+  // watchers of keys that existed).
+  KeyLocks::Held held = locks_.LockAll();
+  AtomicWrite announce(*this);
+  if (watchers_.load(std::memory_order_relaxed) != 0) {
+    std::lock_guard<std::mutex> l(watch_mu_);
+    for (auto& [key, sessions] : watched_) {
+      for (Session* w : sessions) w->watch_touched.store(true, std::memory_order_relaxed);
+    }
+  }
+  if (absl::Status st = store_.FlushAll(); !st.ok()) {
+    AppendError(out, absl::StrCat("ERR FLUSHALL failed: ", st.message(),
+                                  "; the pool's mark makes the next open finish it"));
+    return After::kNone;
+  }
   AppendSimple(out, "OK");
   return After::kNone;
 }

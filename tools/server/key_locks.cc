@@ -45,6 +45,13 @@ KeyLocks::Held KeyLocks::LockOne(std::string_view key) {
   return held;
 }
 
+KeyLocks::Held KeyLocks::LockAll() {
+  Held held(this);
+  for (size_t s = 0; s < kStripes; ++s) held.stripes_.push_back(static_cast<uint16_t>(s));
+  for (uint16_t s : held.stripes_) stripes_[s].mu.lock();  // ascending (invariant 1)
+  return held;
+}
+
 KeyLocks::Held KeyLocks::LockTwo(std::string_view a, std::string_view b) {
   Held held(this);
   uint16_t x = static_cast<uint16_t>(StripeOf(a)), y = static_cast<uint16_t>(StripeOf(b));

@@ -64,6 +64,8 @@ class KeyLocks {
   Held LockOne(std::string_view key);
   // Locks the stripes of two keys (one when they share it). REQUIRES: as LockOne.
   Held LockTwo(std::string_view a, std::string_view b);
+  // Locks every stripe (FLUSHALL: no write runs meanwhile). REQUIRES: as LockOne.
+  Held LockAll();
 
   static size_t StripeOf(std::string_view key);
 

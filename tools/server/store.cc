@@ -7,8 +7,15 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 
 namespace pmrt::server {
+namespace {
+
+// The key of index db0.meta that a FLUSHALL holds while it runs.
+constexpr char kFlushMark[] = "flushall";
+
+}  // namespace
 
 std::string HashFieldPrefix(std::string_view key) {
   // Each 0x00 byte of the key becomes 0x00 0xff, and 0x00 0x01 ends it: no prefix of one key's
@@ -107,10 +114,19 @@ absl::Status Store::Bind(std::unique_ptr<Runtime> rt, const std::string& path,
   if (!db.ok()) return db.status();
   db_ = *db;
   for (auto [name, index] : {std::pair{kExpiresIndex, &expires_}, std::pair{kHashesIndex, &hashes_},
-                             std::pair{kFieldsIndex, &fields_}}) {
+                             std::pair{kFieldsIndex, &fields_}, std::pair{kMetaIndex, &meta_}}) {
     auto found = rt_->index(name);
     if (!found.ok()) return found.status();
     *index = *found;
+  }
+  if (meta_->tree().get(kFlushMark).has_value()) {
+    // A FLUSHALL a crash interrupted: its mark is durable, so it is finished now.
+    if (absl::Status st = FlushAll(); !st.ok()) {
+      return absl::Status(st.code(), absl::StrCat(path,
+                                                  ": finishing the FLUSHALL a crash "
+                                                  "interrupted: ",
+                                                  st.message()));
+    }
   }
   if (options.check_tree) {
     for (Index* index : {db_, expires_, hashes_, fields_}) {
@@ -125,8 +141,50 @@ absl::Status Store::Bind(std::unique_ptr<Runtime> rt, const std::string& path,
   return absl::OkStatus();
 }
 
+absl::Status Store::RemoveEverything() {
+  constexpr size_t kSlice = 256, kSlicesPerEpoch = 16;
+  size_t slices = 0;
+  for (Index* index : {db_, expires_, hashes_, fields_}) {
+    for (;;) {
+      // A slice of keys copied under one scan; removed outside it (each removal its own guard).
+      std::vector<std::string> keys;
+      index->tree().scan("", kSlice, [&](std::string_view k, std::string_view) {
+        keys.emplace_back(k);
+        return true;
+      });
+      if (keys.empty()) break;
+      for (const std::string& k : keys) {
+        if (absl::StatusOr<bool> r = index->remove(k); !r.ok()) return r.status();
+      }
+      if (++slices % kSlicesPerEpoch == 0) RETURN_IF_ERROR(rt_->epochs().Advance());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Store::FlushAll() {
+  // The mark, durable before the first removal: a crash from here on finishes the flush.
+  txn::Engine& engine = rt_->engine();
+  RETURN_IF_ERROR(engine.Begin());
+  if (absl::StatusOr<ds::PutResult> r = meta_->put(kFlushMark, ""); !r.ok()) {
+    (void)engine.Abort();
+    return r.status();
+  }
+  RETURN_IF_ERROR(engine.Commit());
+  RETURN_IF_ERROR(RemoveEverything());
+  // The removals durable before the mark goes (and no epoch-scoped write of them left for a
+  // crash to roll back beneath the transaction that removes it).
+  RETURN_IF_ERROR(rt_->epochs().Sync());
+  RETURN_IF_ERROR(engine.Begin());
+  if (absl::StatusOr<bool> r = meta_->remove(kFlushMark); !r.ok()) {
+    (void)engine.Abort();
+    return r.status();
+  }
+  return engine.Commit();
+}
+
 absl::Status Store::Close() {
-  db_ = expires_ = hashes_ = fields_ = nullptr;
+  db_ = expires_ = hashes_ = fields_ = meta_ = nullptr;
   if (rt_ == nullptr) return absl::OkStatus();
   absl::Status st = rt_->Close();
   rt_.reset();

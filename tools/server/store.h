@@ -39,6 +39,9 @@ inline constexpr char kHashesIndex[] = "db0.hashes";
 // prefix is another's).
 inline constexpr char kFieldsIndex[] = "db0.fields";
 
+// The store's own records: "flushall" while a FLUSHALL runs (Store::FlushAll).
+inline constexpr char kMetaIndex[] = "db0.meta";
+
 // The fields index key of `field` of hash `key`: HashFieldPrefix(key) + field.
 std::string HashFieldPrefix(std::string_view key);
 std::string HashFieldKey(std::string_view key, std::string_view field);
@@ -84,6 +87,14 @@ class Store {
   // How long the open took, the trial open and the replay of committed transactions included.
   std::chrono::nanoseconds open_time() const { return open_time_; }
 
+  // Removes every key (strings, hashes, deadlines) atomically across a crash: a durable mark
+  // first (one transaction), then the removals, a slice at a time, with an epoch boundary every
+  // 4096 keys (so that no one epoch's undo log holds the whole store), a Sync, and the mark's
+  // removal (a transaction). An open that finds the mark finishes the removals before it
+  // returns: after a crash the store holds every key or none. Durable on return. REQUIRES: no
+  // other thread writes the store meanwhile (the server holds every key's stripe).
+  absl::Status FlushAll();
+
   // Closes everything now (the destructor does the same); the first error.
   absl::Status Close();
 
@@ -91,6 +102,8 @@ class Store {
   Store() = default;
   static absl::StatusOr<std::unique_ptr<Store>> OpenOnce(const std::string& path,
                                                          const StoreOptions& options, bool trial);
+  // The removals of FlushAll (no mark, no Sync).
+  absl::Status RemoveEverything();
   // Binds the indexes of a runtime just opened (the replay finished first) and checks them.
   absl::Status Bind(std::unique_ptr<Runtime> rt, const std::string& path,
                     const StoreOptions& options);
@@ -99,6 +112,7 @@ class Store {
   Index* expires_ = nullptr;
   Index* hashes_ = nullptr;
   Index* fields_ = nullptr;
+  Index* meta_ = nullptr;
   bool created_ = false;
   std::chrono::nanoseconds open_time_{0};
 };
