@@ -123,7 +123,13 @@ absl::StatusOr<ds::InsertResult> Index::insert_if_absent(std::string_view key,
 
 absl::StatusOr<bool> Index::remove(std::string_view key) {
   if (rt_.replaying()) RETURN_IF_ERROR(rt_.Materialize(id_, key));
-  if (!rt_.engine_->InTransaction()) return tree_->remove(key);
+  if (!rt_.engine_->InTransaction()) {
+    // Inside the caller's own guard a full undo log makes the tree's remove return false with
+    // the key still there: that is no room, not an absent key.
+    if (tree_->remove(key)) return true;
+    if (tree_->get(key).has_value()) return NoRoom("remove", name_);
+    return false;
+  }
   std::optional<std::string> old = tree_->get(key);
   if (!old.has_value()) {
     // Logged all the same: the transaction's result is "absent", and a crash that rolls back an

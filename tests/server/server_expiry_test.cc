@@ -80,6 +80,10 @@ TEST_F(ExpiryTest, ExpireFamilyRepliesAsRedis) {
   EXPECT_EQ(Call(c, {"PEXPIRETIME", "k"}), ":4102444800000");
   EXPECT_EQ(Call(c, {"PEXPIREAT", "k", "4102444800123"}), ":1");
   EXPECT_EQ(Call(c, {"EXPIRETIME", "k"}), ":4102444800");
+  // The largest deadline there is: every reply without overflow.
+  EXPECT_EQ(Call(c, {"PEXPIREAT", "k", "9223372036854775807"}), ":1");
+  EXPECT_EQ(Call(c, {"EXPIRETIME", "k"}), ":9223372036854776");
+  EXPECT_GT(Int(c, {"TTL", "k"}), 9223370000000000);  // (INT64_MAX ms - now) in seconds
   EXPECT_EQ(Call(c, {"PEXPIRE", "k", "5000"}), ":1");
   EXPECT_LE(Int(c, {"PTTL", "k"}), 5000);
   // PERSIST.

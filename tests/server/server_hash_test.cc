@@ -140,6 +140,9 @@ TEST_F(HashTest, WrongTypeBothWays) {
   EXPECT_EQ(Call(c, {"SCAN", "0", "TYPE", "hash"}), "[\"0\", [\"h\"]]");
   EXPECT_EQ(Call(c, {"SCAN", "0", "TYPE", "string"}), "[\"0\", [\"s\"]]");
   EXPECT_EQ(Call(c, {"SCAN", "0", "TYPE", "list"}), "[\"0\", []]");
+  // SET with NX or XX finds a hash there (WRONGTYPE is only for GET), as in Redis.
+  EXPECT_EQ(Call(c, {"SET", "h", "v", "NX"}), "(nil)");
+  EXPECT_EQ(Call(c, {"TYPE", "h"}), "+hash");
   // SET replaces a hash (and its fields are gone with it).
   EXPECT_EQ(Call(c, {"SET", "h", "now a string"}), "+OK");
   EXPECT_EQ(Call(c, {"TYPE", "h"}), "+string");

@@ -264,6 +264,7 @@ void Executor::WatchPoolFile() {
 
 After Executor::Execute(std::vector<std::string>& argv, Session& session, std::string* out,
                         uint64_t* sync_epoch) {
+  const CommandClock clock;
   const std::string& name = argv[0];
   const std::string lower = name.size() <= 32 ? Lower(name) : std::string();
   auto it = name.size() <= 32 ? commands_.find(lower) : commands_.end();

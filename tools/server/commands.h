@@ -54,6 +54,25 @@ inline constexpr char kNotInteger[] = "ERR value is not an integer or out of ran
 inline constexpr char kWrongType[] =
     "WRONGTYPE Operation against a key holding the wrong kind of value";
 
+// The time every expiry decision of one command uses, as Redis's command time snapshot: taken
+// when a command starts (Executor::Execute; the commands an EXEC runs share its snapshot) and
+// for each batch of the active expiry cycle, so that a key found live when the command starts
+// stays live to its end (a deadline passing in between would otherwise make the command find
+// the key absent and then keep its deadline). Thread-local; the destructor restores the outer
+// snapshot.
+class CommandClock {
+ public:
+  CommandClock();
+  ~CommandClock();
+  CommandClock(const CommandClock&) = delete;
+  CommandClock& operator=(const CommandClock&) = delete;
+  // The calling thread's snapshot (unix milliseconds), or the clock when none is taken.
+  static int64_t NowMs();
+
+ private:
+  int64_t saved_;
+};
+
 // The 8-byte form (host order) of the integers the store keeps: deadlines, field counts.
 std::string EncodeInt64(int64_t v);
 std::optional<int64_t> DecodeInt64(std::string_view v);
@@ -346,8 +365,9 @@ class Executor {
                  const std::function<bool(std::string_view key, KeyType type)>& visit) const;
   // Key expiry (expiry_commands.cc). A deadline is a unix time in milliseconds; a key is gone
   // once the clock is past it: every read treats it as absent, every write removes it first
-  // (RunWrite, EXEC), and the active cycle removes it without any access.
-  static int64_t NowMs();
+  // (RunWrite, EXEC), and the active cycle removes it without any access. The clock is the
+  // command's snapshot (CommandClock).
+  static int64_t NowMs() { return CommandClock::NowMs(); }
   // The deadline of `key`, if it has one.
   std::optional<int64_t> Deadline(std::string_view key) const;
   // Whether `key` has a deadline the clock is past (it reads as absent).

@@ -48,7 +48,16 @@ int64_t UnixMs() {
       .count();
 }
 
+// The running command's time snapshot (CommandClock); 0: none.
+thread_local int64_t t_command_ms = 0;
+
 }  // namespace
+
+CommandClock::CommandClock() : saved_(t_command_ms) { t_command_ms = UnixMs(); }
+
+CommandClock::~CommandClock() { t_command_ms = saved_; }
+
+int64_t CommandClock::NowMs() { return t_command_ms != 0 ? t_command_ms : UnixMs(); }
 
 std::string EncodeInt64(int64_t v) {
   std::string s(sizeof(v), '\0');
@@ -77,7 +86,7 @@ bool ParseExpiry(std::string_view arg, bool seconds, bool relative, std::string_
   }
   if (seconds) v *= 1000;
   if (relative) {
-    const int64_t now = UnixMs();
+    const int64_t now = CommandClock::NowMs();
     if (v > kMax - now) {
       InvalidExpire(command, out);
       return false;
@@ -87,8 +96,6 @@ bool ParseExpiry(std::string_view arg, bool seconds, bool relative, std::string_
   *deadline_ms = v;
   return true;
 }
-
-int64_t Executor::NowMs() { return UnixMs(); }
 
 std::optional<int64_t> Executor::Deadline(std::string_view key) const {
   std::optional<int64_t> d;
@@ -179,6 +186,7 @@ void Executor::ActiveExpireCycle(std::chrono::milliseconds budget) {
   for (;;) {
     // A batch of deadlines, copied under one tree scan; the keys are then locked and removed
     // one at a time outside it (KeyLocks invariant 2).
+    const CommandClock clock;  // one time for the batch's decisions
     std::vector<std::pair<std::string, int64_t>> batch;
     store_.expires().tree().scan(sweep_from_, kBatch, [&](std::string_view k, std::string_view v) {
       batch.emplace_back(std::string(k), DecodeInt64(v).value_or(0));
@@ -272,14 +280,25 @@ After Executor::TimeToLive(Args& a, std::string& out, Call&) {
   const std::string name = absl::AsciiStrToLower(a[0]);
   const bool ms = name[0] == 'p';
   const bool absolute = name.ends_with("time");
-  const std::optional<int64_t> deadline = Deadline(a[1]);  // before the value (invariant 2)
-  if (!Present(a[1])) {
+  // The deadline, whether the key is there, and the deadline again, until both reads of the
+  // deadline agree: the pair then is one a writer's order allows (invariant 2), the state
+  // before a write or after it.
+  std::optional<int64_t> deadline;
+  bool present = false;
+  for (;;) {
+    deadline = Deadline(a[1]);
+    present = a[1].size() <= options_.max_key &&
+              (store_.tree().read(a[1], [](std::string_view) {}) || HashLength(a[1]).has_value());
+    if (Deadline(a[1]) == deadline) break;
+  }
+  if (!present || (deadline.has_value() && NowMs() > *deadline)) {
     AppendInteger(out, -2);
   } else if (!deadline.has_value()) {
     AppendInteger(out, -1);
   } else {
     const int64_t left = std::max<int64_t>(absolute ? *deadline : *deadline - NowMs(), 0);
-    AppendInteger(out, ms ? left : (left + 500) / 1000);
+    // Seconds rounded to the nearest, without overflow at a deadline of INT64_MAX ms.
+    AppendInteger(out, ms ? left : left / 1000 + (left % 1000 >= 500 ? 1 : 0));
   }
   return After::kNone;
 }

@@ -469,6 +469,14 @@ After Executor::HRandField(Args& a, std::string& out, Call& call) {
     for (size_t i = 0; i < picks.size(); ++i) picks[i] = i;
     std::shuffle(picks.begin(), picks.end(), rng);
     picks.resize(std::min<size_t>(picks.size(), static_cast<size_t>(*count)));
+    size_t bytes = 0;
+    for (size_t i : picks) {
+      bytes += fields[i].first.size() + (withvalues ? fields[i].second.size() : 0) + 32;
+    }
+    if (bytes > MaxReply()) {
+      ReplyTooLarge(out, "HRANDFIELD", 0);
+      return After::kNone;
+    }
   } else if (!fields.empty()) {
     const uint64_t n = static_cast<uint64_t>(-*count);
     size_t bytes = 0;

@@ -282,8 +282,13 @@ After Executor::Exec(Args&, std::string& out, Call& call) {
   // Keys past their deadline are removed before anything is read: a watched one so removed
   // fails the EXEC, as in Redis (it changed since WATCH).
   for (std::string_view k : keys) {
-    if (ExpireIfNeeded(k, out) == Expiry::kFailed) {
+    std::string error;
+    if (ExpireIfNeeded(k, error) == Expiry::kFailed) {
       UnwatchAll(session);
+      AppendError(out,
+                  absl::StrCat("EXECABORT Transaction discarded: ", std::string(k.substr(0, 128)),
+                               " is past its deadline and could not be removed; no command "
+                               "of it was applied"));
       return After::kNone;
     }
   }

@@ -119,15 +119,6 @@ absl::Status Store::Bind(std::unique_ptr<Runtime> rt, const std::string& path,
     if (!found.ok()) return found.status();
     *index = *found;
   }
-  if (meta_->tree().get(kFlushMark).has_value()) {
-    // A FLUSHALL a crash interrupted: its mark is durable, so it is finished now.
-    if (absl::Status st = FlushAll(); !st.ok()) {
-      return absl::Status(st.code(), absl::StrCat(path,
-                                                  ": finishing the FLUSHALL a crash "
-                                                  "interrupted: ",
-                                                  st.message()));
-    }
-  }
   if (options.check_tree) {
     for (Index* index : {db_, expires_, hashes_, fields_}) {
       if (absl::Status st = index->tree().CheckInvariants(nullptr, nullptr, /*values=*/false);
@@ -136,6 +127,15 @@ absl::Status Store::Bind(std::unique_ptr<Runtime> rt, const std::string& path,
                                                 " fails its check (`pmrt check ", path,
                                                 "` lists the damage): ", st.message()));
       }
+    }
+  }
+  if (meta_->tree().get(kFlushMark).has_value()) {
+    // A FLUSHALL a crash interrupted: its mark is durable, so it is finished now.
+    if (absl::Status st = FlushAll(); !st.ok()) {
+      return absl::Status(st.code(), absl::StrCat(path,
+                                                  ": finishing the FLUSHALL a crash "
+                                                  "interrupted: ",
+                                                  st.message()));
     }
   }
   return absl::OkStatus();
@@ -171,16 +171,27 @@ absl::Status Store::FlushAll() {
     return r.status();
   }
   RETURN_IF_ERROR(engine.Commit());
-  RETURN_IF_ERROR(RemoveEverything());
+  absl::Status st = RemoveEverything();
   // The removals durable before the mark goes (and no epoch-scoped write of them left for a
   // crash to roll back beneath the transaction that removes it).
-  RETURN_IF_ERROR(rt_->epochs().Sync());
-  RETURN_IF_ERROR(engine.Begin());
-  if (absl::StatusOr<bool> r = meta_->remove(kFlushMark); !r.ok()) {
-    (void)engine.Abort();
-    return r.status();
+  if (st.ok()) st = rt_->epochs().Sync();
+  if (st.ok()) st = engine.Begin();
+  if (st.ok()) {
+    if (absl::StatusOr<bool> r = meta_->remove(kFlushMark); !r.ok()) {
+      (void)engine.Abort();
+      st = r.status();
+    } else {
+      st = engine.Commit();
+    }
   }
-  return engine.Commit();
+  if (!st.ok()) {
+    // The mark is durable: the next open finishes the flush, and would take with it whatever
+    // was written from now on. So nothing more is written in this run.
+    rt_->pool().health_state().Fail(absl::StrCat("a FLUSHALL failed after its durable mark (",
+                                                 st.message(),
+                                                 "); the next open of the pool finishes it"));
+  }
+  return st;
 }
 
 absl::Status Store::Close() {

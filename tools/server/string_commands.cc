@@ -123,9 +123,10 @@ After Executor::Set(Args& a, std::string& out, Call& call) {
     return After::kNone;
   }
   std::string old;
-  const Read read = ReadValue(a[1], &old, out);
+  // As Redis: a key holding a hash is WRONGTYPE only for GET; NX and XX find it there.
+  const Read read = ReadValue(a[1], &old, out, /*wrongtype=*/get);
   if (read == Read::kFailed) return After::kNone;
-  const bool found = read == Read::kFound;
+  const bool found = read == Read::kFound || TypeOf(a[1]) == KeyType::kHash;
   // As in Redis: with GET the reply is the old value (or nil) whether or not NX/XX let the
   // write happen; without it, a write NX/XX prevents is a nil reply.
   const bool writes = !(nx && found) && !(xx && !found);
