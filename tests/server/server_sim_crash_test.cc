@@ -199,6 +199,64 @@ struct Outcome : pmrt::testing::CrashOutcome {
   std::vector<std::string> mismatches;
 };
 
+// The server without its sockets: a simulator, a store on its pool and an Executor with one
+// session. Crash points are off until the test turns them on; the image handler is the test's.
+class SimServer {
+ public:
+  static std::unique_ptr<SimServer> Create(const Sim::Options& options) {
+    auto s = std::unique_ptr<SimServer>(new SimServer());
+    auto sim = Sim::Create(kPoolSize, options);
+    EXPECT_TRUE(sim.ok()) << sim.status();
+    if (!sim.ok()) return nullptr;
+    s->sim_ = std::move(*sim);
+    s->sim_->SetCrashPoints(Sim::CrashPoints::kNone);
+    auto pool = Pool::CreateInMemory(s->sim_->working(), kPoolSize, kRuntimeLayout,
+                                     pmrt::testing::SimPoolOptions(*s->sim_), "sim-pool");
+    EXPECT_TRUE(pool.ok()) << pool.status();
+    if (!pool.ok()) return nullptr;
+    auto store = Store::Attach(std::move(*pool), SimStoreOptions());
+    EXPECT_TRUE(store.ok()) << store.status();
+    if (!store.ok()) return nullptr;
+    s->store_ = std::move(*store);
+    s->exec_ = std::make_unique<Executor>(*s->store_, s->options_, s->counters_);
+    s->exec_->Register(s->session_, "sim", "sim", -1);
+    return s;
+  }
+  ~SimServer() {
+    if (exec_ == nullptr) return;
+    sim_->SetCrashPoints(Sim::CrashPoints::kNone);
+    exec_->Unregister(session_);
+    exec_.reset();
+    EXPECT_TRUE(store_->Close().ok());
+  }
+  Sim& sim() { return *sim_; }
+  Store& store() { return *store_; }
+  // The reply of argv, as the wire carries it.
+  std::string Call(std::vector<std::string> argv) {
+    std::string reply;
+    uint64_t sync_epoch = 0;
+    (void)exec_->Execute(argv, session_, &reply, &sync_epoch);
+    return reply;
+  }
+
+ private:
+  SimServer() = default;
+  std::unique_ptr<Sim> sim_;
+  std::unique_ptr<Store> store_;
+  ServerOptions options_;
+  ServerCounters counters_;
+  std::unique_ptr<Executor> exec_;
+  Session session_;
+};
+
+// The store a crash image recovers to (Store::Attach: the runtime's recovery, then the store's).
+absl::StatusOr<std::unique_ptr<Store>> OpenImage(CrashImage& img) {
+  auto image = Pool::OpenInMemory(img.base(), kPoolSize, kRuntimeLayout,
+                                  pmrt::testing::EadrPoolOptions(), "crash-image");
+  if (!image.ok()) return image.status();
+  return Store::Attach(std::move(*image), SimStoreOptions());
+}
+
 // One seeded run of `ops` operations.
 Outcome RunWorkload(uint64_t seed, int ops, uint64_t max_images) {
   Outcome out;
@@ -206,51 +264,28 @@ Outcome RunWorkload(uint64_t seed, int ops, uint64_t max_images) {
   options.seed = seed;
   options.max_images_per_point = pmrt::testing::kMainImagesPerPoint;
   options.max_images = max_images;
-  auto sim_or = Sim::Create(kPoolSize, options);
-  EXPECT_TRUE(sim_or.ok()) << sim_or.status();
-  if (!sim_or.ok()) return out;
-  Sim& sim = **sim_or;
-  sim.SetCrashPoints(Sim::CrashPoints::kNone);
-  auto pool = Pool::CreateInMemory(sim.working(), kPoolSize, kRuntimeLayout,
-                                   pmrt::testing::SimPoolOptions(sim), "sim-pool");
-  EXPECT_TRUE(pool.ok()) << pool.status();
-  if (!pool.ok()) return out;
+  std::unique_ptr<SimServer> server = SimServer::Create(options);
+  if (server == nullptr) return out;
+  Sim& sim = server->sim();
+  Store& store = server->store();
+  auto call = [&](std::vector<std::string> argv) { return server->Call(std::move(argv)); };
 
   size_t op = 0;
   Phase phase = Phase::kEpoch;
   std::vector<Recovered> pending;  // images of the running operation, checked after it
   sim.SetHandler([&](CrashImage& img) -> absl::Status {
-    auto image = Pool::OpenInMemory(img.base(), kPoolSize, kRuntimeLayout,
-                                    pmrt::testing::EadrPoolOptions(), "crash-image");
-    if (!image.ok()) return image.status();
-    auto store = Store::Attach(std::move(*image), SimStoreOptions());
-    if (!store.ok()) return store.status();
-    for (Index* index :
-         {&(*store)->db(), &(*store)->expires(), &(*store)->hashes(), &(*store)->fields()}) {
+    auto recovered = OpenImage(img);
+    if (!recovered.ok()) return recovered.status();
+    Store& r = **recovered;
+    for (Index* index : {&r.db(), &r.expires(), &r.hashes(), &r.fields()}) {
       if (absl::Status st = index->tree().CheckInvariants(); !st.ok()) return st;
     }
-    if (absl::Status st = (*store)->heap().Check(); !st.ok()) return st;
-    Physical got = ReadPhysical(**store);
+    if (absl::Status st = r.heap().Check(); !st.ok()) return st;
+    Physical got = ReadPhysical(r);
     if (absl::Status st = CheckStructure(got); !st.ok()) return st;
     pending.push_back({op, phase, std::move(got), img.id().ToString()});
     return absl::OkStatus();
   });
-
-  auto store_or = Store::Attach(std::move(*pool), SimStoreOptions());
-  EXPECT_TRUE(store_or.ok()) << store_or.status();
-  if (!store_or.ok()) return out;
-  Store& store = **store_or;
-  ServerOptions server_options;
-  ServerCounters counters;
-  auto exec = std::make_unique<Executor>(store, server_options, counters);
-  Session session;
-  exec->Register(session, "sim", "sim", -1);
-  auto call = [&](std::vector<std::string> argv) {
-    std::string reply;
-    uint64_t sync_epoch = 0;
-    (void)exec->Execute(argv, session, &reply, &sync_epoch);
-    return reply;
-  };
 
   Physical durable = ReadPhysical(store);
   auto finish_op = [&](Phase done) {
@@ -368,9 +403,6 @@ Outcome RunWorkload(uint64_t seed, int ops, uint64_t max_images) {
   }
   boundary();
   pmrt::testing::FinishRun(sim, start, &out);
-  exec->Unregister(session);
-  exec.reset();
-  EXPECT_TRUE(store.Close().ok());
   return out;
 }
 
@@ -401,23 +433,18 @@ TEST(ServerSimCrashTest, FlushAllKeepsEveryKeyOrNone) {
   options.seed = EnvOr("PMRT_SERVER_SIM_SEED", 1);
   options.max_images_per_point = EnvOr("PMRT_SERVER_SIM_FLUSH_PER_POINT", 2);
   options.max_images = EnvOr("PMRT_SERVER_SIM_FLUSH_IMAGES", 1400);
-  auto sim_or = Sim::Create(kPoolSize, options);
-  ASSERT_TRUE(sim_or.ok()) << sim_or.status();
-  Sim& sim = **sim_or;
-  sim.SetCrashPoints(Sim::CrashPoints::kNone);
-  auto pool = Pool::CreateInMemory(sim.working(), kPoolSize, kRuntimeLayout,
-                                   pmrt::testing::SimPoolOptions(sim), "sim-pool");
-  ASSERT_TRUE(pool.ok()) << pool.status();
+  std::unique_ptr<SimServer> server = SimServer::Create(options);
+  ASSERT_NE(server, nullptr);
+  Sim& sim = server->sim();
+  Store& store = server->store();
+  auto call = [&](std::vector<std::string> argv) { return server->Call(std::move(argv)); };
   Logical full;
   uint64_t whole = 0, empty = 0;
   std::vector<std::string> wrong;
   sim.SetHandler([&](CrashImage& img) -> absl::Status {
-    auto image = Pool::OpenInMemory(img.base(), kPoolSize, kRuntimeLayout,
-                                    pmrt::testing::EadrPoolOptions(), "crash-image");
-    if (!image.ok()) return image.status();
-    auto store = Store::Attach(std::move(*image), SimStoreOptions());
-    if (!store.ok()) return store.status();
-    const Physical got = ReadPhysical(**store);
+    auto recovered = OpenImage(img);
+    if (!recovered.ok()) return recovered.status();
+    const Physical got = ReadPhysical(**recovered);
     if (absl::Status st = CheckStructure(got); !st.ok()) return st;
     const Logical l = ToLogical(got, NowMs());
     if (l == full) {
@@ -430,20 +457,6 @@ TEST(ServerSimCrashTest, FlushAllKeepsEveryKeyOrNone) {
     }
     return absl::OkStatus();
   });
-  auto store_or = Store::Attach(std::move(*pool), SimStoreOptions());
-  ASSERT_TRUE(store_or.ok()) << store_or.status();
-  Store& store = **store_or;
-  ServerOptions server_options;
-  ServerCounters counters;
-  auto exec = std::make_unique<Executor>(store, server_options, counters);
-  Session session;
-  exec->Register(session, "sim", "sim", -1);
-  auto call = [&](std::vector<std::string> argv) {
-    std::string reply;
-    uint64_t sync_epoch = 0;
-    (void)exec->Execute(argv, session, &reply, &sync_epoch);
-    return reply;
-  };
   // About 4,700 index entries: strings, strings with deadlines, hashes of three fields.
   for (int i = 0; i < 3000; ++i) ASSERT_EQ(call({"SET", absl::StrCat("s", i), "v"}), "+OK\r\n");
   for (int i = 0; i < 500; ++i) {
@@ -466,9 +479,6 @@ TEST(ServerSimCrashTest, FlushAllKeepsEveryKeyOrNone) {
   EXPECT_GT(whole, 0u);
   EXPECT_GT(empty, 0u);
   EXPECT_EQ(ReadPhysical(store).values.size(), 0u);
-  exec->Unregister(session);
-  exec.reset();
-  EXPECT_TRUE(store.Close().ok());
 }
 
 }  // namespace

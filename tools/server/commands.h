@@ -97,6 +97,26 @@ std::string FormatLongDouble(long double v);
 bool ParseExpiry(std::string_view arg, bool seconds, bool relative, std::string_view command,
                  int64_t* deadline_ms, std::string& out);
 
+// SET's and GETEX's expiry option: EX, PX, EXAT or PXAT, and its argument.
+struct ExpiryOption {
+  std::string name;  // upper case; empty: none given
+  std::string_view arg;
+};
+// Takes the expiry option a[*i] (`opt`, upper case) when one may come here (`allowed`: no option
+// that excludes it was given): the same option again replaces it (the last counts); another
+// one, or one without its argument, is not taken. True when taken (*i is then at its argument).
+bool TakeExpiryOption(std::string_view opt, const std::vector<std::string>& a, size_t* i,
+                      bool allowed, ExpiryOption* e);
+// The deadline the option names (ParseExpiry with its unit and base).
+bool ExpiryDeadline(const ExpiryOption& e, std::string_view command, int64_t* deadline_ms,
+                    std::string& out);
+
+// old + delta as INCRBYFLOAT computes them (a missing old counts as 0) into *result, formatted
+// as Redis formats it. False with Redis's error appended: delta no float, old no float
+// (`old_not_float`), a result NaN or infinite.
+bool AddFloat(const std::optional<std::string>& old, std::string_view delta,
+              const char* old_not_float, std::string* result, std::string& out);
+
 // The settings CONFIG SET changes while the server runs (the rest of ServerOptions is fixed at
 // start). Read by the workers (timeout), the acceptor (maxclients) and every command
 // (requirepass, pmrt-verify-reads): each atomic is an independent setting, read relaxed (no

@@ -72,6 +72,21 @@ std::optional<int64_t> DecodeInt64(std::string_view s) {
   return v;
 }
 
+bool TakeExpiryOption(std::string_view opt, const std::vector<std::string>& a, size_t* i,
+                      bool allowed, ExpiryOption* e) {
+  if (opt != "EX" && opt != "PX" && opt != "EXAT" && opt != "PXAT") return false;
+  if (!allowed || (!e->name.empty() && e->name != opt) || *i + 1 >= a.size()) return false;
+  e->name = std::string(opt);
+  e->arg = a[++*i];
+  return true;
+}
+
+bool ExpiryDeadline(const ExpiryOption& e, std::string_view command, int64_t* deadline_ms,
+                    std::string& out) {
+  return ParseExpiry(e.arg, e.name == "EX" || e.name == "EXAT",
+                     /*relative=*/e.name == "EX" || e.name == "PX", command, deadline_ms, out);
+}
+
 bool ParseExpiry(std::string_view arg, bool seconds, bool relative, std::string_view command,
                  int64_t* deadline_ms, std::string& out) {
   int64_t v;
@@ -327,16 +342,12 @@ After Executor::SetEx(Args& a, std::string& out, Call&) {
 }
 
 After Executor::GetEx(Args& a, std::string& out, Call& call) {
-  std::string expiry;  // EX, PX, EXAT or PXAT; empty: none
-  std::string_view expiry_arg;
+  ExpiryOption expiry;
   bool persist = false;
   for (size_t i = 2; i < a.size(); ++i) {
     const std::string opt = absl::AsciiStrToUpper(a[i]);
-    if ((opt == "EX" || opt == "PX" || opt == "EXAT" || opt == "PXAT") && !persist &&
-        (expiry.empty() || expiry == opt) && i + 1 < a.size()) {
-      expiry = opt;
-      expiry_arg = a[++i];
-    } else if (opt == "PERSIST" && expiry.empty()) {
+    if (TakeExpiryOption(opt, a, &i, !persist, &expiry)) continue;
+    if (opt == "PERSIST" && expiry.name.empty()) {
       persist = true;
     } else {
       AppendError(out, "ERR syntax error");
@@ -344,9 +355,7 @@ After Executor::GetEx(Args& a, std::string& out, Call& call) {
     }
   }
   int64_t deadline = 0;
-  if (!expiry.empty() &&
-      !ParseExpiry(expiry_arg, expiry == "EX" || expiry == "EXAT",
-                   /*relative=*/expiry == "EX" || expiry == "PX", "getex", &deadline, out)) {
+  if (!expiry.name.empty() && !ExpiryDeadline(expiry, "getex", &deadline, out)) {
     return After::kNone;
   }
   if (!KeyOk(a[1], out)) return After::kNone;
@@ -354,7 +363,7 @@ After Executor::GetEx(Args& a, std::string& out, Call& call) {
   const Read found = ReadValue(a[1], &value, out);
   if (found == Read::kFound) {
     bool done = true;
-    if (!expiry.empty()) {
+    if (!expiry.name.empty()) {
       done = deadline <= NowMs() ? Remove(a[1], out).ok() : SetDeadline(a[1], deadline, out);
     } else if (persist) {
       done = ClearDeadline(a[1], out).ok();

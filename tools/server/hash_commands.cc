@@ -330,24 +330,17 @@ After Executor::HIncrBy(Args& a, std::string& out, Call&) {
 }
 
 After Executor::HIncrByFloat(Args& a, std::string& out, Call&) {
-  long double delta, value = 0;
+  long double delta;  // checked first, as Redis does (before the key's type)
   if (!ParseLongDouble(a[3], &delta)) {
     AppendError(out, "ERR value is not a valid float");
     return After::kNone;
   }
   if (!KeyOk(a[1], out) || !NotAString(a[1], out) || !FieldOk(a[2], out)) return After::kNone;
-  if (const std::optional<std::string> old = HashGet(a[1], a[2]);
-      old.has_value() && !ParseLongDouble(*old, &value)) {
-    AppendError(out, "ERR hash value is not a float");
-    return After::kNone;
+  std::string result;
+  if (AddFloat(HashGet(a[1], a[2]), a[3], "ERR hash value is not a float", &result, out) &&
+      HashSet(a[1], a[2], result, out) >= 0) {
+    AppendBulk(out, result);
   }
-  value += delta;
-  if (std::isnan(value) || std::isinf(value)) {
-    AppendError(out, "ERR increment would produce NaN or Infinity");
-    return After::kNone;
-  }
-  const std::string result = FormatLongDouble(value);
-  if (HashSet(a[1], a[2], result, out) >= 0) AppendBulk(out, result);
   return After::kNone;
 }
 

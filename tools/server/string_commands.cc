@@ -72,6 +72,26 @@ bool ParseI64(std::string_view s, int64_t* out) {
   return true;
 }
 
+bool AddFloat(const std::optional<std::string>& old, std::string_view delta,
+              const char* old_not_float, std::string* result, std::string& out) {
+  long double d, value = 0;
+  if (!ParseLongDouble(delta, &d)) {
+    AppendError(out, kNotFloat);
+    return false;
+  }
+  if (old.has_value() && !ParseLongDouble(*old, &value)) {
+    AppendError(out, old_not_float);
+    return false;
+  }
+  value += d;
+  if (std::isnan(value) || std::isinf(value)) {
+    AppendError(out, "ERR increment would produce NaN or Infinity");
+    return false;
+  }
+  *result = FormatLongDouble(value);
+  return true;
+}
+
 bool Executor::LengthOk(uint64_t base, uint64_t added, std::string& out) const {
   const uint64_t max = options_.limits.max_bulk;
   if (added <= max && base <= max - added) return true;
@@ -83,38 +103,32 @@ After Executor::Set(Args& a, std::string& out, Call& call) {
   // Redis's parse: NX excludes XX; the expiry options exclude each other and KEEPTTL (one may
   // repeat: the last counts), and each needs its argument.
   bool nx = false, xx = false, get = false, keepttl = false;
-  std::string expiry;  // EX, PX, EXAT or PXAT; empty: none
-  std::string_view expiry_arg;
+  ExpiryOption expiry;
   for (size_t i = 3; i < a.size(); ++i) {
     const std::string opt = absl::AsciiStrToUpper(a[i]);
+    if (TakeExpiryOption(opt, a, &i, !keepttl, &expiry)) continue;
     if (opt == "NX" && !xx) {
       nx = true;
     } else if (opt == "XX" && !nx) {
       xx = true;
     } else if (opt == "GET") {
       get = true;
-    } else if (opt == "KEEPTTL" && expiry.empty()) {
+    } else if (opt == "KEEPTTL" && expiry.name.empty()) {
       keepttl = true;
-    } else if ((opt == "EX" || opt == "PX" || opt == "EXAT" || opt == "PXAT") && !keepttl &&
-               (expiry.empty() || expiry == opt) && i + 1 < a.size()) {
-      expiry = opt;
-      expiry_arg = a[++i];
     } else {
       AppendError(out, "ERR syntax error");
       return After::kNone;
     }
   }
   int64_t deadline = 0;
-  if (!expiry.empty() &&
-      !ParseExpiry(expiry_arg, expiry == "EX" || expiry == "EXAT",
-                   /*relative=*/expiry == "EX" || expiry == "PX", "set", &deadline, out)) {
+  if (!expiry.name.empty() && !ExpiryDeadline(expiry, "set", &deadline, out)) {
     return After::kNone;
   }
   if (!KeyOk(a[1], out)) return After::kNone;
   // The write itself: with an expiry, the deadline before the value (a reader reads the
   // deadline first), or the key removed when the deadline has passed already (as Redis).
   auto write = [&]() -> bool {
-    if (expiry.empty()) return Put(a[1], a[2], out, keepttl ? Ttl::kKeep : Ttl::kClear);
+    if (expiry.name.empty()) return Put(a[1], a[2], out, keepttl ? Ttl::kKeep : Ttl::kClear);
     if (deadline <= NowMs()) return Remove(a[1], out).ok();
     return SetDeadline(a[1], deadline, out) && Put(a[1], a[2], out, Ttl::kKeep);
   };
@@ -232,21 +246,14 @@ After Executor::DecrBy(Args& a, std::string& out, Call&) {
 
 After Executor::IncrByFloat(Args& a, std::string& out, Call&) {
   if (!KeyOk(a[1], out)) return After::kNone;
-  std::string old;
-  long double value = 0, delta;
+  std::string old, result;
   const Read read = ReadValue(a[1], &old, out);
   if (read == Read::kFailed) return After::kNone;
-  if ((read == Read::kFound && !ParseLongDouble(old, &value)) || !ParseLongDouble(a[2], &delta)) {
-    AppendError(out, kNotFloat);
-    return After::kNone;
+  const std::optional<std::string> current =
+      read == Read::kFound ? std::optional<std::string>(std::move(old)) : std::nullopt;
+  if (AddFloat(current, a[2], kNotFloat, &result, out) && Put(a[1], result, out, Ttl::kKeep)) {
+    AppendBulk(out, result);
   }
-  value += delta;
-  if (std::isnan(value) || std::isinf(value)) {
-    AppendError(out, "ERR increment would produce NaN or Infinity");
-    return After::kNone;
-  }
-  const std::string result = FormatLongDouble(value);
-  if (Put(a[1], result, out, Ttl::kKeep)) AppendBulk(out, result);
   return After::kNone;
 }
 
