@@ -579,10 +579,11 @@ int Executor::Insert(std::string_view key, std::string_view value, std::string& 
 }
 
 bool Executor::LogDeadlineInTransaction(std::string_view key, std::string& out) {
-  if (!store_.engine().InTransaction()) return true;
   // A crash replays the transaction over the state at the start of the failed epoch, where an
   // epoch-scoped write of this epoch (the removal of a key past its deadline, say) is undone: the
-  // deadline is logged as it stands here, so that the replay leaves it with the value.
+  // deadline is logged as it stands here, so that the replay leaves it with the value. Needless
+  // when no such write is in an epoch not yet complete.
+  if (!store_.engine().InTransaction() || !DeadlineWritesPending()) return true;
   const std::optional<int64_t> deadline = Deadline(key);
   return deadline.has_value() ? SetDeadline(key, *deadline, out) : ClearDeadline(key, out).ok();
 }

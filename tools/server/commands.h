@@ -336,8 +336,17 @@ class Executor {
   int Insert(std::string_view key, std::string_view value, std::string& out);
   // Inside a transaction: logs the key's deadline as it stands (written again, or its removal),
   // so that a crash's replay of the transaction leaves the key's value with exactly that
-  // deadline. Outside one: nothing. Failures as Put's.
+  // deadline. Outside one, or while no epoch-scoped deadline write is pending: nothing. Failures
+  // as Put's.
   bool LogDeadlineInTransaction(std::string_view key, std::string& out);
+  // An epoch-scoped write of db0.expires ran (SetDeadline, ClearDeadline, and an undo's
+  // restore of one outside a transaction): deadline_epoch_ rises to the current epoch.
+  void NoteDeadlineWrite();
+  // Whether an epoch-scoped deadline write may be in an epoch not yet complete: a crash could
+  // then roll it back beneath a transaction's replay, so a transaction logs the deadlines of the
+  // keys it writes. Read under the key's stripe: the writer of that key noted its write before
+  // releasing the stripe.
+  bool DeadlineWritesPending() const;
   // Whether the key was there; the error when the removal failed. Its deadline goes with it.
   absl::StatusOr<bool> Remove(std::string_view key, std::string& out);
   // Hashes (hash_commands.cc): a header in db0.hashes (the field count) and the fields in
@@ -558,8 +567,9 @@ class Executor {
   int64_t start_unix_ms_ = 0;
 
   std::atomic<uint64_t> expired_keys_{0};
-  std::mutex sweep_mu_;     // one active expiry cycle at a time
-  std::string sweep_from_;  // where the next cycle starts; guarded by sweep_mu_
+  std::atomic<uint64_t> deadline_epoch_{0};  // NoteDeadlineWrite
+  std::mutex sweep_mu_;                      // one active expiry cycle at a time
+  std::string sweep_from_;                   // where the next cycle starts; guarded by sweep_mu_
 
   std::atomic<uint64_t> next_client_id_{1};
   mutable std::mutex clients_mu_;

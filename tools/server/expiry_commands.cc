@@ -118,6 +118,19 @@ std::optional<int64_t> Executor::Deadline(std::string_view key) const {
   return d;
 }
 
+void Executor::NoteDeadlineWrite() {
+  // The epoch the write ran in, or a later one (read after it): never too small.
+  const uint64_t e = store_.epochs().current();
+  uint64_t seen = deadline_epoch_.load(std::memory_order_relaxed);
+  while (seen < e && !deadline_epoch_.compare_exchange_weak(seen, e, std::memory_order_release,
+                                                            std::memory_order_relaxed)) {
+  }
+}
+
+bool Executor::DeadlineWritesPending() const {
+  return deadline_epoch_.load(std::memory_order_acquire) > store_.epochs().completed();
+}
+
 bool Executor::Expired(std::string_view key) const {
   const std::optional<int64_t> d = Deadline(key);
   return d.has_value() && NowMs() > *d;  // as Redis: gone once the clock is past the deadline
@@ -156,6 +169,7 @@ bool Executor::SetDeadline(std::string_view key, int64_t deadline_ms, std::strin
   RecordUndo(key, Space::kDeadline);
   absl::StatusOr<ds::PutResult> r = store_.expires().put(key, EncodeInt64(deadline_ms));
   if (r.ok()) {
+    if (!store_.engine().InTransaction()) NoteDeadlineWrite();
     Touch(key);
     return true;
   }
@@ -173,11 +187,14 @@ bool Executor::SetDeadline(std::string_view key, int64_t deadline_ms, std::strin
 absl::StatusOr<bool> Executor::ClearDeadline(std::string_view key, std::string& out) {
   // Inside a transaction the removal is logged even when there is no deadline (Index::remove):
   // its replay after a crash then clears a deadline that an epoch-scoped write of the failed
-  // epoch had removed and the rollback brought back. Outside one, no deadline costs one lookup.
-  if (!store_.engine().InTransaction() && !Deadline(key).has_value()) return false;
+  // epoch had removed and the rollback brought back (when such a write may be pending).
+  // Outside one, no deadline costs one lookup.
+  const bool in_txn = store_.engine().InTransaction();
+  if ((!in_txn || !DeadlineWritesPending()) && !Deadline(key).has_value()) return false;
   RecordUndo(key, Space::kDeadline);
   absl::StatusOr<bool> r = store_.expires().remove(key);
   if (r.ok()) {
+    if (!in_txn) NoteDeadlineWrite();
     if (*r) Touch(key);
     return r;
   }

@@ -93,6 +93,7 @@ std::vector<KeyState> Executor::Restore(std::vector<KeyState> entries) {
     if (has == e.value.has_value() && (!has || v == *e.value)) continue;  // as it was
     const bool done = e.value.has_value() ? tree.put(e.key, *e.value) != ds::PutResult::kNoMemory
                                           : tree.remove(e.key) || !tree.get(e.key, &v);
+    if (e.space == Space::kDeadline) NoteDeadlineWrite();  // a raw tree write: epoch-scoped
     if (!done) left.push_back(std::move(e));
   }
   return left;
