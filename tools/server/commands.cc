@@ -809,22 +809,36 @@ std::optional<std::string> Executor::LoadCursor(uint64_t cursor) {
   return it->second;
 }
 
-After Executor::Scan(Args& a, std::string& out, Call&) {
+bool Executor::ScanStart(std::string_view arg, std::string* from, std::string& out) {
   uint64_t cursor;
-  if (!ParseU64(a[1], &cursor)) {
+  if (!ParseU64(arg, &cursor)) {
     AppendError(out, "ERR invalid cursor");
-    return After::kNone;
+    return false;
   }
+  from->clear();
+  if (cursor == 0) return true;
+  std::optional<std::string> at = LoadCursor(cursor);
+  if (!at.has_value()) {
+    AppendError(out, absl::StrCat("ERR invalid cursor: ", cursor, " is not one of the last ",
+                                  kMaxCursors, " cursors this server run returned"));
+    return false;
+  }
+  *from = std::move(*at);
+  return true;
+}
+
+void Executor::AppendScanReply(bool more, std::string next, const std::vector<std::string>& items,
+                               std::string& out) {
+  const uint64_t next_cursor = more ? SaveCursor(std::move(next)) : 0;
+  AppendArrayHeader(out, 2);
+  AppendBulk(out, std::to_string(next_cursor));
+  AppendArrayHeader(out, items.size());
+  for (const std::string& s : items) AppendBulk(out, s);
+}
+
+After Executor::Scan(Args& a, std::string& out, Call&) {
   std::string from;
-  if (cursor != 0) {
-    auto key = LoadCursor(cursor);
-    if (!key) {
-      AppendError(out, absl::StrCat("ERR invalid cursor: ", cursor, " is not one of the last ",
-                                    kMaxCursors, " cursors this server run returned"));
-      return After::kNone;
-    }
-    from = std::move(*key);
-  }
+  if (!ScanStart(a[1], &from, out)) return After::kNone;
   std::optional<std::string> match;
   uint64_t count = 10;
   std::optional<KeyType> type;  // TYPE: only keys of this type (another name: none)
@@ -885,11 +899,7 @@ After Executor::Scan(Args& a, std::string& out, Call&) {
     ReplyTooLarge(out, "SCAN", keys.size());
     return After::kNone;
   }
-  const uint64_t next_cursor = more ? SaveCursor(std::move(next)) : 0;
-  AppendArrayHeader(out, 2);
-  AppendBulk(out, std::to_string(next_cursor));
-  AppendArrayHeader(out, keys.size());
-  for (const std::string& k : keys) AppendBulk(out, k);
+  AppendScanReply(more, std::move(next), keys, out);
   return After::kNone;
 }
 

@@ -546,6 +546,12 @@ class Executor {
   // SCAN cursors: a handle to the key the next call starts at (see docs/server.md).
   uint64_t SaveCursor(std::string next_key);
   std::optional<std::string> LoadCursor(uint64_t cursor);
+  // SCAN's and HSCAN's cursor argument: 0 (start: *from empty) or one SaveCursor returned
+  // (*from: where it left off). False with Redis's error (or the unknown cursor's) appended.
+  bool ScanStart(std::string_view arg, std::string* from, std::string& out);
+  // [next cursor (0 when done), [items...]].
+  void AppendScanReply(bool more, std::string next, const std::vector<std::string>& items,
+                       std::string& out);
 
   Store& store_;
   const ServerOptions& options_;

@@ -347,21 +347,8 @@ After Executor::HIncrByFloat(Args& a, std::string& out, Call&) {
 After Executor::HScan(Args& a, std::string& out, Call&) {
   // HSCAN key cursor [MATCH pattern] [COUNT n] [NOVALUES]: a cursor is a handle to the field
   // the next call starts at, as SCAN's to a key.
-  uint64_t cursor = 0;
-  if (!absl::SimpleAtoi(a[2], &cursor)) {
-    AppendError(out, "ERR invalid cursor");
-    return After::kNone;
-  }
   std::string from;
-  if (cursor != 0) {
-    std::optional<std::string> field = LoadCursor(cursor);
-    if (!field.has_value()) {
-      AppendError(out, absl::StrCat("ERR invalid cursor: ", cursor, " is not one of the last ",
-                                    kMaxCursors, " cursors this server run returned"));
-      return After::kNone;
-    }
-    from = std::move(*field);
-  }
+  if (!ScanStart(a[2], &from, out)) return After::kNone;
   std::optional<std::string> match;
   uint64_t count = 10;
   bool novalues = false;
@@ -410,11 +397,7 @@ After Executor::HScan(Args& a, std::string& out, Call&) {
     ReplyTooLarge(out, "HSCAN", items.size());
     return After::kNone;
   }
-  const uint64_t next_cursor = more ? SaveCursor(std::move(next)) : 0;
-  AppendArrayHeader(out, 2);
-  AppendBulk(out, std::to_string(next_cursor));
-  AppendArrayHeader(out, items.size());
-  for (const std::string& s : items) AppendBulk(out, s);
+  AppendScanReply(more, std::move(next), items, out);
   return After::kNone;
 }
 
