@@ -166,6 +166,10 @@ class Heap {
     return (chunks_.load(std::memory_order_acquire) - meta_chunks_.load(std::memory_order_acquire))
            << 16;
   }
+  // Bytes of the chunks that hold nothing (neither an extent nor a size class's blocks): one
+  // load per chunk, no block walk. A lower bound of what the heap can still hand out (free
+  // blocks inside chunks of a size class are not counted).
+  uint64_t FreeChunkBytes() const;
   // Allocate calls since Open (all threads; cheap: no heap walk).
   uint64_t AllocationsSinceOpen() const;
   // Deep consistency check of the metadata: chunk states, extent runs, bitmap bits beyond a

@@ -45,6 +45,18 @@ absl::Status Heap::Walk(const std::function<void(const BlockInfo&)>& fn) const {
   return absl::OkStatus();
 }
 
+uint64_t Heap::FreeChunkBytes() const {
+  const uint64_t chunks = chunks_.load(std::memory_order_acquire);
+  uint64_t free = 0;
+  for (uint64_t i = 0; i < chunks; ++i) {
+    const uint64_t s = state_[i].load(std::memory_order_relaxed);
+    if (s != kMetaState && s != kTailState && StateKind(s) != ChunkKind::kExtent &&
+        StateKind(s) != ChunkKind::kSmall)
+      ++free;
+  }
+  return free * kChunkSize;
+}
+
 uint64_t Heap::AllocationsSinceOpen() const {
   uint64_t n = 0;
   const_cast<PerThread<ThreadCache>&>(caches_).ForEach(

@@ -42,13 +42,7 @@ constexpr uint64_t kRegrowthDivisor = 8;
 std::chrono::nanoseconds Engine::Impl::BackgroundCpu() const { return ThreadCpuTime(bg_); }
 
 void Engine::Impl::BackgroundLoop() {
-  // The committers' trigger in bytes (SetThresholds; the log grows by whole blocks, so `used`
-  // reaches it exactly when it reaches reclaim_trigger of the budget).
-  const uint64_t trigger = trigger_blocks_ * store.block_size();
   uint64_t floor = 0;  // log bytes right after the last cycle: the compacted log and the tails
-  // Free blocks kept after a cycle: what the log takes until the next one (it runs again once
-  // the log has grown by budget / kRegrowthDivisor), twice over. The rest go back to the heap.
-  const uint64_t keep_blocks = 2 * (budget / kRegrowthDivisor / store.block_size() + 1);
   // Idleness: no transaction ended for kIdleAfter. An idle engine runs a cycle every
   // kIdleCycleEvery (each advances the epochs, so words age and go cold and the compacted log
   // shrinks) and gives every free block back, until a cycle changes nothing.
@@ -70,6 +64,14 @@ void Engine::Impl::BackgroundLoop() {
     bg_kick_.store(false);
     l.unlock();
     Watchdog();
+    // The budget and the committers' trigger in bytes (SetBudget: an automatic budget changes
+    // them; the log grows by whole blocks, so `used` reaches the trigger exactly when it reaches
+    // reclaim_trigger of the budget).
+    const uint64_t log_budget = Budget();
+    const uint64_t trigger = trigger_blocks_.load(std::memory_order_relaxed) * store.block_size();
+    // Free blocks kept after a cycle: what the log takes until the next one (it runs again once
+    // the log has grown by budget / kRegrowthDivisor), twice over. The rest go back to the heap.
+    const uint64_t keep_blocks = 2 * (log_budget / kRegrowthDivisor / store.block_size() + 1);
     const uint64_t used = store.blocks_in_use() * store.block_size();
     // Hysteresis: a cycle rewrites the compacted log, so run one only when the log has grown by
     // an eighth of the budget since the last cycle left it (or is over the budget: writers
@@ -78,9 +80,10 @@ void Engine::Impl::BackgroundLoop() {
     // then folds fewer records, so the reclaimer works more.
     // Writers wait from stall_blocks_ on (budget / block size, rounded down): a log there runs
     // a cycle even when a budget that is not a whole number of blocks is not reached yet.
-    const bool writers_wait = store.blocks_in_use() >= stall_blocks_;
+    const bool writers_wait =
+        store.blocks_in_use() >= stall_blocks_.load(std::memory_order_relaxed);
     if (used >= trigger &&
-        (used >= floor + budget / kRegrowthDivisor || used >= budget || writers_wait)) {
+        (used >= floor + log_budget / kRegrowthDivisor || used >= log_budget || writers_wait)) {
       absl::Status st = Reclaim(/*advance=*/true);
       if (!st.ok()) {
         std::fprintf(stderr, "pmrt txn: reclamation failed: %s\n", st.ToString().c_str());
@@ -116,7 +119,7 @@ void Engine::Impl::BackgroundLoop() {
       idle_unchanged = unchanged ? idle_unchanged + 1 : 0;
     }
     // Committers kick only once the log reaches the size at which the test above runs a cycle.
-    const uint64_t next = std::min(std::max(trigger, floor + budget / kRegrowthDivisor), budget);
+    const uint64_t next = std::min(std::max(trigger, floor + log_budget / kRegrowthDivisor), log_budget);
     kick_blocks_.store((next + store.block_size() - 1) / store.block_size(),
                        std::memory_order_relaxed);
     l.lock();

@@ -52,7 +52,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(Pool& pool, epoch::Manager&
   if (options.reclaim_trigger <= 0 || options.reclaim_trigger > 1) {
     return absl::InvalidArgumentError("txn: reclaim_trigger must be in (0, 1]");
   }
-  if (options.log_budget == 0) {
+  const bool auto_budget = options.log_budget == 0;
+  if (auto_budget) {
     options.log_budget = static_cast<size_t>(
         std::clamp<uint64_t>(heap.capacity() / 16, kAutoLogBudgetMin, kAutoLogBudgetMax));
   }
@@ -72,6 +73,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(Pool& pool, epoch::Manager&
   std::unique_ptr<Engine> e(new Engine(pool, epochs, heap, options));
   e->attached_ = true;
   e->impl_ = std::make_unique<Impl>(*e);
+  e->impl_->auto_budget = auto_budget;
+  e->impl_->auto_budget_base = options.log_budget;
   // Every word the pool can grow to in this run: growth never moves the index.
   ASSIGN_OR_RETURN(e->impl_->index, txn_internal::WordIndex::Create(pool.max_size()));
   RETURN_IF_ERROR(e->impl_->Recover());
@@ -151,7 +154,8 @@ Stats Engine::stats() const {
   s.cycles = i.cycles.load();
   s.full_cycles = i.full_cycles.load();
   s.stalls = i.stalls.load();
-  s.log_budget = i.budget;
+  s.log_budget = i.Budget();
+  s.budget_changes = i.budget_changes.load();
   s.words_kept = i.words_kept.load();
   s.words_dropped = i.words_dropped.load();
   s.words_cold = i.words_cold.load();
@@ -198,27 +202,75 @@ Engine::Impl::Impl(Engine& e)
 
 Engine::Impl::~Impl() = default;
 
-void Engine::Impl::SetThresholds() {
+void Engine::Impl::SetThresholds() { SetBudget(options.log_budget); }
+
+void Engine::Impl::SetBudget(uint64_t bytes) {
   // The budget is the bound the log keeps under a steady load: above it, new transactions wait
   // for the reclaimer (the records of open ones may still take a block each, and a cycle holds
   // the old and the new compacted log at once until its descriptor switches).
   // A budget the block limit cannot hold is capped at 4/7 of it (64 MiB with 32 KiB blocks):
   // otherwise the logs would reach their limit before the reclaimer's trigger and every record
   // would fail with kResourceExhausted (the rest is for open transactions' records and, during
-  // a full cycle, the old and the new compacted log).
+  // a full cycle, the old and the new compacted log). An automatic budget moves the limit with
+  // it (twice the budget, as Options::log_limit's default).
   const uint64_t bs = store.block_size();
+  if (auto_budget && options.log_limit == 0) {
+    store.set_limit_blocks(std::max<uint64_t>(4, 2 * bytes / bs));
+  }
   const uint64_t limit = std::min<uint64_t>(store.limit_blocks(), txn_internal::kTableCapacity);
-  budget = std::min<uint64_t>(options.log_budget, limit * 4 / 7 * bs);
-  stall_blocks_ = budget / bs;
-  begin_stall_blocks_ = options.background ? stall_blocks_ : ~uint64_t{0};
+  const uint64_t b = std::min<uint64_t>(bytes, limit * 4 / 7 * bs);
+  budget.store(b, std::memory_order_relaxed);
+  stall_blocks_.store(b / bs, std::memory_order_relaxed);
+  begin_stall_blocks_.store(options.background ? b / bs : ~uint64_t{0}, std::memory_order_relaxed);
   // Committers wake the reclaimer once the log holds reclaim_trigger of the budget.
-  trigger_blocks_ = static_cast<uint64_t>(
-      std::ceil(static_cast<double>(budget) * options.reclaim_trigger / static_cast<double>(bs)));
-  kick_blocks_.store(options.background ? trigger_blocks_ : ~uint64_t{0});
+  const auto trigger = static_cast<uint64_t>(
+      std::ceil(static_cast<double>(b) * options.reclaim_trigger / static_cast<double>(bs)));
+  trigger_blocks_.store(trigger, std::memory_order_relaxed);
+  kick_blocks_.store(options.background ? trigger : ~uint64_t{0});
+}
+
+void Engine::Impl::AdaptBudget(uint64_t k_bytes) {
+  // The automatic budget follows the hot set, which the compacted log measures (one entry per
+  // hot word). A log of 8 times the compacted log lets records age until most of their entries
+  // are superseded before a cycle folds them; a smaller one makes every cycle copy more of K
+  // again (the reclaimer's work per transaction grows) and, below 2 times, sends hot words cold
+  // (each next write a snapshot and a fence). So: double while K is over 1/8 of the budget,
+  // up to what the block table holds, if the heap keeps free at least twice what the log may
+  // newly take (2 x the budget's growth: the log may reach twice its budget). Halve, not below
+  // the pool-sized start, after 4 full cycles in a row with K under 1/32 of the budget, or as
+  // soon as the heap's free chunks are fewer than the budget (the program needs the room), in
+  // both cases only once the log in use fits the smaller budget.
+  const uint64_t b = Budget();
+  const uint64_t bs = store.block_size();
+  const uint64_t cap = txn_internal::kTableCapacity * 4 / 7 * bs;
+  const uint64_t in_use = store.blocks_in_use() * bs;
+  auto shrink = [&] {
+    const uint64_t want = std::max(auto_budget_base, b / 2);
+    if (want < b && in_use <= want) {
+      SetBudget(want);
+      budget_changes.fetch_add(1, std::memory_order_relaxed);
+      small_k_cycles_ = 0;
+    }
+  };
+  if (b > auto_budget_base && heap.FreeChunkBytes() < b) return shrink();
+  if (k_bytes > b / 8) {
+    small_k_cycles_ = 0;
+    const uint64_t want = std::min(cap, 2 * b);
+    if (want > b && heap.FreeChunkBytes() >= 4 * (want - b)) {
+      SetBudget(want);
+      budget_changes.fetch_add(1, std::memory_order_relaxed);
+    }
+    return;
+  }
+  if (b > auto_budget_base && k_bytes < b / 32) {
+    if (++small_k_cycles_ >= 4) shrink();
+  } else {
+    small_k_cycles_ = 0;
+  }
 }
 
 absl::Status Engine::Impl::WaitForRoom() {
-  const uint64_t stall = stall_blocks_;
+  const uint64_t stall = stall_blocks_.load(std::memory_order_relaxed);
   if (store.blocks_in_use() < stall) return absl::OkStatus();
   stalls.fetch_add(1, std::memory_order_relaxed);
   const auto start = std::chrono::steady_clock::now();

@@ -161,7 +161,7 @@ absl::Status ReclaimCycle::Run(bool advance) {
 
 void ReclaimCycle::Plan() {
   Engine::Impl& e = impl_;
-  const bool pressure = e.store.blocks_in_use() * e.store.block_size() > e.budget;
+  const bool pressure = e.store.blocks_in_use() * e.store.block_size() > e.Budget();
   // Over budget: a full cycle (K's superseded entries go too), but the cold age stays what the
   // budget affords (adapted in Conclude): zeroing it would drop the whole hot set each time the
   // log touches the budget, and every word would then pay a snapshot.
@@ -189,7 +189,7 @@ void ReclaimCycle::Plan() {
   // are always followed by a newer one (recovery applies K's records in chain order).
   full_ = e.force_full_ || pressure ||
           e.incremental_cycles_ >= Engine::Impl::kMaxIncrementalCycles ||
-          k_blocks_before * bs_ >= std::max<uint64_t>(2 * e.full_k_bytes_, e.budget / 8);
+          k_blocks_before * bs_ >= std::max<uint64_t>(2 * e.full_k_bytes_, e.Budget() / 8);
 
   k_new_ = std::make_unique<Chain>();
   k_out_ = full_ ? k_new_.get() : &e.store.chain(kCompactSlot);
@@ -541,12 +541,16 @@ void ReclaimCycle::Conclude() {
   } else {
     ++e.incremental_cycles_;
   }
+  // An automatic budget first follows the hot set (AdaptBudget); the cold age then adapts to
+  // the budget in effect.
+  if (full_ && e.auto_budget && !idle_) e.AdaptBudget(k_bytes_);
   if (full_ && e.options.adaptive_cold && !idle_) {
     // Keep as many words hot as the budget affords: the compacted log holds one entry per hot
     // word, and a cold word costs a fence at its next first write.
-    if (k_bytes_ > e.budget / 2) {
+    const uint64_t budget = e.Budget();
+    if (k_bytes_ > budget / 2) {
       e.cold_age = std::max<uint64_t>(e.cold_age / 2, e.touch_slack);
-    } else if (k_bytes_ < e.budget / 4) {
+    } else if (k_bytes_ < budget / 4) {
       e.cold_age = std::min(e.options.max_cold_after_epochs, e.cold_age * 2 + 1);
     }
   }

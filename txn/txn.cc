@@ -191,7 +191,7 @@ uint64_t ThreadSerial() {
   // (The thread's serial as it is: 0, never an owner, sends a thread's first begin to
   // BeginSlow, which numbers it.)
   return t.depth == 0 && t.owner == tls_thread_serial && t.owner != 0 && t.doom.ok() &&
-         store.blocks_in_use() < begin_stall_blocks_;
+         store.blocks_in_use() < begin_stall_blocks_.load(std::memory_order_relaxed);
 }
 
 [[gnu::always_inline]] inline absl::Status Engine::Impl::Begin(ThreadTx& t) {
@@ -214,7 +214,7 @@ absl::Status Engine::Impl::BeginSlow(ThreadTx& t) {
   if (t.slot == txn_internal::kCompactSlot) RETURN_IF_ERROR(AssignSlot(t));
   // Backpressure, before the guard: the reclaimer may need to advance the epoch. Not when the
   // caller already holds a guard (the advance would wait for it).
-  if (options.background && store.blocks_in_use() >= stall_blocks_ &&
+  if (options.background && store.blocks_in_use() >= stall_blocks_.load(std::memory_order_relaxed) &&
       epochs.LocalSlot().depth == 0) {
     RETURN_IF_ERROR(WaitForRoom());
   }

@@ -102,9 +102,15 @@ struct Options {
   // `reclaim_trigger` of it. Capped at 4/7 of the thread logs' block limit (below; so at most
   // 64 MiB with 32 KiB blocks, 8 MiB with 4 KiB ones), so that the reclaimer starts, and begin()
   // waits, before the logs reach their limit, with room left for the compacted log;
-  // Stats::log_budget is the budget in effect. 0 (the default): sized to the pool, 1/16 of the
-  // heap's bytes within [1 MiB, 32 MiB] (kAutoLogBudget*), so that the log, which may reach
-  // twice its budget, never holds more than 1/8 of a small pool.
+  // Stats::log_budget is the budget in effect. 0 (the default): automatic. It starts sized to
+  // the pool, 1/16 of the heap's bytes within [1 MiB, 32 MiB] (kAutoLogBudget*), so that the log,
+  // which may reach twice its budget, holds at most 1/8 of a small pool, and then follows the
+  // hot set: after each full cycle it doubles while the compacted log (one entry per hot word)
+  // is over 1/8 of it, up to the block limit's cap, if the heap's free chunks are at least 4
+  // times the growth; it halves, not below its start, when the compacted log stays under 1/32
+  // of it or the heap's free chunks fall under it (docs/txn.md, "The automatic budget").
+  // Without it a hot set larger than the budget allows goes cold and every write of it pays a
+  // snapshot. The hard limit (log_limit 0) follows it, twice the budget.
   size_t log_budget = 0;
   double reclaim_trigger = 0.5;
   // Hard limit on the thread logs' bytes (blocks owned); 0: 2 x log_budget. At most 3584
@@ -169,6 +175,7 @@ struct Stats {
   // CPU time of the background reclaimer thread since the engine opened (0 without one).
   std::chrono::nanoseconds reclaimer_cpu{0};
   uint64_t log_budget = 0;         // the budget in effect (Options::log_budget, capped)
+  uint64_t budget_changes = 0;     // times an automatic budget grew or shrank
   uint64_t recovered_records = 0;  // records replayed at open
   // Valid records the open read from the logs (0 after a clean close: it retires the log).
   uint64_t records_read_at_open = 0;

@@ -1733,5 +1733,87 @@ TEST_F(TxnTest, ABudgetTheBlockLimitCannotHoldIsCapped) {
   EXPECT_LE(s.log_bytes_peak, o.log_limit);
 }
 
+// An automatic budget (Options::log_budget 0) over a hot set of `words` words of a heap array:
+// `rounds` rounds of `per_round` one-word transactions on random words of it, each round ending
+// with an epoch advance and a cycle. Checks the array against a model afterwards.
+class AutoBudgetTest : public TxnTest {
+ protected:
+  static Options Auto() {
+    Options o = Quiet();
+    o.log_budget = 0;
+    o.cold_after_epochs = 4;  // words not written go cold within a few cycles
+    o.max_cold_after_epochs = 8;
+    return o;
+  }
+  void SetUp() override {
+    Open(Auto());
+    arr_ = static_cast<uint64_t*>(rt_.heap->Allocate(kArrayWords * 8, 64));
+    ASSERT_NE(arr_, nullptr);
+    std::memset(arr_, 0, kArrayWords * 8);
+    model_.assign(kArrayWords, 0);
+    base_ = engine().stats().log_budget;
+  }
+  void Rounds(uint64_t words, int rounds, int per_round) {
+    for (int r = 0; r < rounds; ++r) {
+      for (int i = 0; i < per_round; ++i) {
+        rng_ ^= rng_ << 13;
+        rng_ ^= rng_ >> 7;
+        rng_ ^= rng_ << 17;
+        const uint64_t w = rng_ % words;
+        ASSERT_OK(txn::Run([&] { return write(&arr_[w], rng_); }));
+        model_[w] = rng_;
+      }
+      ASSERT_OK(rt_.epochs->Advance());
+      ASSERT_OK(engine().Reclaim());
+    }
+  }
+  void ExpectModel() {
+    for (uint64_t w = 0; w < kArrayWords; ++w) ASSERT_EQ(arr_[w], model_[w]) << "word " << w;
+  }
+  static constexpr uint64_t kArrayWords = 32768;
+  uint64_t* arr_ = nullptr;
+  std::vector<uint64_t> model_;
+  uint64_t rng_ = 12345;
+  uint64_t base_ = 0;
+};
+
+TEST_F(AutoBudgetTest, FollowsTheHotSetUpAndBackDown) {
+  // The pool-sized start: 1/16 of a 16 MiB pool's heap, at least 1 MiB.
+  EXPECT_EQ(base_, uint64_t{1} << 20);
+  // 32,768 hot words: a compacted log of ~512 KiB, over 1/8 of 1, 2 and 4 MiB. The heap's
+  // ~15 MiB of free chunks allow growths of 1 and 2 MiB (4 x the growth), not one of 4 MiB.
+  Rounds(kArrayWords, 60, 4000);
+  Stats s = engine().stats();
+  EXPECT_EQ(s.log_budget, uint64_t{4} << 20) << "compacted log " << s.compact_bytes;
+  EXPECT_EQ(s.budget_changes, 2u);
+  ExpectModel();
+  // Then 16 hot words: the others go cold, the compacted log shrinks under 1/32 of the budget,
+  // and the budget halves back to its start.
+  Rounds(16, 400, 20);
+  s = engine().stats();
+  EXPECT_EQ(s.log_budget, base_) << "compacted log " << s.compact_bytes;
+  EXPECT_EQ(s.budget_changes, 4u);
+  ExpectModel();
+}
+
+TEST_F(AutoBudgetTest, LeavesAFullHeapToTheProgram) {
+  Rounds(kArrayWords, 60, 4000);
+  ASSERT_EQ(engine().stats().log_budget, uint64_t{4} << 20);
+  // The program takes the heap's free chunks but 2 MiB: fewer than the budget, which halves at
+  // the next full cycle and then again, back to its start (and never grows while so).
+  std::vector<void*> taken;
+  while (rt_.heap->FreeChunkBytes() > (uint64_t{2} << 20)) {
+    void* p = rt_.heap->Allocate(uint64_t{1} << 20, 64);
+    if (p == nullptr) break;
+    taken.push_back(p);
+  }
+  ASSERT_LE(rt_.heap->FreeChunkBytes(), uint64_t{2} << 20);
+  Rounds(kArrayWords, 100, 1000);
+  const Stats s = engine().stats();
+  EXPECT_EQ(s.log_budget, base_);
+  ExpectModel();
+  for (void* p : taken) ASSERT_OK(rt_.heap->Free(p));
+}
+
 }  // namespace
 }  // namespace pmrt::txn

@@ -309,7 +309,7 @@ class Engine::Impl {
 
   // ---- recovery (recovery.cc) ----
   absl::Status Recover();
-  void SetThresholds();  // after Recover (the block size is known): stall_blocks_, trigger_blocks_
+  void SetThresholds();  // after Recover (the block size is known): SetBudget(the options')
 
   // ---- reclamation (reclaim.cc: a cycle; background.cc: the thread; close.cc: the close) ----
   // `idle`: the background thread's cycle of an idle engine (BackgroundLoop): a full cycle at
@@ -491,14 +491,26 @@ class Engine::Impl {
 
   // Log sizes in blocks: begin() waits for the reclaimer from stall_blocks_ on; committers
   // wake it from trigger_blocks_ on (see KickIfOverTrigger).
-  uint64_t stall_blocks_ = ~uint64_t{0};
+  // Relaxed atomics: an automatic budget (AdaptBudget) changes them while transactions run.
+  std::atomic<uint64_t> stall_blocks_{~uint64_t{0}};
   // stall_blocks_ with the background reclaimer on, else never (BeginReady's one comparison).
-  uint64_t begin_stall_blocks_ = ~uint64_t{0};
-  uint64_t trigger_blocks_ = 0;
+  std::atomic<uint64_t> begin_stall_blocks_{~uint64_t{0}};
+  std::atomic<uint64_t> trigger_blocks_{0};
 
  public:
-  // The log budget in effect: Options::log_budget capped by the block limit (SetThresholds).
-  uint64_t budget = 0;
+  // The log budget in effect: Options::log_budget capped by the block limit (SetBudget); with
+  // an automatic budget (Options::log_budget 0) adapted to the compacted log (AdaptBudget).
+  std::atomic<uint64_t> budget{0};
+  uint64_t Budget() const { return budget.load(std::memory_order_relaxed); }
+  // The automatic budget: on, its starting size (the pool-sized default, also its floor), and
+  // the full cycles in a row that found the compacted log small (AdaptBudget).
+  bool auto_budget = false;
+  uint64_t auto_budget_base = 0;
+  int small_k_cycles_ = 0;
+  std::atomic<uint64_t> budget_changes{0};
+  // After a full (non-idle) cycle that left the compacted log at k_bytes; under reclaim_mu.
+  void AdaptBudget(uint64_t k_bytes);
+  void SetBudget(uint64_t bytes);
 
   template <class F>
   void ForEachThread(F&& f) {

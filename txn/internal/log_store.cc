@@ -309,7 +309,7 @@ absl::StatusOr<uint32_t> LogStore::Grow(uint32_t slot) {
       count_.store(b, std::memory_order_release);  // the skipped entries are holes below it
     }
   }
-  if ((slot != kCompactSlot && by_offset_.size() >= limit_blocks_) || b >= kTableCapacity) {
+  if ((slot != kCompactSlot && by_offset_.size() >= limit_blocks()) || b >= kTableCapacity) {
     if (b < count_.load(std::memory_order_relaxed)) holes_.push_back(b);
     return absl::ResourceExhaustedError(
         absl::StrCat(pool_.path(), ": transaction log limit reached (", by_offset_.size(),

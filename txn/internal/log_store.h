@@ -213,8 +213,9 @@ class LogStore {
   std::vector<uint64_t> OwnedOffsets() const;  // the directory and every table block
   // Thread logs may own at most this many blocks; the compacted log only the table's capacity
   // (the reclaimer must always be able to make room).
-  void set_limit_blocks(uint64_t n) { limit_blocks_ = n; }
-  uint64_t limit_blocks() const { return limit_blocks_; }
+  // (Relaxed: an automatic budget moves the limit while records take blocks.)
+  void set_limit_blocks(uint64_t n) { limit_blocks_.store(n, std::memory_order_relaxed); }
+  uint64_t limit_blocks() const { return limit_blocks_.load(std::memory_order_relaxed); }
 
   Pool& pool() const { return pool_; }
   epoch::Manager& epochs() const { return epochs_; }
@@ -265,7 +266,7 @@ class LogStore {
       std::make_unique<std::atomic<uint64_t>[]>(kTableCapacity / 8);
   std::atomic<uint64_t> in_use_{0};
   std::atomic<uint64_t> peak_{0};
-  uint64_t limit_blocks_ = kTableCapacity;
+  std::atomic<uint64_t> limit_blocks_{kTableCapacity};
   std::atomic<uint64_t> next_gen_{0};
 
   std::unique_ptr<Chain> chains_[kMaxSlots];
