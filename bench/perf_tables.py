@@ -242,8 +242,9 @@ def render_txbench(rows):
     systems = ("pmrt", "pmdk", "undo", "plain", "floor")
     body = []
     cold_systems = set()
+    configs = ((1, 1), (4, 1), (16, 1), (1, 2), (4, 2), (16, 2))
     for d in ("uniform", "zipf"):
-        for k, t in ((1, 1), (4, 1), (16, 1), (4, 2)):
+        for k, t in configs:
             runs = {s: tx_runs(rows, s, k, d, t) for s in systems}
             if not runs["pmrt"] and not runs["pmdk"]:
                 continue
@@ -254,20 +255,32 @@ def render_txbench(rows):
                             if runs[s] else "–")
             p, m, fl = runs["pmrt"], runs["pmdk"], runs["floor"]
             fpc = med(r.get("fences_per_commit") for r in p.values())
+
+            def pct(key):
+                v = med(r.get(key) for r in p.values())
+                return "–" if v is None else f"{100 * v:.0f}%"
+
+            def times(key):
+                v = med(r.get(key) for r in p.values())
+                return "–" if v is None else f"{v:.1f}×"
+
             body.append([
                 d, k, t, kt("pmrt"), kt("pmdk"), kt("undo"), kt("plain"), kt("floor"),
                 ratio(paired(p, m, "ops_per_sec")), ratio(paired(p, m, "ops_per_cpu_sec")),
-                ratio(paired(p, m, "ops_per_worker_cpu_sec")), ratio(paired(fl, m, "ops_per_sec")),
-                ratio(paired(p, fl, "ops_per_sec")), "–" if fpc is None else f"{fpc:.3f}"])
+                ratio(paired(p, fl, "ops_per_sec")), ratio(paired(p, fl, "ops_per_cpu_sec")),
+                pct("reclaimer_cpu_share"), pct("advancer_cpu_share"), times("log_over_hot_avg"),
+                "–" if fpc is None else f"{fpc:.3f}"])
     if not body:
         return ["No transaction runs in this file."]
     lines = table(["dist", "K", "T", "pmrt tx/s", "PMDK tx/s", "undo tx/s", "plain tx/s",
                    "floor tx/s", "pmrt / PMDK wall", "pmrt / PMDK process CPU",
-                   "pmrt / PMDK worker CPU", "floor / PMDK wall", "pmrt / floor wall",
-                   "pmrt fences / commit"], body)
+                   "pmrt / floor wall", "pmrt / floor process CPU", "reclaimer CPU",
+                   "advancer CPU", "log ÷ hot", "pmrt fences / commit"], body)
     rounds = len({r.get("round", 0) for r in rows})
-    notes = [f"Medians of {rounds} rounds; each ratio the median of the per-round ratios "
-             f"(min–max)." if rounds > 1 else "One round."]
+    notes = [(f"Medians of {rounds} rounds; each ratio the median of the per-round ratios "
+              f"(min–max)." if rounds > 1 else "One round.") +
+             " Reclaimer and advancer CPU: shares of the workers' CPU; log ÷ hot: the log's "
+             "bytes over those of the words written in the last 256 ms (averaged over the run)."]
     if cold_systems:
         notes.append("In this run only pmrt was prewarmed (" + ", ".join(
             s if s != "pmdk" else "PMDK" for s in systems if s in cold_systems) +
@@ -285,16 +298,18 @@ def render_txbench(rows):
                   ""] + table(["dist", "K", "pmrt / PMDK wall", "pmrt / PMDK worker CPU"], pre)
     cold = []
     for d in ("uniform", "zipf"):
-        c = {r.get("round", 0): r for r in rows if r["system"] == "pmrt" and r["words"] == 4
-             and r["dist"] == d and r["threads"] == 1 and r["seconds"] < 8
-             and not r.get("prewarm") and not r.get("prefetch")}
-        m = tx_runs(rows, "pmdk", 4, d, 1)
-        if c and m:
-            cold.append(f"{d} {ratio(paired(c, m, 'ops_per_sec'))} PMDK's wall throughput, "
-                        f"{med(r.get('snapshots_per_commit') for r in c.values()):.3f} "
-                        f"snapshots per commit")
+        for k in (1, 4, 16):
+            c = {r.get("round", 0): r for r in rows if r["system"] == "pmrt"
+                 and r["words"] == k and r["dist"] == d and r["threads"] == 1
+                 and r["seconds"] < 8 and not r.get("prewarm") and not r.get("prefetch")}
+            if not c:
+                continue
+            steady = med(r.get("steady_after_s") for r in c.values())
+            cold.append(f"{d} K = {k}: {num(med(r['ops_per_sec'] for r in c.values()) / 1e3)} k "
+                        f"tx/s" + ("" if steady is None else f", steady after {steady:.1f} s"))
     if cold:
-        lines.append(Note("Cold start (pmrt not prewarmed), K = 4: " + "; ".join(cold) + "."))
+        lines.append(Note("Cold start (pmrt neither prewarmed nor warmed up, default options, "
+                          "1 thread; the rate over the whole run): " + "; ".join(cold) + "."))
     for r in rows:
         if r["system"] == "pmrt" and r["seconds"] >= 8 and "log_bytes_avg" in r:
             lines.append(Note(f"Steady state of the log, pmrt K = {r['words']} {r['dist']}, "

@@ -173,7 +173,7 @@ fi
 if want txbench; then
   : >"$out/txbench.jsonl"
   if ((quick)); then
-    run_suite txbench env SECONDS_PER_RUN=0.3 WARMUP=0.1 STEADY_SECONDS=0 ARRAY=131072 REPEAT=1 \
+    run_suite txbench env SECONDS_PER_RUN=0.3 WARMUP=0.1 STEADY_SECONDS=0 COLD_SECONDS=0.5 ARRAY=131072 REPEAT=1 \
       OUT="$out/txbench.jsonl" bench/txbench.sh build/release
   else
     run_suite txbench env SECONDS_PER_RUN=2 WARMUP=1 STEADY_SECONDS=10 \

@@ -11,7 +11,8 @@
 //   pmrt   txn::begin; K x txn::write(&a[i], v); txn::commit — speculative logging, one fence
 //          per commit (txn/txn.h). A pool file in DIR (default /dev/shm, unlinked once mapped),
 //          backend pmem, the 64 ms epoch advancer and the background reclaimer with a
-//          --budget-mb (32) log budget.
+//          --budget-mb log budget (0, the default: the engine's automatic budget, which starts
+//          at 1/16 of the pool and follows the hot set).
 //   pmdk   libpmemobj: pmemobj_tx_begin; K x pmemobj_tx_add_range_direct(&a[i], 8), a[i] = v;
 //          pmemobj_tx_commit / pmemobj_tx_end, on a pmemobj pool in DIR.
 //   undo   a straightforward undo log on a pmrt pool (pmem backend): per word, the entry
@@ -64,7 +65,9 @@
 // background threads' CPU in the measured interval) and their shares of the workers' CPU
 // (reclaimer_cpu_share, advancer_cpu_share); the log against the hot set (HotSeries: the words
 // written in the last --hot-ms, 256 by default, four 64 ms epochs): hot_bytes_avg,
-// log_over_hot_avg, log_over_hot_end, and "series", [t, log bytes, hot bytes] every 250 ms.
+// log_over_hot_avg, log_over_hot_end, and "series", [t, log bytes, hot bytes] every 250 ms;
+// steady_after_s (every system): seconds from the first transaction, the warmup's included, to
+// the end of the last 250 ms window under 80% of the steady rate (HotSeries::SteadyAfter).
 #include <libpmem.h>
 #include <libpmemobj.h>
 #include <sys/resource.h>
@@ -107,7 +110,7 @@ struct Args {
   double warmup = 1;
   bool json = false;
   std::string dir = "/dev/shm";
-  size_t budget_mb = 32;
+  size_t budget_mb = 0;
   size_t block_kb = 32;
   std::string backend = "pmem";
   uint64_t seed = 1;
@@ -191,6 +194,41 @@ class HotSeries {
                   "\"log_over_hot_end\": %.3f",
                   hot_sum / n, ratio_sum / n, ratio_end);
     return out + buf + ", \"series\": [" + points + "]";
+  }
+
+  // Seconds from the first transaction (the warmup's start) to the end of the last 250 ms
+  // window whose rate is under 80% of the median window of the run's second half: how long a
+  // run takes to reach its steady state (the commits of a window from the draws consumed, k
+  // per transaction). 0 when every window is steady; null without two windows.
+  std::string SteadyAfter(int k) const {
+    struct Window {
+      double end, rate;
+    };
+    std::vector<Window> windows;
+    const Sample* from = samples_.empty() ? nullptr : &samples_.front();
+    auto commits = [&](const Sample& s) {
+      uint64_t n = 0;
+      for (uint64_t p : s.pos) n += p;
+      return static_cast<double>(n) / k;
+    };
+    for (const Sample& s : samples_) {
+      if (s.t - from->t < 0.25) continue;
+      windows.push_back({s.t, (commits(s) - commits(*from)) / (s.t - from->t)});
+      from = &s;
+    }
+    if (windows.size() < 2) return "null";
+    const double end_t = windows.back().end;
+    std::vector<double> late;
+    for (const Window& w : windows)
+      if (w.end >= (samples_.front().t + end_t) / 2) late.push_back(w.rate);
+    std::nth_element(late.begin(), late.begin() + late.size() / 2, late.end());
+    const double steady = late[late.size() / 2];
+    double after = samples_.front().t;
+    for (const Window& w : windows)
+      if (w.rate < 0.8 * steady) after = w.end;
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.2f", after - samples_.front().t);
+    return buf;
   }
 
  private:
@@ -794,6 +832,7 @@ int main(int argc, char** argv) {
     const bool has_log = pmrt_sys != nullptr && pmrt_sys->HasLog();
     sys->Report(json, commits, wcpu);
     if (has_log) json += series.Json(drawn_all);
+    json += ", \"steady_after_s\": " + series.SteadyAfter(a.words);
     json += ", \"draws\": " + std::to_string(a.draws);
     json += a.prefetch ? ", \"prefetch\": true" : ", \"prefetch\": false";
     json += a.prewarm ? ", \"prewarm\": true}" : ", \"prewarm\": false}";
