@@ -711,11 +711,6 @@ TABLES = {
         "OUT=bench/results/value-checksums-ab.jsonl bench/value_checksums_ab.sh "
         "build/release/bench/pmrt-ycsb"),
     "txbench": ("txbench.jsonl", "txbench", render_txbench, "bench/report.sh --only txbench"),
-    "txbench-like-for-like": (
-        "txbench-like-for-like.jsonl", None, render_txbench,
-        "rm -f bench/results/txbench-like-for-like.jsonl; REPEAT=1 SECONDS_PER_RUN=2 WARMUP=1 "
-        "STEADY_SECONDS=0 OUT=bench/results/txbench-like-for-like.jsonl bench/txbench.sh "
-        "build/release"),
     "txn-reopen": (
         "txn-reopen.jsonl", None, render_txn_reopen,
         "rm -f bench/results/txn-reopen.jsonl; build/release/bench/pmrt-txn-reopen --sizes "
@@ -765,15 +760,10 @@ FILE_NOTES = {
                    "(before the transient twin's per-thread node cache), which favours the "
                    "durable tree; the A/B table's durable ÷ transient is the comparison to read.",
                    {"ycsb"}),
-    "txbench.jsonl": ("d79d850244f8", None,
-                      "In this run the floor's one-word records were not padded to their cache "
-                      "line (pmrt's are, on this processor)."),
-    "txbench-like-for-like.jsonl": ("442699a6e4fa", _EPYC, None),
     "allocbench-equal-durability.jsonl": ("71fc56f66119", _EPYC, None),
     "allocbench-shared.jsonl": ("c4bd5fa4165d", _EPYC, None),
     "allocbench-growth-ab.jsonl": ("a230a3636e6f", _EPYC, None),
     "space.jsonl": ("a2d0b66d4d7f", _EPYC, None),
-    "txn-reopen.jsonl": ("1022d08e1403", _EPYC, None),
     "index-txbench.jsonl": ("a57a863cfef5", _EPYC, None),
     "value-checksums-ab.jsonl": ("31daacc3a167", _EPYC, None),
 }
