@@ -119,7 +119,8 @@ void Engine::Impl::BackgroundLoop() {
       idle_unchanged = unchanged ? idle_unchanged + 1 : 0;
     }
     // Committers kick only once the log reaches the size at which the test above runs a cycle.
-    const uint64_t next = std::min(std::max(trigger, floor + log_budget / kRegrowthDivisor), log_budget);
+    const uint64_t next =
+        std::min(std::max(trigger, floor + log_budget / kRegrowthDivisor), log_budget);
     kick_blocks_.store((next + store.block_size() - 1) / store.block_size(),
                        std::memory_order_relaxed);
     l.lock();

@@ -214,7 +214,8 @@ absl::Status Engine::Impl::BeginSlow(ThreadTx& t) {
   if (t.slot == txn_internal::kCompactSlot) RETURN_IF_ERROR(AssignSlot(t));
   // Backpressure, before the guard: the reclaimer may need to advance the epoch. Not when the
   // caller already holds a guard (the advance would wait for it).
-  if (options.background && store.blocks_in_use() >= stall_blocks_.load(std::memory_order_relaxed) &&
+  if (options.background &&
+      store.blocks_in_use() >= stall_blocks_.load(std::memory_order_relaxed) &&
       epochs.LocalSlot().depth == 0) {
     RETURN_IF_ERROR(WaitForRoom());
   }
