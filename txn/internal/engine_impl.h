@@ -507,6 +507,7 @@ class Engine::Impl {
   bool auto_budget = false;
   uint64_t auto_budget_base = 0;
   int small_k_cycles_ = 0;
+  uint64_t adapt_calls_ = 0;  // AdaptBudget's calls with a grown budget (its pressure test)
   std::atomic<uint64_t> budget_changes{0};
   // After a full (non-idle) cycle that left the compacted log at k_bytes; under reclaim_mu.
   void AdaptBudget(uint64_t k_bytes);
