@@ -45,15 +45,20 @@ absl::Status Heap::Walk(const std::function<void(const BlockInfo&)>& fn) const {
   return absl::OkStatus();
 }
 
+namespace {
+// A chunk state that holds nothing: neither metadata, nor an extent (its head or tail), nor a
+// size class's blocks.
+bool FreeChunkState(uint64_t s) {
+  return s != kMetaState && s != kTailState && StateKind(s) != ChunkKind::kExtent &&
+         StateKind(s) != ChunkKind::kSmall;
+}
+}  // namespace
+
 uint64_t Heap::FreeChunkBytes() const {
   const uint64_t chunks = chunks_.load(std::memory_order_acquire);
   uint64_t free = 0;
-  for (uint64_t i = 0; i < chunks; ++i) {
-    const uint64_t s = state_[i].load(std::memory_order_relaxed);
-    if (s != kMetaState && s != kTailState && StateKind(s) != ChunkKind::kExtent &&
-        StateKind(s) != ChunkKind::kSmall)
-      ++free;
-  }
+  for (uint64_t i = 0; i < chunks; ++i)
+    free += FreeChunkState(state_[i].load(std::memory_order_relaxed)) ? 1 : 0;
   return free * kChunkSize;
 }
 
@@ -73,12 +78,12 @@ HeapStats Heap::Stats() const {
   for (uint64_t i = 0; i < chunks; ++i) {
     const uint64_t s = state_[i].load(std::memory_order_acquire);
     if (s == kMetaState) continue;
-    if (s == kTailState || StateKind(s) == ChunkKind::kExtent) {
-      ++st.extent_chunks;
+    if (FreeChunkState(s)) {
+      ++st.free_chunks;
     } else if (StateKind(s) == ChunkKind::kSmall) {
       ++st.small_chunks;
     } else {
-      ++st.free_chunks;
+      ++st.extent_chunks;
     }
   }
   uint64_t small_used = 0;

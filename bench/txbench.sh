@@ -54,9 +54,8 @@ for round in $(seq 1 "$repeat"); do
       # pmrt's cold start: no prewarm and no warmup, so the first write of each word pays a
       # snapshot and the budget starts at its pool-sized start (steady_after_s).
       if [ "$cold" != 0 ]; then
-        "$bin" --json --array "$array" --seconds "$cold" --warmup 0 --budget-mb "$budget" \
-          --system pmrt --words "$k" --dist "$dist" --threads 1 --seed 2 |
-          tail -1 | sed "s/}\$/, \"round\": $round, \"cold\": true}/" >> "$out"
+        run --system pmrt --words "$k" --dist "$dist" --threads 1 --seed 2 --seconds "$cold" \
+          --warmup 0
       fi
     done
     if [ "${PREFETCH:-0}" = 1 ]; then

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -246,6 +247,11 @@ void Engine::Impl::AdaptBudget(uint64_t k_bytes) {
   const uint64_t bs = store.block_size();
   const uint64_t cap = txn_internal::kTableCapacity * 4 / 7 * bs;
   const uint64_t in_use = store.blocks_in_use() * bs;
+  std::optional<uint64_t> free_chunks;  // the heap's free chunk bytes, counted at most once
+  auto free_bytes = [&] {
+    if (!free_chunks) free_chunks = heap.FreeChunkBytes();
+    return *free_chunks;
+  };
   auto shrink = [&] {
     const uint64_t want = std::max(auto_budget_base, b / 2);
     if (want < b && in_use <= want) {
@@ -254,13 +260,13 @@ void Engine::Impl::AdaptBudget(uint64_t k_bytes) {
       small_k_cycles_ = 0;
     }
   };
-  if (b > auto_budget_base && adapt_calls_++ % 4 == 0 && heap.FreeChunkBytes() < b) {
+  if (b > auto_budget_base && adapt_calls_++ % 4 == 0 && free_bytes() < b) {
     return shrink();
   }
   if (k_bytes > b / 8) {
     small_k_cycles_ = 0;
     const uint64_t want = std::min(cap, 2 * b);
-    if (want > b && heap.FreeChunkBytes() >= 4 * (want - b)) {
+    if (want > b && free_bytes() >= 4 * (want - b)) {
       SetBudget(want);
       budget_changes.fetch_add(1, std::memory_order_relaxed);
     }
