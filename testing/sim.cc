@@ -1,10 +1,14 @@
 #include "testing/sim.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -134,6 +138,9 @@ Sim::~Sim() {
   Untrack();
   if (owns_working_ && working_ != nullptr) munmap(working_, size_);
   if (media_writable_ && media_ != nullptr) munmap(media_, size_);
+  if (image_ != nullptr) munmap(image_, size_);
+  if (pagemap_fd_ >= 0) close(pagemap_fd_);
+  if (pidfd_ >= 0) close(pidfd_);
   if (media_fd_ >= 0 && depth_ == 0) close(media_fd_);
 }
 
@@ -461,13 +468,7 @@ absl::Status Sim::RunImage(const Site& site, uint64_t image_index,
                            const std::vector<Choice>& evicted, bool record_failure) {
   ++root_->stats_.images;
   if (root_ != this) ++stats_.images;
-  void* m = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE,
-                 depth_ == 0 ? media_fd_ : root_->media_fd_, 0);
-  if (m == MAP_FAILED) {
-    std::perror("pmrt sim: mmap of a crash image");
-    std::abort();
-  }
-  auto* img = static_cast<uint8_t*>(m);
+  uint8_t* img = ImageView();
   std::vector<std::pair<uint64_t, const uint8_t*>> patched;
   patched.reserve(overlay_.size() + evicted.size());
   for (const auto& [line, bytes] : overlay_) {
@@ -482,7 +483,7 @@ absl::Status Sim::RunImage(const Site& site, uint64_t image_index,
   CrashImage image(this, img, size_, {options_.seed, fence_count_, image_index}, evicted.size(),
                    &patched);
   absl::Status st = handler_ ? handler_(image) : absl::OkStatus();
-  munmap(m, size_);
+  RevertImage();
   if (!st.ok() && record_failure) {
     Failure f{image.id(), site.name, std::string(st.message()), {}};
     if (options_.minimize_failures) {
@@ -493,6 +494,75 @@ absl::Status Sim::RunImage(const Site& site, uint64_t image_index,
     failures_.push_back(std::move(f));
   }
   return st;
+}
+
+// The images are one MAP_PRIVATE mapping of the media file, made once: a page no image has written
+// is the file's own page and shows the media as it is now (the simulator writes the media through
+// its MAP_SHARED view), so the pages recovery only reads stay mapped from one image to the next
+// instead of faulting in again for each (RevertImage drops the pages an image wrote).
+uint8_t* Sim::ImageView() {
+  if (image_ != nullptr) return image_;
+  void* m = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE,
+                 depth_ == 0 ? media_fd_ : root_->media_fd_, 0);
+  if (m == MAP_FAILED) {
+    std::perror("pmrt sim: mmap of the crash images");
+    std::abort();
+  }
+  image_ = static_cast<uint8_t*>(m);
+  pagemap_fd_ = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  pid_ = getpid();
+  pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0u));
+  return image_;
+}
+
+// Makes the image the media again: every page an image wrote (the patched lines, recovery's
+// writes) is a private copy, which MADV_DONTNEED drops, so the page shows the media file again.
+// The private copies are the pages that /proc/self/pagemap lists as present and not a file page
+// (or as swapped out); without the pagemap every page is dropped. The ranges go to one
+// process_madvise call where the kernel takes it (one TLB shootdown for all of them, not one per
+// range: the other threads of the suite keep this address space live on the other cores), else
+// to one madvise each. A forked child (whose pagemap and pidfd descriptors are its parent's) drops
+// every page.
+void Sim::RevertImage() {
+  const size_t pages = size_ / kPage;
+  const bool forked = getpid() != pid_;
+  constexpr uint64_t kPresent = uint64_t{1} << 63, kSwapped = uint64_t{1} << 62,
+                     kFilePage = uint64_t{1} << 61;
+  auto private_copy = [&](size_t p) {
+    const uint64_t e = pagemap_[p];
+    return (e & kSwapped) != 0 || ((e & kPresent) != 0 && (e & kFilePage) == 0);
+  };
+  pagemap_.resize(pages);
+  const auto bytes = static_cast<ssize_t>(pages * sizeof(uint64_t));
+  const auto at =
+      static_cast<off_t>(reinterpret_cast<uintptr_t>(image_) / kPage * sizeof(uint64_t));
+  if (forked || pagemap_fd_ < 0 ||
+      pread(pagemap_fd_, pagemap_.data(), static_cast<size_t>(bytes), at) != bytes) {
+    if (madvise(image_, size_, MADV_DONTNEED) != 0) std::abort();
+    return;
+  }
+  iov_.clear();
+  for (size_t p = 0; p < pages;) {
+    if (!private_copy(p)) {
+      ++p;
+      continue;
+    }
+    size_t end = p + 1;
+    while (end < pages && private_copy(end)) ++end;
+    iov_.push_back({image_ + p * kPage, (end - p) * kPage});
+    p = end;
+  }
+  if (iov_.empty()) return;
+  if (pidfd_ >= 0 && iov_.size() <= IOV_MAX) {
+    size_t total = 0;
+    for (const iovec& v : iov_) total += v.iov_len;
+    if (syscall(SYS_process_madvise, pidfd_, iov_.data(), iov_.size(), MADV_DONTNEED, 0u) ==
+        static_cast<ssize_t>(total)) {
+      return;
+    }
+  }
+  for (const iovec& v : iov_)
+    if (madvise(v.iov_base, v.iov_len, MADV_DONTNEED) != 0) std::abort();
 }
 
 void Sim::Minimize(const Site& site, uint64_t image_index, std::vector<Choice> evicted,

@@ -35,6 +35,8 @@
 #ifndef PMRT_TESTING_SIM_H_
 #define PMRT_TESTING_SIM_H_
 
+#include <sys/uio.h>
+
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -185,6 +187,9 @@ class Sim final : public SimHooks {
   void Track();
   void Untrack();
 
+  uint8_t* ImageView();
+  void RevertImage();
+
   const size_t size_;
   Options options_;
   ImageHandler handler_;
@@ -197,6 +202,13 @@ class Sim final : public SimHooks {
   bool media_writable_ = true;  // top level writes M in place; nested writes the overlay
   std::unordered_map<uint64_t, Line> overlay_;  // nested: lines of M that differ from media_fd_
   int depth_ = 0;
+  // The crash images' mapping: MAP_PRIVATE of the media file, reused by every image (RevertImage).
+  uint8_t* image_ = nullptr;
+  int pagemap_fd_ = -1;  // /proc/self/pagemap (-1: unreadable; RevertImage drops every page)
+  std::vector<uint64_t> pagemap_;
+  pid_t pid_ = 0;   // the process whose pidfd_ it is
+  int pidfd_ = -1;  // for process_madvise (-1: one madvise per range)
+  std::vector<iovec> iov_;
 
   std::vector<std::atomic<uint64_t>> page_dirty_;  // bit per page of W: stored to since armed
   // Per thread, the lines it flushed since its last fence.
