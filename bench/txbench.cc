@@ -63,11 +63,13 @@
 // and lines_unmarked (fast lines, docs/txn.md; --no-fast-lines turns them off: every
 // declaration reads its word's index slot); reclaimer_cpu_seconds and advancer_cpu_seconds (the
 // background threads' CPU in the measured interval) and their shares of the workers' CPU
-// (reclaimer_cpu_share, advancer_cpu_share); the log against the hot set (HotSeries: the words
-// written in the last --hot-ms, 256 by default, four 64 ms epochs): hot_bytes_avg,
-// log_over_hot_avg, log_over_hot_end, and "series", [t, log bytes, hot bytes] every 250 ms;
-// steady_after_s (every system): seconds from the first transaction, the warmup's included, to
-// the end of the last 250 ms window under 80% of the steady rate (HotSeries::SteadyAfter).
+// (reclaimer_cpu_share, advancer_cpu_share), the data entries its cycles decided per commit
+// (entries_folded_per_commit: kept, dropped or made cold, the compacted log's own again in each
+// full cycle) and its CPU per such entry (reclaimer_ns_per_entry); the log against the hot set
+// (HotSeries: the words written in the last --hot-ms, 256 by default, four 64 ms epochs):
+// hot_bytes_avg, log_over_hot_avg, log_over_hot_end, and "series", [t, log bytes, hot bytes] every
+// 250 ms; steady_after_s (every system): seconds from the first transaction, the warmup's included,
+// to the end of the last 250 ms window under 80% of the steady rate (HotSeries::SteadyAfter).
 #include <libpmem.h>
 #include <libpmemobj.h>
 #include <sys/resource.h>
@@ -403,11 +405,17 @@ class PmrtSystem : public System {
         std::chrono::duration<double>(s.reclaimer_cpu - reclaimer_cpu0_).count();
     const double advancer =
         std::chrono::duration<double>(epochs_->stats().advancer_cpu - advancer_cpu0_).count();
+    // Every data entry a cycle decided (kept, dropped as superseded, or made cold), the
+    // compacted log's own entries again in each full cycle: what the reclaimer's CPU buys.
+    const uint64_t folded = s.words_kept + s.words_dropped + s.words_cold - folded0_;
     std::snprintf(buf, sizeof(buf),
                   ", \"reclaimer_cpu_seconds\": %.3f, \"advancer_cpu_seconds\": %.3f, "
-                  "\"reclaimer_cpu_share\": %.4f, \"advancer_cpu_share\": %.4f",
+                  "\"reclaimer_cpu_share\": %.4f, \"advancer_cpu_share\": %.4f, "
+                  "\"entries_folded_per_commit\": %.2f, \"reclaimer_ns_per_entry\": %.2f",
                   reclaimer, advancer, worker_cpu > 0 ? reclaimer / worker_cpu : 0.0,
-                  worker_cpu > 0 ? advancer / worker_cpu : 0.0);
+                  worker_cpu > 0 ? advancer / worker_cpu : 0.0,
+                  commits ? static_cast<double>(folded) / commits : 0.0,
+                  folded ? reclaimer * 1e9 / static_cast<double>(folded) : 0.0);
     json += buf;
     // The close: the engine writes back every word a live record holds (docs/txn.md, "Epochs").
     const auto c0 = std::chrono::steady_clock::now();
@@ -421,6 +429,7 @@ class PmrtSystem : public System {
     const pmrt::txn::Stats s = engine_->stats();
     snapshots0_ = s.snapshots;
     stalls0_ = s.stalls;
+    folded0_ = s.words_kept + s.words_dropped + s.words_cold;
     reclaimer_cpu0_ = s.reclaimer_cpu;
     advancer_cpu0_ = epochs_->stats().advancer_cpu;
   }
@@ -529,7 +538,8 @@ class PmrtSystem : public System {
   uint64_t* arr_ = nullptr;
   std::vector<uint8_t*> logs_;
   std::vector<uint64_t> txids_;
-  uint64_t log_sum_ = 0, log_samples_ = 0, log_max_ = 0, snapshots0_ = 0, stalls0_ = 0;
+  uint64_t log_sum_ = 0, log_samples_ = 0, log_max_ = 0, snapshots0_ = 0, stalls0_ = 0,
+           folded0_ = 0;
   std::chrono::nanoseconds reclaimer_cpu0_{0}, advancer_cpu0_{0};
 };
 
