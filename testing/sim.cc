@@ -8,11 +8,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -482,8 +484,12 @@ absl::Status Sim::RunImage(const Site& site, uint64_t image_index,
   }
   CrashImage image(this, img, size_, {options_.seed, fence_count_, image_index}, evicted.size(),
                    &patched);
-  absl::Status st = handler_ ? handler_(image) : absl::OkStatus();
-  RevertImage();
+  absl::Status st;
+  {
+    // The image is reverted however the handler leaves (a test's exception included).
+    const absl::Cleanup revert = [this] { RevertImage(); };
+    st = handler_ ? handler_(image) : absl::OkStatus();
+  }
   if (!st.ok() && record_failure) {
     Failure f{image.id(), site.name, std::string(st.message()), {}};
     if (options_.minimize_failures) {
@@ -509,7 +515,11 @@ uint8_t* Sim::ImageView() {
     std::abort();
   }
   image_ = static_cast<uint8_t*>(m);
-  pagemap_fd_ = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  // The pagemap has an entry per system page; on a kernel whose pages are not kPage every page
+  // is dropped instead.
+  if (sysconf(_SC_PAGESIZE) == static_cast<long>(kPage)) {
+    pagemap_fd_ = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  }
   pid_ = getpid();
   pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0u));
   return image_;
@@ -556,9 +566,12 @@ void Sim::RevertImage() {
   if (pidfd_ >= 0 && iov_.size() <= IOV_MAX) {
     size_t total = 0;
     for (const iovec& v : iov_) total += v.iov_len;
-    if (syscall(SYS_process_madvise, pidfd_, iov_.data(), iov_.size(), MADV_DONTNEED, 0u) ==
-        static_cast<ssize_t>(total)) {
-      return;
+    const long done =
+        syscall(SYS_process_madvise, pidfd_, iov_.data(), iov_.size(), MADV_DONTNEED, 0u);
+    if (done == static_cast<long>(total)) return;
+    if (done < 0 && errno == EINVAL) {  // a kernel without it for MADV_DONTNEED: stop asking
+      close(pidfd_);
+      pidfd_ = -1;
     }
   }
   for (const iovec& v : iov_)

@@ -21,8 +21,9 @@
 // could leave behind.
 //
 // An image is a private copy-on-write mapping of M's memfd with the evicted lines patched in:
-// building one costs O(evicted lines), and whatever recovery writes is discarded with the
-// mapping, so no image copies the pool.
+// building one costs O(evicted lines), and whatever recovery writes goes to private pages, which
+// are dropped after the image (the mapping is the simulator's, reused by every image: a
+// handler must neither keep it nor change its mapping), so no image copies the pool.
 //
 // Every image has a replay id (seed, fence number, image index); setting Options::replay (or
 // PMRT_SIM_REPLAY=seed:fence:image) rebuilds exactly that image and no other. On an oracle
