@@ -426,7 +426,7 @@ const std::vector<Site> kEpochSites = {
 // fences, header.fence's window). `deep`: one nested image in eight recovered again (the
 // failed range widened in place, failed.widen.*); it reaches every site but boundary.help
 // slowly (one advance in three is helped and the depth-2 recoveries take many images: over
-// 100,000), which the shallow configuration reaches in a few thousand.
+// 100,000), which the shallow configuration reaches within about 32,000.
 CrashConfig GateConfig(uint64_t images, bool deep) {
   CrashConfig cfg = SharedBoundary(WithImages(images));
   cfg.threads = 2;
@@ -435,8 +435,8 @@ CrashConfig GateConfig(uint64_t images, bool deep) {
   return cfg;
 }
 
-// Every site disabled in turn. A mutant runs the deep configuration and, if that kills it not,
-// the shallow one; the baseline runs both, and the sites they reach together are the list.
+// Every site disabled in turn. A mutant runs the deep configuration and, if that does not kill
+// it, the shallow one; the baseline runs both, and the sites they reach together are the list.
 TEST(EpochCrashTest, MutationGateKillsEverySite) {
   CrashOutcome baseline = RunCrash(GateConfig(30000, /*deep=*/true));
   ASSERT_TRUE(baseline.failures.empty());
